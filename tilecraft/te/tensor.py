@@ -1,0 +1,240 @@
+"""Tensors and the operations that define them: placeholders and computes.
+
+A ``Tensor`` is the output of an operation. A ``PlaceholderOp`` is an input; a
+``ComputeOp`` defines each element by an expression of its axes (``IterVar``s), with
+an optional reduction as the whole body. Tensors compare by identity: two
+placeholders both named ``A`` are different inputs.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..errors import TeError
+from .dtype import DTYPES
+from .expr import Const, Expr, ExprLike, Reduce, Select, TensorRead, Var, convert, walk
+
+
+@dataclass(frozen=True, slots=True)
+class IterVar:
+    """An axis of a compute: ``var`` ranges over ``[0, extent)``; ``kind`` is spatial or reduce."""
+
+    var: Var
+    extent: int
+    kind: str  # "spatial" | "reduce"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PlaceholderOp:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ComputeOp:
+    """``output[axis...] = body``; ``body`` is a ``Reduce`` for reductions."""
+
+    name: str
+    axis: tuple[IterVar, ...]
+    body: Expr
+    dtype: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(iv.extent for iv in self.axis)
+
+    @property
+    def reduce_axis(self) -> tuple[IterVar, ...]:
+        return self.body.axes if isinstance(self.body, Reduce) else ()
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        """The tensors this op reads, each once, in order of first read."""
+        seen: dict[int, Tensor] = {}
+        walk(self.body, lambda n: seen.setdefault(id(n.tensor), n.tensor) if isinstance(n, TensorRead) else None)
+        return list(seen.values())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tensor:
+    op: PlaceholderOp | ComputeOp
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.op.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.op.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, indices: ExprLike | Sequence[ExprLike]) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = tuple(indices) if isinstance(indices, list) else (indices,)
+        if len(indices) != self.ndim:
+            raise TeError(
+                f"tensor {self.name} has {self.ndim} dimensions {self.shape} but was indexed with "
+                f"{len(indices)} indices; give one index per dimension"
+            )
+        converted = []
+        for dim, index in enumerate(indices):
+            index = convert(index.var if isinstance(index, IterVar) else index)
+            if index.dtype not in ("int32", "int64"):
+                raise TeError(f"index {dim} of {self.name} is {index} of dtype {index.dtype}; indices must be integers")
+            converted.append(index)
+        return TensorRead(self, tuple(converted))
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name}, shape={self.shape}, dtype={self.dtype})"
+
+
+def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(shape)
+    for extent in shape:
+        if isinstance(extent, bool) or not isinstance(extent, int) or extent <= 0:
+            raise TeError(f"{what} has shape {shape}; every dimension must be a positive int")
+    return shape
+
+
+def placeholder(shape: Sequence[int], name: str = "placeholder", dtype: str = "float32") -> Tensor:
+    """An input tensor of a computation."""
+    shape = _check_shape(shape, f"placeholder {name}")
+    if dtype not in DTYPES:
+        raise TeError(f"placeholder {name} has unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    return Tensor(PlaceholderOp(name, shape, dtype))
+
+
+def reduce_axis(dom: tuple[int, int], name: str = "rv") -> IterVar:
+    """A reduction axis over ``range(lo, hi)``; ``lo`` must be 0 (shift the index instead)."""
+    lo, hi = dom
+    if lo != 0:
+        raise TeError(f"reduce_axis {name} starts at {lo}; use (0, {hi - lo}) and add {lo} where it is indexed")
+    if not isinstance(hi, int) or hi <= 0:
+        raise TeError(f"reduce_axis {name} has extent {hi}; it must be a positive int")
+    return IterVar(Var(name), hi, "reduce")
+
+
+def compute(
+    shape: Sequence[int],
+    fcompute: Callable[..., ExprLike],
+    name: str = "compute",
+    attrs: dict[str, Any] | None = None,
+) -> Tensor:
+    """A tensor whose element at ``(i, j, ...)`` is ``fcompute(i, j, ...)``."""
+    shape = _check_shape(shape, f"compute {name}")
+    params = list(inspect.signature(fcompute).parameters)
+    if len(params) != len(shape) and not any(p.startswith("*") for p in params):
+        raise TeError(
+            f"compute {name} has {len(shape)} dimensions but its function takes {len(params)} arguments; "
+            "give the function one argument per output dimension"
+        )
+    names = params if len(params) == len(shape) else [f"ax{d}" for d in range(len(shape))]
+    axis = tuple(IterVar(Var(n), extent, "spatial") for n, extent in zip(names, shape))
+    body = fcompute(*[iv.var for iv in axis])
+    if isinstance(body, (tuple, list)):
+        raise TeError(f"compute {name} returned {len(body)} values; a compute has exactly one output")
+    body = convert(body)
+    _check_reduce_is_top_level(body, name)
+    attrs = dict(attrs or {})
+    layout_free = attrs.get("layout_free_placeholders", [])
+    for tensor in layout_free:
+        if not isinstance(tensor, Tensor) or not isinstance(tensor.op, PlaceholderOp):
+            raise TeError(f"compute {name}: layout_free_placeholders must list placeholders, got {tensor!r}")
+    op = ComputeOp(name, axis, body, body.dtype, attrs)
+    _check_reads_in_bounds(op)
+    return Tensor(op)
+
+
+def _check_reduce_is_top_level(body: Expr, name: str) -> None:
+    inner = [body.source, body.where] if isinstance(body, Reduce) else [body]
+    for expr in inner:
+
+        def visit(node: Expr) -> None:
+            if isinstance(node, Reduce):
+                raise TeError(
+                    f"compute {name} uses a reduction inside a larger expression; a reduction must be the whole "
+                    "body: compute the reduction in its own te.compute and combine it in a second one"
+                )
+
+        walk(expr, visit)
+
+
+def _check_reads_in_bounds(op: ComputeOp) -> None:
+    """Reject a read that is provably out of its tensor's bounds (reads under a condition are skipped)."""
+    ranges = {iv.var: (0, iv.extent - 1) for iv in op.axis + op.reduce_axis}
+    guarded: set[int] = set()
+
+    def mark_guarded(node: Expr) -> None:
+        if isinstance(node, Select):
+            walk(node.true_value, lambda n: guarded.add(id(n)))
+            walk(node.false_value, lambda n: guarded.add(id(n)))
+
+    walk(op.body, mark_guarded)
+    if isinstance(op.body, Reduce) and not (isinstance(op.body.where, Const) and op.body.where.value):
+        walk(op.body.source, lambda n: guarded.add(id(n)))
+
+    def check(node: Expr) -> None:
+        if not isinstance(node, TensorRead) or id(node) in guarded:
+            return
+        for dim, index in enumerate(node.indices):
+            interval = _interval(index, ranges)
+            extent = node.tensor.shape[dim]
+            if interval is not None and (interval[0] < 0 or interval[1] >= extent):
+                raise TeError(
+                    f"compute {op.name} reads {node.tensor.name} at index {dim} = {index}, which ranges over "
+                    f"[{interval[0]}, {interval[1]}] but {node.tensor.name} has extent {extent} there; fix the "
+                    "index or guard the read with te.if_then_else"
+                )
+
+    walk(op.body, check)
+
+
+def _interval(expr: Expr, ranges: dict[Var, tuple[int, int]]) -> tuple[int, int] | None:
+    """Integer bounds of an index expression, or None when not simply known."""
+    from .expr import Binary
+
+    if isinstance(expr, Const):
+        return (int(expr.value), int(expr.value))
+    if isinstance(expr, Var):
+        return ranges.get(expr)
+    if isinstance(expr, Binary):
+        a, b = _interval(expr.a, ranges), _interval(expr.b, ranges)
+        if a is None or b is None:
+            return None
+        if expr.op == "add":
+            return (a[0] + b[0], a[1] + b[1])
+        if expr.op == "sub":
+            return (a[0] - b[1], a[1] - b[0])
+        if expr.op == "mul":
+            products = [x * y for x in a for y in b]
+            return (min(products), max(products))
+        if expr.op == "floordiv" and b[0] == b[1] and b[0] > 0:
+            return (a[0] // b[0], a[1] // b[0])
+        if expr.op == "floormod" and b[0] == b[1] and b[0] > 0:
+            return (0, b[0] - 1) if a[1] - a[0] + 1 >= b[0] or a[0] // b[0] != a[1] // b[0] else (
+                a[0] % b[0], a[1] % b[0])
+        if expr.op == "min":
+            return (min(a[0], b[0]), min(a[1], b[1]))
+        if expr.op == "max":
+            return (max(a[0], b[0]), max(a[1], b[1]))
+    return None
