@@ -1,0 +1,83 @@
+import pytest
+
+from tilecraft.runtime import ProfileResult, time_callable
+from tilecraft.runtime import timer
+
+
+class FakeClock:
+    """``perf_counter`` that moves only when the timed function or the flush says so."""
+
+    def __init__(self):
+        self.now_secs = 0.0
+        self.calls = 0
+
+    def __call__(self):
+        return self.now_secs
+
+    def kernel(self, cost_secs=1e-3):
+        def run():
+            self.calls += 1
+            self.now_secs += cost_secs
+        return run
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(timer, "perf_counter", fake)
+    return fake
+
+
+def test_results_are_seconds_per_call_one_per_repeat(clock):
+    result = time_callable(clock.kernel(2e-3), number=4, repeat=3)
+    assert result.results == pytest.approx((2e-3,) * 3)
+    assert clock.calls == 1 + 4 * 3  # one untimed warm-up
+
+
+def test_min_repeat_ms_grows_number_towards_the_target(clock):
+    result = time_callable(clock.kernel(1e-3), number=1, repeat=2, min_repeat_ms=10)
+    assert result.results == pytest.approx((1e-3, 1e-3))
+    # 1 ms is too short: number becomes 10/1 + 1 = 11, which then carries to the next repeat.
+    assert clock.calls == 1 + (1 + 11) + 11
+
+
+def test_min_repeat_ms_at_least_doubles_number(clock):
+    time_callable(clock.kernel(1e-3), number=4, repeat=1, min_repeat_ms=5)
+    assert clock.calls == 1 + 4 + 8
+
+
+def test_flush_runs_before_every_call_and_is_not_timed(clock):
+    flushes = []
+
+    def flush():
+        flushes.append(clock.calls)
+        clock.now_secs += 0.5
+
+    result = time_callable(clock.kernel(1e-3), number=3, repeat=2, flush=flush)
+    assert result.results == pytest.approx((1e-3, 1e-3))
+    assert len(flushes) == 6
+
+
+def test_real_clock_gives_positive_times():
+    result = time_callable(lambda: sum(range(100)), number=3, repeat=2, min_repeat_ms=1)
+    assert len(result.results) == 2 and all(t > 0 for t in result.results)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"number": 0}, "number=0"), ({"repeat": 0}, "repeat=0"), ({"min_repeat_ms": -1}, "min_repeat_ms=-1"),
+])
+def test_invalid_settings_name_the_parameter(kwargs, named):
+    with pytest.raises(ValueError, match=named):
+        time_callable(lambda: None, **kwargs)
+
+
+def test_profile_result_statistics():
+    result = ProfileResult((1.0, 2.0, 4.0))
+    assert (result.mean, result.median, result.min, result.max) == (pytest.approx(7 / 3), 2.0, 1.0, 4.0)
+    assert result.std == pytest.approx(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) ** 0.5 / 3 ** 0.5)
+    assert ProfileResult((3.0,)).std == 0.0
+
+
+def test_empty_profile_result_is_rejected():
+    with pytest.raises(ValueError, match="repeat >= 1"):
+        ProfileResult(())

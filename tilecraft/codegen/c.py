@@ -1,0 +1,357 @@
+"""C code generation: loop-nest IR to readable C with OpenMP and explicit SIMD.
+
+Choices per loop, as Inductor's C++ backend makes them: parallel loops become one
+``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops);
+vectorized loops whose body is one store become GCC vector-extension code (contiguous
+accesses as vector loads and stores, loop-invariant values broadcast, other accesses
+gathered lane by lane) with a scalar tail; any other vectorized loop is emitted scalar
+for the compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small local
+buffers are stack arrays, which gcc keeps in registers once the loops over them unroll.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..target import Target
+from ..te.dtype import C_TYPES, bytes_of, is_float
+from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
+from ..ir.arith import bounds, simplify, to_linear
+from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from .writer import CodeWriter
+
+STACK_LIMIT_BYTES = 256 * 1024
+
+_PRELUDE = """\
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int64_t tc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }
+static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return r + ((r != 0) && ((r < 0) != (b < 0))) * b; }
+#define TC_MINMAX(T, S) \\
+  static inline T tc_max_##S(T a, T b) { return a > b ? a : b; } \\
+  static inline T tc_min_##S(T a, T b) { return a < b ? a : b; }
+TC_MINMAX(float, f32) TC_MINMAX(double, f64) TC_MINMAX(int32_t, i32) TC_MINMAX(int64_t, i64)
+TC_MINMAX(int8_t, i8) TC_MINMAX(uint8_t, u8) TC_MINMAX(bool, b)
+"""
+
+_SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8", "uint8": "u8",
+           "bool": "b", "float16": "f32"}
+_C_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+          "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
+
+
+def compute_dtype(dtype: str) -> str:
+    """float16 is stored as half but computed in float32."""
+    return "float32" if dtype == "float16" else dtype
+
+
+class _Emitter:
+    def __init__(self, func: LoweredFunc, target: Target):
+        self.func, self.target = func, target
+        self.out = CodeWriter()
+        self.names: dict[object, str] = {}
+        self.used: set[str] = set()
+        self.ranges: dict[Var, int] = {}
+        self.vector_types: set[tuple[str, int]] = set()
+        self.in_parallel = False
+
+    # ------------------------------------------------------------ names
+    def name(self, key: object, hint: str) -> str:
+        if key not in self.names:
+            base = re.sub(r"\W", "_", hint) or "v"
+            if base[0].isdigit():
+                base = "_" + base
+            candidate, n = base, 0
+            while candidate in self.used:
+                n += 1
+                candidate = f"{base}_{n}"
+            self.used.add(candidate)
+            self.names[key] = candidate
+        return self.names[key]
+
+    def buffer_name(self, buffer: Buffer) -> str:
+        return self.name(buffer, buffer.name)
+
+    # ------------------------------------------------------------ expressions
+    def flat_index(self, buffer: Buffer, indices) -> Expr:
+        strides = [math.prod(buffer.shape[d + 1:]) for d in range(buffer.ndim)]
+        from ..te.expr import binary, cast, const
+
+        dtype = "int32" if math.prod(buffer.shape) < 2**31 else "int64"
+        flat: Expr = const(0, dtype)
+        for index, stride in zip(indices, strides):
+            flat = binary("add", flat, binary("mul", cast(dtype, index), const(stride, dtype)))
+        return simplify(flat, self.ranges)
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Var):
+            return self.name(e, e.name)
+        if isinstance(e, Const):
+            return _literal(e)
+        if isinstance(e, TensorRead):
+            text = f"{self.buffer_name(e.tensor)}[{self.expr(self.flat_index(e.tensor, e.indices))}]"
+            return f"((float){text})" if e.tensor.dtype == "float16" else text
+        if isinstance(e, Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in _C_OPS:
+                return f"({a} {_C_OPS[e.op]} {b})"
+            if e.op in ("floordiv", "floormod"):
+                span = bounds(e.a, self.ranges)
+                divisor = bounds(e.b, self.ranges)
+                if span is not None and span[0] >= 0 and divisor is not None and divisor[0] > 0:
+                    return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+                return f"(({C_TYPES[e.dtype]})tc_{e.op}({a}, {b}))"
+            if e.op in ("min", "max"):
+                return f"tc_{e.op}_{_SUFFIX[e.dtype]}({a}, {b})"
+            if e.op == "pow":
+                return f"pow{_fsuffix(e.dtype)}({a}, {b})"
+        if isinstance(e, (Compare, Logical)):
+            return f"({self.expr(e.a)} {_C_OPS[e.op]} {self.expr(e.b)})"
+        if isinstance(e, Not):
+            return f"(!{self.expr(e.a)})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+        if isinstance(e, Cast):
+            return f"(({C_TYPES[compute_dtype(e.to)]}){self.expr(e.value)})"
+        if isinstance(e, Call):
+            x = self.expr(e.args[0])
+            f = _fsuffix(e.dtype)
+            if e.name == "sigmoid":
+                one = "1.0f" if f else "1.0"
+                return f"({one} / ({one} + exp{f}(-{x})))"
+            if e.name == "rsqrt":
+                return f"({'1.0f' if f else '1.0'} / sqrt{f}({x}))"
+            if e.name == "abs" and not is_float(e.dtype):
+                return f"(({x}) < 0 ? -({x}) : ({x}))"
+            return f"{_MATH[e.name]}{f}({x})"
+        raise NotImplementedError(f"C code generation for {type(e).__name__}")
+
+    # ------------------------------------------------------------ statements
+    def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
+        if isinstance(s, Seq):
+            for child in s.stmts:
+                self.stmt(child, unroll_budget)
+        elif isinstance(s, Store):
+            value = self.expr(s.value)
+            if s.buffer.dtype == "float16":
+                value = f"(_Float16)({value})"
+            self.out.line(f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}] = {value};")
+        elif isinstance(s, IfThenElse):
+            with self.out.block(f"if ({self.expr(s.cond)})"):
+                self.stmt(s.then, unroll_budget)
+        elif isinstance(s, Allocate):
+            self.allocate(s, unroll_budget)
+        elif isinstance(s, For):
+            self.loop(s, unroll_budget)
+        else:
+            raise NotImplementedError(type(s).__name__)
+
+    def allocate(self, s: Allocate, unroll_budget: int) -> None:
+        b = s.buffer
+        ctype = C_TYPES[b.dtype]
+        size = math.prod(b.shape)
+        name = self.buffer_name(b)
+        if size * bytes_of(b.dtype) <= STACK_LIMIT_BYTES and b.scope == "local":
+            self.out.line(f"{ctype} {name}[{size}] __attribute__((aligned(64)));")
+            self.stmt(s.body, unroll_budget)
+        else:
+            nbytes = -(-size * bytes_of(b.dtype) // 64) * 64
+            self.out.line(f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, {nbytes});")
+            self.stmt(s.body, unroll_budget)
+            self.out.line(f"free({name});")
+
+    def loop(self, s: For, unroll_budget: int) -> None:
+        self.ranges[s.var] = s.extent
+        var = self.name(s.var, s.var.name)
+        budget = max(unroll_budget, s.unroll_max_step)
+        if s.kind == "parallel" and not self.in_parallel:
+            depth, inner = 1, s.body
+            while isinstance(inner, For) and inner.kind == "parallel":
+                self.ranges[inner.var] = inner.extent
+                depth, inner = depth + 1, inner.body
+            collapse = f" collapse({depth})" if depth > 1 else ""
+            self.out.line(f"#pragma omp parallel for{collapse} schedule(static)")
+            self.in_parallel = True
+            self._serial_loops(s, depth, budget)
+            self.in_parallel = False
+            return
+        if s.kind == "vectorize" and self.vector_loop(s):
+            return
+        if s.kind == "unroll" or (budget and _nest_size(s) <= budget):
+            self.out.line(f"#pragma GCC unroll {min(s.extent, 1024)}")
+        elif s.kind == "vectorize":
+            self.out.line("#pragma GCC ivdep")
+        with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
+            self.stmt(s.body, budget)
+
+    def _serial_loops(self, s: For, depth: int, budget: int) -> None:
+        var = self.name(s.var, s.var.name)
+        with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
+            if depth > 1:
+                self._serial_loops(s.body, depth - 1, budget)
+            else:
+                self.stmt(s.body, budget)
+
+    # ------------------------------------------------------------ SIMD
+    def vector_loop(self, s: For) -> bool:
+        body, guard = s.body, None
+        if isinstance(body, IfThenElse) and s.var not in _vars(body.cond):
+            guard, body = body.cond, body.then
+        if not isinstance(body, Store):
+            return False
+        dtype = body.buffer.dtype
+        if dtype not in ("float32", "float64", "int32", "int64") or self.target.vector_lanes(dtype) <= 1:
+            return False
+        lanes = self.target.vector_lanes(dtype)
+        if s.extent < lanes or not self._vectorizable(body, s.var, dtype):
+            return False
+        store_index = self.flat_index(body.buffer, body.indices)
+        if _stride(store_index, s.var, self.ranges) != 1:
+            return False
+        vtype = f"{_SUFFIX[dtype]}x{lanes}"
+        self.vector_types.add((dtype, lanes))
+        var = self.name(s.var, s.var.name)
+        main = s.extent - s.extent % lanes
+        if guard is not None:
+            self.out.open(f"if ({self.expr(guard)})")
+        self.out.line(f"#pragma GCC unroll {min(main // lanes, 16)}")
+        with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
+            value = self.vexpr(body.value, s.var, lanes, vtype)
+            target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
+            self.out.line(f"*({vtype}*)&{target} = {value};")
+        if main < s.extent:
+            with self.out.block(f"for (int32_t {var} = {main}; {var} < {s.extent}; ++{var})"):
+                self.stmt(body)
+        if guard is not None:
+            self.out.close()
+        return True
+
+    def _vectorizable(self, store: Store, var: Var, dtype: str) -> bool:
+        ok = True
+
+        def visit(e: Expr) -> None:
+            nonlocal ok
+            if var not in _vars(e):
+                return
+            if isinstance(e, TensorRead):
+                if e.tensor.dtype != dtype:
+                    ok = False
+                return
+            if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "div") and e.dtype == dtype:
+                visit(e.a)
+                visit(e.b)
+                return
+            ok = False
+
+        visit(store.value)
+        return ok
+
+    def vexpr(self, e: Expr, var: Var, lanes: int, vtype: str) -> str:
+        if var not in _vars(e):
+            return f"(({vtype}){{}} + {self.expr(e)})"
+        if isinstance(e, TensorRead):
+            index = self.flat_index(e.tensor, e.indices)
+            name = self.buffer_name(e.tensor)
+            stride = _stride(index, var, self.ranges)
+            if stride == 1:
+                return f"(*({vtype}*)&{name}[{self.expr(index)}])"
+            from ..te.expr import binary, const, substitute
+
+            lane_values = [self.expr(simplify(substitute(index, {var: binary("add", var, const(n))}), self.ranges))
+                           for n in range(lanes)]
+            return f"(({vtype}){{{', '.join(f'{name}[{i}]' for i in lane_values)}}})"
+        a, b = self.vexpr(e.a, var, lanes, vtype), self.vexpr(e.b, var, lanes, vtype)
+        return f"({a} {_C_OPS[e.op]} {b})"
+
+    # ------------------------------------------------------------ function
+    def function(self) -> str:
+        f = self.func
+        params = []
+        for buffer, written in zip(f.args, f.outputs):
+            const_qual = "" if written else "const "
+            params.append(f"{const_qual}{C_TYPES[buffer.dtype]}* restrict {self.buffer_name(buffer)}")
+        body = CodeWriter()
+        saved, self.out = self.out, body
+        with self.out.block(f"void {f.name}({', '.join(params)})"):
+            self.stmt(f.body)
+        self.out = saved
+        pack_sources = [self.pack_function(p) for p in f.packs]
+        head = _PRELUDE + "".join(_vector_typedef(d, n) for d, n in sorted(self.vector_types))
+        return head + "\n" + "\n".join(pack_sources + [body.text()])
+
+    def pack_function(self, pack) -> str:
+        writer = CodeWriter()
+        saved, self.out = self.out, writer
+        src, dst = self.buffer_name(pack.source), self.buffer_name(pack.packed)
+        ctype = C_TYPES[pack.source.dtype]
+        with self.out.block(f"void {pack.name}(const {ctype}* restrict {src}, {ctype}* restrict {dst})"):
+            self.stmt(pack.body)
+        self.out = saved
+        return writer.text()
+
+
+def generate_c(func: LoweredFunc, target: Target) -> str:
+    """The C source of a lowered function (and of its weight-packing functions)."""
+    return _Emitter(func, target).function()
+
+
+def _vector_typedef(dtype: str, lanes: int) -> str:
+    ctype = C_TYPES[dtype]
+    return (f"typedef {ctype} {_SUFFIX[dtype]}x{lanes} "
+            f"__attribute__((vector_size({lanes * bytes_of(dtype)}), aligned({bytes_of(dtype)})));\n")
+
+
+def _literal(c: Const) -> str:
+    if c.dtype == "bool":
+        return "true" if c.value else "false"
+    if is_float(c.dtype):
+        value = float(c.value)
+        f = "f" if c.dtype in ("float32", "float16") else ""
+        if math.isinf(value):
+            return f"({'-' if value < 0 else ''}INFINITY)"
+        if math.isnan(value):
+            return "NAN"
+        return f"{value!r}{f}"
+    return f"{c.value}LL" if c.dtype == "int64" else str(c.value)
+
+
+def _fsuffix(dtype: str) -> str:
+    return "" if dtype == "float64" else "f"
+
+
+def _vars(e: Expr) -> set[Var]:
+    from ..te.expr import free_vars
+
+    return free_vars(e)
+
+
+def _stride(index: Expr, var: Var, ranges) -> int | None:
+    linear = to_linear(index, ranges)
+    if any(var in _vars(atom) for atom in linear.terms if not isinstance(atom, Var)):
+        return None
+    return linear.terms.get(var, 0)
+
+
+def _nest_size(s: For) -> int:
+    inner = 1
+    body = s.body
+    stack = [body]
+    sizes = [1]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, For):
+            sizes.append(_nest_size(node))
+        elif isinstance(node, Seq):
+            stack.extend(node.stmts)
+        elif isinstance(node, (IfThenElse,)):
+            stack.append(node.then)
+        elif isinstance(node, Allocate):
+            stack.append(node.body)
+    inner = max(sizes)
+    return s.extent * inner

@@ -1,0 +1,213 @@
+"""Bound inference: the range each stage must compute, given where it is attached.
+
+A stage at the root computes its whole tensor. A stage computed at a loop of its
+consumer computes only the region that the consumer's iterations inside that loop read;
+a stage reverse-computed at a loop of its producer consumes only what was produced
+inside it. Regions have a symbolic start (in the enclosing loop variables) and a
+constant extent, so the buffer of an attached stage is a small fixed-size array.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ..errors import LoweringError
+from ..te.expr import Expr, TensorRead, Var, binary, const, substitute, walk
+from ..schedule.state import Fuse, Split, Stage, State, ceil_div
+from .arith import bounds, interval, simplify
+
+
+@dataclass(frozen=True)
+class StageBounds:
+    """Ranges of one stage: per root loop a (start, extent); per leaf loop its extent and variable."""
+
+    root_min: tuple[Expr, ...]
+    root_extent: tuple[int, ...]
+    loop_extent: dict[int, int]
+    loop_var: dict[int, Var]
+    root_value: dict[int, Expr]  # root loop id -> offset inside the region, in leaf variables
+
+
+class BoundInference:
+    """Memoised inference over a whole state."""
+
+    def __init__(self, state: State, loop_paths):
+        self.state = state
+        self.loop_paths = loop_paths
+        self.result: dict[str, StageBounds] = {}
+        self.loop_vars: dict[int, Var] = {}
+        self._active: set[str] = set()
+
+    def var(self, stage: Stage, loop_id: int) -> Var:
+        if loop_id not in self.loop_vars:
+            self.loop_vars[loop_id] = Var(stage.loop(loop_id).name)
+        return self.loop_vars[loop_id]
+
+    def ranges(self) -> dict[Var, int]:
+        extents: dict[Var, int] = {}
+        for b in self.result.values():
+            for loop_id, extent in b.loop_extent.items():
+                extents[b.loop_var[loop_id]] = extent
+        return extents
+
+    def of(self, name: str) -> StageBounds:
+        if name in self.result:
+            return self.result[name]
+        if name in self._active:
+            raise LoweringError(f"block {name} is attached in a cycle (computed inside a block computed inside it)")
+        self._active.add(name)
+        stage = self.state.stage(name)
+        if stage.attach is None:
+            mins = tuple(const(0) for _ in stage.roots)
+            extents = tuple(stage.loop(r).extent for r in stage.roots)
+        elif stage.attach.reverse:
+            mins, extents = self._consumer_region(stage)
+        else:
+            mins, extents = self._producer_region(stage)
+        self.result[name] = self._structure(stage, mins, extents)
+        self._active.discard(name)
+        return self.result[name]
+
+    def _structure(self, stage: Stage, mins, extents) -> StageBounds:
+        loop_extent = {r: e for r, e in zip(stage.roots, extents)}
+        for rel in stage.relations:
+            if isinstance(rel, Split):
+                inner = math.prod(rel.factors)
+                loop_extent[rel.children[0]] = ceil_div(loop_extent[rel.parent], inner)
+                loop_extent.update(zip(rel.children[1:], rel.factors))
+            else:
+                loop_extent[rel.child] = math.prod(loop_extent[p] for p in rel.parents)
+        value: dict[int, Expr] = {leaf: self.var(stage, leaf) for leaf in stage.leaves}
+        for rel in reversed(stage.relations):
+            if isinstance(rel, Split):
+                expr = value[rel.children[0]]
+                for child, factor in zip(rel.children[1:], rel.factors):
+                    expr = binary("add", binary("mul", expr, const(factor)), value[child])
+                value[rel.parent] = expr
+            else:
+                fused = value[rel.child]
+                for n, parent in enumerate(rel.parents):
+                    inner = math.prod(loop_extent[p] for p in rel.parents[n + 1:])
+                    part = binary("floordiv", fused, const(inner)) if inner > 1 else fused
+                    value[parent] = binary("floormod", part, const(loop_extent[parent])) if n > 0 else part
+        loop_var = {leaf: self.var(stage, leaf) for leaf in stage.leaves}
+        leaf_ranges = {loop_var[l]: loop_extent[l] for l in stage.leaves}
+        root_value = {r: simplify(value[r], leaf_ranges) for r in stage.roots}
+        return StageBounds(tuple(mins), tuple(extents), {l: loop_extent[l] for l in stage.leaves}, loop_var,
+                           root_value)
+
+    def _path_vars(self, name: str) -> list[tuple[int, Var, int]]:
+        """(loop id, variable, extent) of every loop around block ``name``, outermost first."""
+        path = []
+        for loop_id in self.loop_paths(name):
+            owner = self.state.stage_of_loop(loop_id)
+            b = self.of(owner.name)
+            path.append((loop_id, b.loop_var[loop_id], b.loop_extent[loop_id]))
+        return path
+
+    def root_index(self, stage: Stage, b: StageBounds) -> dict[Var, Expr]:
+        """Each axis variable of the stage's op as an expression of loop variables."""
+        axes = stage.op.axis + stage.op.reduce_axis
+        return {iv.var: binary("add", m, b.root_value[r]) for iv, m, r in zip(axes, b.root_min, stage.roots)}
+
+    def _varying(self, name: str, loop_id: int) -> dict[Var, int]:
+        path = self._path_vars(name)
+        ids = [p[0] for p in path]
+        return {var: extent for _, var, extent in path[ids.index(loop_id) + 1:]}
+
+    def _producer_region(self, stage: Stage):
+        consumer = next(s for s in self.state.stages if any(t is stage.tensor for t in s.op.input_tensors))
+        cb = self.of(consumer.name)
+        self.of(stage.attach.stage)
+        varying = self._varying(consumer.name, stage.attach.loop)
+        ranges = self.ranges()
+        index = self.root_index(consumer, cb)
+        reads: list[tuple[Expr, ...]] = []
+        walk(consumer.op.body, lambda n: reads.append(n.indices) if isinstance(n, TensorRead)
+             and n.tensor is stage.tensor else None)
+        mins, extents = [], []
+        for dim, size in enumerate(stage.tensor.shape):
+            found = [interval(substitute(r[dim], index), varying, ranges) for r in reads]
+            region = _union(found, ranges)
+            mins_dim, extent = (const(0), size) if region is None else region
+            mins_dim, extent = _clamp(mins_dim, extent, size, ranges)
+            mins.append(mins_dim)
+            extents.append(extent)
+        for iv in stage.op.reduce_axis:
+            mins.append(const(0))
+            extents.append(iv.extent)
+        return mins, extents
+
+    def _consumer_region(self, stage: Stage):
+        producer = next(s for s in self.state.stages if any(t is s.tensor for t in stage.op.input_tensors)
+                        and s.name == _anchor(self.state, stage).name)
+        pb = self.of(producer.name)
+        varying = self._varying(producer.name, stage.attach.loop)
+        ranges = self.ranges()
+        mins, extents = [], []
+        for dim, root in enumerate(producer.roots[: len(producer.op.axis)]):
+            found = interval(binary("add", pb.root_min[dim], pb.root_value[root]), varying, ranges)
+            size = stage.tensor.shape[dim]
+            mins_dim, extent = (const(0), size) if found is None else found
+            mins_dim, extent = _clamp(mins_dim, extent, size, ranges)
+            mins.append(mins_dim)
+            extents.append(extent)
+        return mins, extents
+
+
+def _anchor(state: State, stage: Stage) -> Stage:
+    return [p for p in state.stages if any(t is p.tensor for t in stage.op.input_tensors)][-1]
+
+
+def _union(found, ranges) -> tuple[Expr, int] | None:
+    if not found or any(f is None for f in found):
+        return None
+    low, extent = found[0]
+    high = binary("add", low, const(extent))
+    for other_low, other_extent in found[1:]:
+        shift = bounds(simplify(binary("sub", other_low, low), ranges), ranges)
+        if shift is None or shift[0] != shift[1]:
+            return None
+        end = shift[0] + other_extent
+        if shift[0] < 0:
+            low, extent = other_low, extent - shift[0]
+            end -= shift[0]
+        extent = max(extent, end)
+    del high
+    return low, extent
+
+
+def _clamp(low: Expr, extent: int, size: int, ranges) -> tuple[Expr, int]:
+    """Keep a region inside ``[0, size)`` (reads beyond it only happen under a guard)."""
+    extent = min(extent, size)
+    span = bounds(low, ranges)
+    if span is not None and span[0] >= 0 and span[1] + extent <= size:
+        return low, extent
+    return binary("max", const(0), binary("min", low, const(size - extent))), extent
+
+
+def refresh_extents(state: State, name: str) -> State:
+    """Set the nominal loop extents of block ``name`` to those inferred for its new location."""
+    from ..schedule.schedule import Schedule  # noqa: F401  (loop paths come from the state alone)
+
+    inference = BoundInference(state, lambda n: loop_path(state, n))
+    b = inference.of(name)
+    stage = state.stage(name)
+    extents = dict(zip(stage.roots, b.root_extent))
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            extents[rel.children[0]] = ceil_div(extents[rel.parent], math.prod(rel.factors))
+            extents.update(zip(rel.children[1:], rel.factors))
+        else:
+            extents[rel.child] = math.prod(extents[p] for p in rel.parents)
+    loops = tuple(replace(l, extent=extents.get(l.id, l.extent)) for l in stage.loops)
+    return state.with_stage(replace(stage, loops=loops))
+
+
+def loop_path(state: State, name: str) -> list[int]:
+    stage = state.stage(name)
+    if stage.attach is None:
+        return list(stage.leaves)
+    outer = loop_path(state, stage.attach.stage)
+    return outer[: outer.index(stage.attach.loop) + 1] + list(stage.leaves)

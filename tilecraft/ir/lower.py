@@ -1,0 +1,287 @@
+"""Lowering: a schedule's loop state becomes one loop-nest function.
+
+Passes, in order:
+  1. infer bounds        (``bound.BoundInference``): the region every stage computes;
+  2. place buffers       each intermediate lives at the deepest loop enclosing its
+                         producer and all its consumers, sized to the region used there;
+  3. build loop nests    every stage's loops, with the stages attached at each loop
+                         nested inside it and a reduction's init placed before its
+                         outermost reduction loop (or where decompose_reduction says);
+  4. simplify            index arithmetic in canonical form, proven guards dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..te.expr import Binary, Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children, substitute
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+from ..schedule.state import Stage, State
+from .arith import bounds, simplify
+from .bound import BoundInference, StageBounds, loop_path
+from .nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
+
+_IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}
+_KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
+
+
+class _Lowering:
+    def __init__(self, sch, name: str):
+        self.sch, self.state, self.name = sch, sch.state, name
+        self.inference = BoundInference(self.state, lambda n: loop_path(self.state, n))
+        for stage in self.state.stages:
+            self.inference.of(stage.name)
+        self.ranges = self.inference.ranges()
+        self.args: dict[Tensor, Buffer] = {}
+        self.buffers: dict[Tensor, Buffer] = {}
+        self.offsets: dict[Tensor, tuple[Expr, ...]] = {}
+        self.alloc_at: dict[int | None, list[Buffer]] = {}
+        packed_of = {p.source: p.packed for p in self.state.packed}
+        for tensor in sch.dag.tensors:
+            shown = packed_of.get(tensor, tensor)
+            self.args[shown] = Buffer(tensor.name, shown.shape, shown.dtype, "arg")
+        for stage in self.state.stages:
+            self._place_buffer(stage)
+
+    # ---------------------------------------------------------------- buffers
+    def _place_buffer(self, stage: Stage) -> None:
+        tensor = stage.tensor
+        if tensor in self.args:
+            self.buffers[tensor] = self.args[tensor]
+            self.offsets[tensor] = tuple(const(0) for _ in tensor.shape)
+            return
+        b = self.inference.of(stage.name)
+        ndim = len(stage.op.axis)
+        consumers = self.state.consumers_of(stage.name)
+        reverse = [c for c in consumers if c.attach and c.attach.reverse and c.attach.loop in loop_path(self.state, stage.name)]
+        if stage.attach is not None and not stage.attach.reverse:
+            loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
+        elif consumers and len(reverse) == len(consumers) and len({c.attach.loop for c in reverse}) == 1:
+            loop = reverse[0].attach.loop
+            mins, shape = self._region_inside(stage, b, loop)
+        elif stage.attach is not None:
+            loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
+        else:
+            loop, mins, shape = None, tuple(const(0) for _ in range(ndim)), tensor.shape
+        scope = "local" if loop is not None else "global"
+        buffer = Buffer(tensor.name, tuple(shape), tensor.dtype, scope)
+        self.buffers[tensor] = buffer
+        self.offsets[tensor] = tuple(mins)
+        self.alloc_at.setdefault(loop, []).append(buffer)
+
+    def _region_inside(self, stage: Stage, b: StageBounds, loop: int):
+        from .arith import interval
+
+        path = loop_path(self.state, stage.name)
+        varying = {}
+        for loop_id in path[path.index(loop) + 1:]:
+            owner = self.state.stage_of_loop(loop_id)
+            ob = self.inference.of(owner.name)
+            varying[ob.loop_var[loop_id]] = ob.loop_extent[loop_id]
+        mins, shape = [], []
+        for dim, root in enumerate(stage.roots[: len(stage.op.axis)]):
+            found = interval(binary("add", b.root_min[dim], b.root_value[root]), varying, self.ranges)
+            if found is None:
+                found = (const(0), stage.tensor.shape[dim])
+            mins.append(found[0])
+            shape.append(min(found[1], stage.tensor.shape[dim]))
+        return mins, shape
+
+    # ---------------------------------------------------------------- expressions
+    def load(self, tensor: Tensor, indices: tuple[Expr, ...]) -> Expr:
+        if tensor in self.args and tensor not in self.buffers:
+            return TensorRead(self.args[tensor], indices)
+        buffer = self.buffers[tensor]
+        offset = self.offsets[tensor]
+        return TensorRead(buffer, tuple(binary("sub", i, o) for i, o in zip(indices, offset)))
+
+    def rewrite_reads(self, expr: Expr) -> Expr:
+        def rewrite(node: Expr) -> Expr:
+            if isinstance(node, TensorRead) and not isinstance(node.tensor, Buffer):
+                return self.load(node.tensor, tuple(rewrite(i) for i in node.indices))
+            return map_children(node, rewrite)
+
+        return rewrite(expr)
+
+    # ---------------------------------------------------------------- loop nests
+    def stage_nest(self, stage: Stage) -> Stmt:
+        b = self.inference.of(stage.name)
+        op = stage.op
+        axis_index = self.inference.root_index(stage, b)
+        out_index = tuple(axis_index[iv.var] for iv in op.axis)
+        target = self.load(stage.tensor, out_index)
+        guards = self._guards(stage, b)
+        spatial_guards = [g for g, kind in guards if kind == "spatial"]
+        all_guards = [g for g, _ in guards]
+        body = op.body
+        if hasattr(body, "combiner"):
+            source = self.rewrite_reads(substitute(body.source, axis_index))
+            where = self.rewrite_reads(substitute(body.where, axis_index))
+            combined = _combine(body.combiner, target, source)
+            update: Stmt = Store(target.tensor, target.indices, combined)
+            if not (isinstance(where, Const) and where.value):
+                all_guards.append(where)
+            init = Store(target.tensor, target.indices, _identity(body.combiner, op.dtype))
+            return self._reduction_nest(stage, b, _guard(update, all_guards), _guard(init, spatial_guards))
+        value = self.rewrite_reads(substitute(body, axis_index))
+        store = Store(target.tensor, target.indices, _cast_to(value, op.dtype))
+        return self._nest(stage, b, stage.leaves, _guard(store, all_guards))
+
+    def _guards(self, stage: Stage, b: StageBounds) -> list[tuple[Expr, str]]:
+        guards = []
+        axes = stage.op.axis + stage.op.reduce_axis
+        for n, (iv, root) in enumerate(zip(axes, stage.roots)):
+            value = b.root_value[root]
+            span = bounds(value, self.ranges)
+            if span is None or span[1] >= b.root_extent[n]:
+                guards.append((value < b.root_extent[n], iv.kind))
+            index = binary("add", b.root_min[n], value)
+            span = bounds(simplify(index, self.ranges), self.ranges)
+            if span is None or span[1] >= iv.extent:
+                guards.append((index < iv.extent, iv.kind))
+        return guards
+
+    def _reduction_nest(self, stage: Stage, b: StageBounds, update: Stmt, init: Stmt) -> Stmt:
+        leaves = list(stage.leaves)
+        first_reduce = next((n for n, l in enumerate(leaves) if stage.loop(l).kind != "spatial"), len(leaves))
+        split_at = leaves.index(stage.init_loop) if stage.init_loop is not None else first_reduce
+        init_leaves = [l for l in leaves[split_at:] if stage.loop(l).kind == "spatial"]
+        init_nest = self._plain_nest(stage, b, init_leaves, init)
+        update_nest = self._nest(stage, b, leaves[split_at:], update)
+        return self._nest(stage, b, leaves[:split_at], seq([init_nest, update_nest]))
+
+    def _plain_nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
+        for leaf in reversed(leaves):
+            kind = _KIND[stage.loop(leaf).annotation]
+            body = For(b.loop_var[leaf], b.loop_extent[leaf], "serial" if kind == "parallel" else kind, body)
+        return body
+
+    def _nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
+        for leaf in reversed(leaves):
+            loop = stage.loop(leaf)
+            before = [self.stage_tree(s) for s in self._attached(stage, leaf, reverse=False)]
+            after = [self.stage_tree(s) for s in self._attached(stage, leaf, reverse=True)]
+            inner = self._allocate(leaf, seq(before + [body] + after))
+            unroll = dict(loop.pragmas).get("pragma_auto_unroll_max_step", 0)
+            body = For(b.loop_var[leaf], b.loop_extent[leaf], _KIND[loop.annotation], inner, unroll)
+        return body
+
+    def _attached(self, stage: Stage, leaf: int, reverse: bool) -> list[Stage]:
+        return [s for s in self.state.stages
+                if s.attach and s.attach.stage == stage.name and s.attach.loop == leaf and s.attach.reverse == reverse]
+
+    def _allocate(self, loop: int | None, body: Stmt) -> Stmt:
+        for buffer in reversed(self.alloc_at.get(loop, [])):
+            body = Allocate(buffer, body)
+        return body
+
+    def stage_tree(self, stage: Stage) -> Stmt:
+        return self.stage_nest(stage)
+
+    def run(self) -> LoweredFunc:
+        roots = [self.stage_tree(s) for s in self.state.stages if s.attach is None]
+        body = self._allocate(None, seq(roots))
+        body = _simplify_stmt(body, self.ranges)
+        arg_buffers = tuple(self.args.values())
+        written = {self.buffers[s.tensor] for s in self.state.stages}
+        user_args = tuple(Buffer(t.name, t.shape, t.dtype, "arg") for t in self.sch.dag.tensors)
+        packs = tuple(self._pack_func(p, user_args) for p in self.state.packed)
+        return LoweredFunc(self.name, arg_buffers, body, tuple(b in written for b in arg_buffers), packs, user_args)
+
+    def _pack_func(self, packed, user_args) -> PackFunc:
+        index = [t for t in self.sch.dag.tensors].index(packed.source)
+        source = user_args[index]
+        target = self.args[packed.packed]
+        variables = [Var(v.name) for v in packed.source_vars]
+        mapping = dict(zip(packed.source_vars, variables))
+        dst = tuple(substitute(t, mapping) for t in packed.index_map)
+        body: Stmt = Store(target, dst, TensorRead(source, tuple(variables)))
+        ranges = dict(zip(variables, source.shape))
+        for n, (var, extent) in enumerate(reversed(list(zip(variables, source.shape)))):
+            body = For(var, extent, "parallel" if n == len(variables) - 1 else "serial", body)
+        if math.prod(target.shape) > math.prod(source.shape):
+            flat = Var("i")
+            zero = Store(Buffer(target.name, (math.prod(target.shape),), target.dtype, "arg"), (flat,),
+                         const(0, target.dtype) if target.dtype != "bool" else const(False))
+            body = seq([For(flat, math.prod(target.shape), "serial", zero), body])
+        return PackFunc(f"pack_{source.name}", source, target, _simplify_stmt(body, ranges), index)
+
+
+def lower(sch, name: str = "default_function") -> LoweredFunc:
+    """The loop nest of a schedule, after bound inference and index simplification."""
+    return _Lowering(sch, name).run()
+
+
+def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
+    value = _cast_to(value, acc.dtype)
+    if combiner == "sum":
+        return binary("add", acc, value)
+    return binary(combiner, acc, value)
+
+
+def _identity(combiner: str, dtype: str) -> Expr:
+    if combiner == "sum":
+        return const(0, dtype) if dtype != "bool" else const(False)
+    import numpy as np
+
+    if dtype.startswith("float"):
+        return const(float("-inf") if combiner == "max" else float("inf"), dtype)
+    info = np.iinfo(np.dtype(dtype))
+    return const(int(info.min if combiner == "max" else info.max), dtype)
+
+
+def _cast_to(value: Expr, dtype: str) -> Expr:
+    return value if value.dtype == dtype else Cast(dtype, value)
+
+
+def _guard(stmt: Stmt, conditions: list[Expr]) -> Stmt:
+    if not conditions:
+        return stmt
+    cond = conditions[0]
+    for c in conditions[1:]:
+        cond = Logical("and", cond, c)
+    return IfThenElse(cond, stmt)
+
+
+def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
+    ranges = dict(ranges)
+
+    def visit(node: Stmt) -> Stmt | None:
+        if isinstance(node, For):
+            ranges[node.var] = node.extent
+            body = visit(node.body)
+            return None if body is None else For(node.var, node.extent, node.kind, body, node.unroll_max_step)
+        if isinstance(node, Store):
+            return Store(node.buffer, tuple(simplify(i, ranges) for i in node.indices), simplify(node.value, ranges))
+        if isinstance(node, IfThenElse):
+            cond = _simplify_condition(node.cond, ranges)
+            then = visit(node.then)
+            if isinstance(cond, Const):
+                return then if cond.value else None
+            return None if then is None else IfThenElse(cond, then)
+        if isinstance(node, Seq):
+            return seq([s for s in (visit(s) for s in node.stmts) if s is not None]) if node.stmts else None
+        if isinstance(node, Allocate):
+            body = visit(node.body)
+            return None if body is None else Allocate(node.buffer, body)
+        return node
+
+    return visit(stmt)
+
+
+def _simplify_condition(cond: Expr, ranges: dict) -> Expr:
+    if isinstance(cond, Logical) and cond.op == "and":
+        a, b = _simplify_condition(cond.a, ranges), _simplify_condition(cond.b, ranges)
+        if isinstance(a, Const):
+            return b if a.value else a
+        if isinstance(b, Const):
+            return a if b.value else b
+        return Logical("and", a, b)
+    if isinstance(cond, Compare) and cond.op == "lt":
+        span = bounds(simplify(binary("sub", cond.a, cond.b), ranges), ranges)
+        if span is not None and span[1] < 0:
+            return const(True)
+        if span is not None and span[0] >= 0:
+            return const(False)
+    return simplify(cond, ranges)

@@ -1,0 +1,98 @@
+"""The loop-nest IR that lowering produces and code generation consumes.
+
+Statements are frozen dataclasses; expressions are the te expressions, where a load is a
+``TensorRead`` whose ``tensor`` is a ``Buffer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from ..te.expr import Expr, Var
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    """Memory: a kernel argument, a heap intermediate, or a small local array."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str  # arg | global | local
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    var: Var
+    extent: int
+    kind: str  # serial | parallel | vectorize | unroll
+    body: Stmt
+    unroll_max_step: int = 0  # unroll the loops inside whose iteration count is at most this
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class IfThenElse:
+    cond: Expr
+    then: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocate:
+    buffer: Buffer
+    body: Stmt
+
+
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate]
+
+
+@dataclass(frozen=True, slots=True)
+class PackFunc:
+    """Copies a layout-free input into its packed layout, once, outside the kernel."""
+
+    name: str
+    source: Buffer
+    packed: Buffer
+    body: Stmt
+    arg_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoweredFunc:
+    name: str
+    args: tuple[Buffer, ...]  # in the kernel's argument order
+    body: Stmt
+    outputs: tuple[bool, ...]  # per argument: written by the kernel
+    packs: tuple[PackFunc, ...] = ()
+    user_args: tuple[Buffer, ...] = ()  # as the caller sees them (unpacked layouts)
+
+    def __str__(self) -> str:
+        from .printer import print_func
+
+        return print_func(self)
+
+
+def seq(stmts) -> Stmt:
+    flat: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.stmts)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))

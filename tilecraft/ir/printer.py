@@ -1,0 +1,36 @@
+"""Readable text of a lowered function: one statement a line, loop kinds marked."""
+
+from __future__ import annotations
+
+from ..te.printer import expr_to_str
+from .nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+
+
+def print_func(func: LoweredFunc) -> str:
+    lines = [f"{func.name}({', '.join(f'{b.name}: {b.dtype}{list(b.shape)}' for b in func.args)}) {{"]
+    for pack in func.packs:
+        lines.append(f"  // {pack.packed.name}{list(pack.packed.shape)} is {pack.source.name} packed once by {pack.name}")
+    _print(func.body, 1, lines)
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def _print(s: Stmt, depth: int, lines: list[str]) -> None:
+    pad = "  " * depth
+    if isinstance(s, Seq):
+        for child in s.stmts:
+            _print(child, depth, lines)
+    elif isinstance(s, For):
+        kind = "" if s.kind == "serial" else f" {s.kind}"
+        pragma = f" (auto_unroll_max_step={s.unroll_max_step})" if s.unroll_max_step else ""
+        lines.append(f"{pad}for {s.var.name} in range({s.extent}){kind}:{pragma}")
+        _print(s.body, depth + 1, lines)
+    elif isinstance(s, Store):
+        index = ", ".join(expr_to_str(i) for i in s.indices)
+        lines.append(f"{pad}{s.buffer.name}[{index}] = {expr_to_str(s.value)}")
+    elif isinstance(s, IfThenElse):
+        lines.append(f"{pad}if {expr_to_str(s.cond)}:")
+        _print(s.then, depth + 1, lines)
+    elif isinstance(s, Allocate):
+        lines.append(f"{pad}allocate {s.buffer.name}: {s.buffer.dtype}{list(s.buffer.shape)} ({s.buffer.scope})")
+        _print(s.body, depth, lines)

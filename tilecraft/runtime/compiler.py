@@ -1,0 +1,97 @@
+"""C source -> shared library, through gcc and a content-addressed on-disk cache.
+
+Tuning compiles many candidates, and re-running a script compiles the same ones again;
+keying each library by the hash of everything that affects it (source, flags, compiler
+version) makes the second time free. Libraries appear under their final name only by an
+atomic rename, so several processes may compile the same source at once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BuildError
+from ..target import Target
+
+_MAX_STDERR_CHARS = 4000
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "tilecraft" / "kernels"
+
+
+def compile_c(source: str, target: Target, cache_dir: Path | None = None,
+              compile_timeout_secs: float = 60.0) -> Path:
+    """The path of a shared library built from ``source`` for ``target``; compiled only
+    if no library with the same key is cached. The ``.c`` file is kept beside it."""
+    compiler = _find_compiler()
+    flags = target.cflags()
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key_text = "\0".join([source, " ".join(flags), compiler, _compiler_version(compiler)])
+    key = hashlib.sha256(key_text.encode()).hexdigest()
+    lib_path = cache_dir / f"{key}.so"
+    if lib_path.exists():
+        return lib_path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    c_path = cache_dir / f"{key}.c"
+    _write_atomically(c_path, source.encode())
+    fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=".tmp.so")
+    os.close(fd)
+    try:
+        _run_compiler([compiler, *flags, "-o", tmp_name, str(c_path), "-lm"], c_path, compile_timeout_secs)
+        os.replace(tmp_name, lib_path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    return lib_path
+
+
+def _find_compiler() -> str:
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        raise BuildError("no C compiler was found on PATH (looked for gcc and cc); tilecraft compiles its "
+                         "kernels with one: install gcc (e.g. `apt-get install gcc`, or `xcode-select "
+                         "--install` on macOS) and make sure it is on PATH")
+    return compiler
+
+
+@functools.cache
+def _compiler_version(compiler: str) -> str:
+    """The first line of ``<compiler> --version``: part of the cache key, so an upgraded
+    compiler rebuilds everything."""
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise BuildError(f"the C compiler {compiler} did not answer `--version` ({error}); "
+                         f"check that it runs, or reinstall gcc") from None
+    return done.stdout.partition("\n")[0]
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(tmp_name, path)
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+
+
+def _run_compiler(command: list[str], c_path: Path, timeout_secs: float) -> None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_secs)
+    except subprocess.TimeoutExpired:
+        raise BuildError(f"compiling {c_path} took longer than {timeout_secs} s; raise "
+                         f"compile_timeout_secs or make the kernel smaller (less unrolling)") from None
+    if done.returncode != 0:
+        stderr = done.stderr.strip()
+        if len(stderr) > _MAX_STDERR_CHARS:
+            stderr = stderr[:_MAX_STDERR_CHARS] + "\n... (trimmed)"
+        raise BuildError(f"{Path(command[0]).name} could not compile {c_path} (exit code {done.returncode}):\n"
+                         f"{stderr}\nThe source is kept at {c_path}; the command was: {' '.join(command)}. "
+                         f"If tilecraft generated this source, please report it with that file.")

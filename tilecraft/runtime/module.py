@@ -1,0 +1,186 @@
+"""A compiled kernel as a Python callable over NumPy arrays.
+
+The C entry takes one raw pointer per argument, so nothing on the C side can check what
+it is given; ``Module`` checks shapes, dtypes and layout on the Python side and names the
+argument at fault. Some arguments (weights) are repacked into a kernel-friendly layout
+by generated pack functions; ``bind_weights`` packs them once so that repeated calls and
+timings pay only for the kernel, as a deployed model would.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import BuildError
+from ..target import Target
+from ..te.dtype import DTYPES
+from .timer import ProfileResult, cache_flusher, time_callable
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """One argument of the C entry, in order."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"argument {self.name!r} has dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class PackSpec:
+    """``func_name(src, dst)`` repacks input ``arg_index`` into a buffer of ``packed_shape``
+    (same dtype); the entry then receives that buffer instead of the user's array."""
+
+    arg_index: int
+    func_name: str
+    packed_shape: tuple[int, ...]
+
+
+class Module:
+    """``module(*inputs)`` returns new outputs; ``module(*inputs, *outputs)`` (or
+    ``out=``) writes into given ones and returns them (None when passed positionally)."""
+
+    def __init__(self, lib_path: Path, source: str, entry_name: str, args: Sequence[ArgSpec],
+                 packs: Sequence[PackSpec] = ()) -> None:
+        self.lib_path = Path(lib_path)
+        self.source = source
+        self.entry_name = entry_name
+        self.args = tuple(args)
+        self.packs = tuple(packs)
+        names = [arg.name for arg in self.args]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{entry_name}: argument names {names} repeat; give each argument its own name")
+        for pack in self.packs:
+            if not 0 <= pack.arg_index < len(self.args) or self.args[pack.arg_index].is_output:
+                raise ValueError(f"{entry_name}: pack {pack.func_name} targets argument {pack.arg_index}, "
+                                 f"which is not an input; only inputs can be packed")
+        lib = ctypes.CDLL(str(self.lib_path))
+        self._entry = _c_function(lib, entry_name, len(self.args), self.lib_path)
+        self._pack_fns = {pack.arg_index: (_c_function(lib, pack.func_name, 2, self.lib_path), pack.packed_shape)
+                          for pack in self.packs}
+        self._dtypes = tuple(np.dtype(arg.dtype) for arg in self.args)
+        self._bound: dict[int, np.ndarray] = {}  # arg index -> the buffer the entry receives
+
+    def __repr__(self) -> str:
+        return f"Module({self.entry_name!r}, args=({', '.join(arg.name for arg in self.args)}), lib={self.lib_path})"
+
+    def __call__(self, *arrays: np.ndarray, out: np.ndarray | Sequence[np.ndarray] | None = None):
+        buffers, result = self._prepare(arrays, out)
+        self._entry(*[buffer.ctypes.data for buffer in buffers])
+        return result
+
+    def bind_weights(self, **weights: np.ndarray) -> Module:
+        """A Module whose named inputs are fixed: packed (or copied) once, here, and left
+        out of the arguments of later calls."""
+        bound = dict(self._bound)
+        for name, array in weights.items():
+            index = next((i for i in self._free_inputs() if self.args[i].name == name), None)
+            if index is None:
+                raise TypeError(f"{self.entry_name}: cannot bind {name!r}; the inputs that can be bound are "
+                                f"{[self.args[i].name for i in self._free_inputs()]}")
+            self._check(index, array)
+            bound[index] = self._packed(index, array) if index in self._pack_fns else array.copy()
+        module = copy.copy(self)
+        module._bound = bound
+        return module
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
+                       enable_cpu_cache_flush: bool = False) -> Callable[..., ProfileResult]:
+        """``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,
+        before timing). Arrays are passed as to ``module(...)``."""
+
+        def evaluate(*arrays: np.ndarray, out: np.ndarray | Sequence[np.ndarray] | None = None) -> ProfileResult:
+            buffers, _ = self._prepare(arrays, out)
+            call = functools.partial(self._entry, *[buffer.ctypes.data for buffer in buffers])
+            flush = cache_flusher(2 * Target.host().l3_bytes) if enable_cpu_cache_flush else None
+            return time_callable(call, number, repeat, min_repeat_ms, flush)
+
+        return evaluate
+
+    def _free_inputs(self) -> list[int]:
+        return [i for i, arg in enumerate(self.args) if not arg.is_output and i not in self._bound]
+
+    def _prepare(self, arrays: Sequence[np.ndarray], out: np.ndarray | Sequence[np.ndarray] | None):
+        """Checked buffers for every entry argument, in order, and what the call returns."""
+        free = [i for i in range(len(self.args)) if i not in self._bound]
+        inputs = self._free_inputs()
+        outputs = [i for i in free if self.args[i].is_output]
+        if len(arrays) == len(free) and out is None:
+            given, result = dict(zip(free, arrays)), None
+        elif len(arrays) == len(inputs):
+            out_arrays = self._outputs(outputs, out)
+            given = {**dict(zip(inputs, arrays)), **dict(zip(outputs, out_arrays))}
+            result = out_arrays[0] if len(out_arrays) == 1 else out_arrays
+        else:
+            raise TypeError(f"{self.entry_name} takes its inputs ({', '.join(self.args[i].name for i in inputs)}) "
+                            f"or all its arguments ({', '.join(self.args[i].name for i in free)}); "
+                            f"got {len(arrays)} array(s)" + (" and out=" if out is not None else ""))
+        for index, array in given.items():
+            self._check(index, array)
+        for o in outputs:
+            for index, array in given.items():
+                if index != o and np.may_share_memory(given[o], array):
+                    raise ValueError(f"{self.entry_name}: output {self.args[o].name!r} overlaps argument "
+                                     f"{self.args[index].name!r}; the kernel assumes distinct memory, so pass "
+                                     f"a separate output array")
+        buffers = [self._bound[i] if i in self._bound else self._packed(i, given[i]) if i in self._pack_fns
+                   else given[i] for i in range(len(self.args))]
+        return buffers, result
+
+    def _outputs(self, outputs: list[int], out: np.ndarray | Sequence[np.ndarray] | None) -> tuple[np.ndarray, ...]:
+        if out is None:
+            return tuple(np.empty(self.args[i].shape, self._dtypes[i]) for i in outputs)
+        out_arrays = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        if len(out_arrays) != len(outputs):
+            raise TypeError(f"{self.entry_name} has {len(outputs)} output(s) "
+                            f"({', '.join(self.args[i].name for i in outputs)}); out= gave {len(out_arrays)}")
+        return out_arrays
+
+    def _check(self, index: int, array: np.ndarray) -> None:
+        spec = self.args[index]
+        role = "output" if spec.is_output else "input"
+        fix = f"pass np.ascontiguousarray(x, dtype={spec.dtype!r}) of shape {spec.shape}"
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"{self.entry_name}: {role} {spec.name!r} must be a numpy.ndarray, "
+                            f"not {type(array).__name__}; {fix}")
+        if array.dtype != self._dtypes[index]:
+            raise ValueError(f"{self.entry_name}: {role} {spec.name!r} has dtype {array.dtype}, "
+                             f"expected {spec.dtype}; {fix}")
+        if array.shape != spec.shape:
+            raise ValueError(f"{self.entry_name}: {role} {spec.name!r} has shape {array.shape}, "
+                             f"expected {spec.shape}; pass an array of shape {spec.shape}")
+        if not array.flags.c_contiguous:
+            raise ValueError(f"{self.entry_name}: {role} {spec.name!r} is not C-contiguous; {fix}")
+        if spec.is_output and not array.flags.writeable:
+            raise ValueError(f"{self.entry_name}: output {spec.name!r} is read-only; pass a writeable array "
+                             f"such as np.empty({spec.shape}, dtype={spec.dtype!r})")
+
+    def _packed(self, index: int, array: np.ndarray) -> np.ndarray:
+        pack_fn, packed_shape = self._pack_fns[index]
+        packed = np.empty(packed_shape, self._dtypes[index])
+        pack_fn(array.ctypes.data, packed.ctypes.data)
+        return packed
+
+
+def _c_function(lib: ctypes.CDLL, name: str, arity: int, lib_path: Path):
+    """``name`` from ``lib``, taking ``arity`` raw pointers and returning void."""
+    try:
+        function = lib[name]
+    except AttributeError:
+        raise BuildError(f"{lib_path} has no function {name!r}; the C source must define it "
+                         f"(and not as static)") from None
+    function.argtypes = [ctypes.c_void_p] * arity
+    function.restype = None
+    return function

@@ -1,0 +1,264 @@
+"""The CPU a kernel is scheduled and compiled for.
+
+The search needs a few facts about the machine (vector width, cores, cache sizes) and
+the compiler needs its ``-march``. A ``Target`` holds exactly those facts, detected from
+the host or parsed from a TVM-like string (``"llvm -mcpu=skylake-avx512 -num-cores=4"``)
+so that schedules tuned elsewhere can name the machine they were tuned for. Anything a
+string leaves out is taken from the host.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .errors import TargetError
+
+ISAS = ("avx512", "avx2", "neon", "scalar")
+_VECTOR_BYTES = {"avx512": 64, "avx2": 32, "neon": 16, "scalar": 0}
+# The -march used when a string picks an ISA other than the host's without naming a CPU.
+_DEFAULT_MARCH = {"avx512": "skylake-avx512", "avx2": "haswell", "neon": "armv8-a", "scalar": ""}
+_MCPU_ISA = {
+    **dict.fromkeys(("skylake-avx512", "cascadelake", "icelake-server", "sapphirerapids", "znver4"), "avx512"),
+    **dict.fromkeys(("core-avx2", "haswell", "broadwell", "skylake", "znver2", "znver3"), "avx2"),
+}
+_KINDS = ("llvm", "c", "cpu")  # all mean the CPU, spelled "llvm" as in TVM
+_EXAMPLE = "Target('llvm -mcpu=core-avx2 -num-cores=4')"
+_FALLBACK_CACHE_BYTES = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
+_CPU0_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Target:
+    """A CPU target. ``Target(spec=None, **fields)``: ``spec`` is a string, a dict of
+    fields, another Target, or None for the host; keyword fields override the spec."""
+
+    kind: str
+    isa: str
+    vector_bytes: int
+    num_cores: int
+    cache_line_bytes: int
+    l1_bytes: int
+    l2_bytes: int
+    l3_bytes: int
+    march: str
+
+    def __init__(self, spec: str | Mapping[str, Any] | Target | None = None, **overrides: Any) -> None:
+        if spec is None:
+            given: dict[str, Any] = {}
+        elif isinstance(spec, Target):
+            given = spec.to_json()
+        elif isinstance(spec, str):
+            given = _parse_string(spec)
+        elif isinstance(spec, Mapping):
+            given = dict(spec)
+        else:
+            raise TargetError(f"a target must be a string, a dict or a Target, not {type(spec).__name__}; "
+                              f"for example {_EXAMPLE}")
+        given.update(overrides)
+        _set_fields(self, _resolve(given))
+
+    @classmethod
+    def host(cls) -> Target:
+        """The machine this process runs on (detected once)."""
+        return _detect_host()
+
+    @classmethod
+    def parse(cls, spec: str | Mapping[str, Any] | Target | None) -> Target:
+        return cls(spec)
+
+    def __str__(self) -> str:
+        """A canonical string: ``Target(str(t)) == t`` on any host."""
+        return " ".join([self.kind] + [f"-{f.name.replace('_', '-')}={getattr(self, f.name)}"
+                                       for f in fields(self) if f.name != "kind"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Target:
+        missing = [name for name in _FIELD_NAMES if name not in data]
+        if missing:
+            raise TargetError(f"target JSON lacks {', '.join(missing)}; write it with Target.to_json()")
+        return cls(data)
+
+    def vector_lanes(self, dtype: str) -> int:
+        """How many ``dtype`` elements fit in one SIMD register (1 without SIMD)."""
+        return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+
+    def cflags(self) -> list[str]:
+        """gcc flags for a shared library of this target. No -ffast-math: results must
+        match NumPy, so libm's exp/tanh and IEEE semantics are kept; only FMA contraction."""
+        if self.march == "native" and platform.machine() in ("aarch64", "arm64"):
+            arch = ["-mcpu=native"]
+        else:
+            arch = [f"-march={self.march}"] if self.march else []
+        return ["-O3", *arch, "-fopenmp", "-fPIC", "-shared", "-ffp-contract=fast"]
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(Target))
+_INT_FIELDS = ("vector_bytes", "num_cores", "cache_line_bytes", "l1_bytes", "l2_bytes", "l3_bytes")
+_STRING_OPTIONS = {f"-{name.replace('_', '-')}": name
+                   for name in _FIELD_NAMES + ("mcpu", "mtriple") if name != "kind"}
+
+
+def _set_fields(target: Target, values: Mapping[str, Any]) -> None:
+    for name in _FIELD_NAMES:
+        object.__setattr__(target, name, values[name])
+
+
+def _parse_string(spec: str) -> dict[str, Any]:
+    """``"llvm -mcpu=x --num-cores=4"`` -> ``{"kind": "llvm", "mcpu": "x", "num_cores": 4}``."""
+    kind, *options = spec.split() or [""]
+    given: dict[str, Any] = {"kind": kind}
+    for option in options:
+        name, eq, value = option.partition("=")
+        key = _STRING_OPTIONS.get(name[1:] if name.startswith("--") else name)
+        if key is None or not eq:
+            raise TargetError(f"target {spec!r}: option {option!r} is not understood; the options are "
+                              f"{', '.join(k + '=...' for k in _STRING_OPTIONS)}, as in {_EXAMPLE}")
+        if key in given:
+            raise TargetError(f"target {spec!r} sets {name} twice; keep one")
+        given[key] = _to_int(spec, name, value) if key in _INT_FIELDS else value
+    return given
+
+
+def _to_int(spec: str, name: str, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise TargetError(f"target {spec!r}: {name}={value!r} is not an integer; "
+                          f"write e.g. {name}=4 as in {_EXAMPLE}") from None
+
+
+def _resolve(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill what ``given`` leaves out from the host: an ISA picked by -mcpu or -mtriple
+    brings its vector width and -march, then explicit fields override."""
+    unknown = sorted(set(given) - set(_FIELD_NAMES) - {"mcpu", "mtriple"})
+    if unknown:
+        raise TargetError(f"unknown target field(s) {', '.join(unknown)}; the fields are {', '.join(_FIELD_NAMES)}")
+    host = _detect_host()
+    values = host.to_json()
+    kind = str(given.get("kind", "llvm"))
+    if kind not in _KINDS:
+        raise TargetError(f"target kind {kind!r} is unknown; use 'llvm' (or its aliases 'c', 'cpu'), as in {_EXAMPLE}")
+    isa, march = _isa_from_mcpu_and_triple(given.get("mcpu"), given.get("mtriple"), host)
+    if isa is not None or "isa" in given:
+        values["isa"] = isa = given.get("isa", isa)
+        values["vector_bytes"] = _VECTOR_BYTES.get(isa, 0)
+        if march is None:
+            march = host.march if isa == host.isa else _DEFAULT_MARCH.get(isa, "")
+        values["march"] = march
+    values.update((k, v) for k, v in given.items() if k in _FIELD_NAMES and k != "kind")
+    _validate(values)
+    return values
+
+
+def _isa_from_mcpu_and_triple(mcpu: str | None, triple: str | None, host: Target) -> tuple[str | None, str | None]:
+    """The ISA and -march implied by TVM's -mcpu / -mtriple (None, None when neither is given)."""
+    isa = march = None
+    if triple is not None:
+        if triple.startswith(("aarch64", "arm64")):
+            isa, march = "neon", "armv8-a"
+        elif triple.startswith("x86_64"):
+            if host.isa == "neon":
+                isa, march = "scalar", "x86-64"
+        else:
+            raise TargetError(f"-mtriple={triple} is not supported; use -mtriple=x86_64-linux-gnu "
+                              f"or -mtriple=aarch64-linux-gnu")
+    if mcpu is not None:
+        if mcpu not in _MCPU_ISA:
+            raise TargetError(f"-mcpu={mcpu} is unknown; the known CPUs are {', '.join(_MCPU_ISA)} "
+                              f"(or give -isa=... and -march=... directly), as in {_EXAMPLE}")
+        if isa == "neon":
+            raise TargetError(f"-mcpu={mcpu} is an x86 CPU but -mtriple={triple} is ARM; drop one of them")
+        isa, march = _MCPU_ISA[mcpu], mcpu
+    return isa, march
+
+
+def _validate(values: Mapping[str, Any]) -> None:
+    isa = values["isa"]
+    if isa not in ISAS:
+        raise TargetError(f"target isa {isa!r} is unknown; use one of {', '.join(ISAS)}")
+    for name in _INT_FIELDS:
+        value = values[name]
+        least = 0 if name == "vector_bytes" else 1
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise TargetError(f"target {name}={value!r} must be an integer >= {least}, e.g. {name}=4")
+    if values["vector_bytes"] not in (0, 16, 32, 64) or (values["vector_bytes"] == 0) != (isa == "scalar"):
+        raise TargetError(f"target vector_bytes={values['vector_bytes']} does not fit isa={isa}; use "
+                          f"{_VECTOR_BYTES[isa]} (0 means no SIMD and goes only with isa=scalar)")
+    march = values["march"]
+    if not isinstance(march, str) or any(c.isspace() for c in march) or march.startswith("-"):
+        raise TargetError(f"target march={march!r} must be one gcc -march value such as 'native' or 'znver3' "
+                          f"(or '' for none)")
+
+
+@functools.cache
+def _detect_host() -> Target:
+    isa = _detect_isa()
+    level_bytes, line_bytes = _detect_caches()
+    target = object.__new__(Target)
+    _set_fields(target, {
+        "kind": "llvm", "isa": isa, "vector_bytes": _VECTOR_BYTES[isa], "num_cores": _detect_num_cores(),
+        "cache_line_bytes": line_bytes, "l1_bytes": level_bytes[1], "l2_bytes": level_bytes[2],
+        "l3_bytes": level_bytes[3], "march": "native",
+    })
+    return target
+
+
+def _detect_isa() -> str:
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    return _isa_from_cpuinfo(cpuinfo, platform.machine())
+
+
+def _isa_from_cpuinfo(cpuinfo: str, machine: str) -> str:
+    """The best ISA the feature flags (x86 ``flags``, ARM ``Features``) allow."""
+    flags = {flag for line in cpuinfo.splitlines() if line.startswith(("flags", "Features"))
+             for flag in line.partition(":")[2].split()}
+    if "avx512f" in flags:
+        return "avx512"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    if "asimd" in flags or machine in ("aarch64", "arm64"):
+        return "neon"
+    return "scalar"
+
+
+def _detect_num_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _detect_caches() -> tuple[dict[int, int], int]:
+    """Data/unified cache bytes per level 1-3 of cpu0, and the cache line size."""
+    sizes = dict(_FALLBACK_CACHE_BYTES)
+    line_bytes = 64
+    for index in sorted(_CPU0_CACHE_DIR.glob("index*")):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size_bytes = _parse_size((index / "size").read_text().strip())
+            if level == 1 and kind != "Instruction":
+                line_bytes = int((index / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        if level in sizes and kind != "Instruction":
+            sizes[level] = size_bytes
+    return sizes, line_bytes
+
+
+def _parse_size(text: str) -> int:
+    """``"32K"`` -> 32768, ``"1M"`` -> 1048576, ``"512"`` -> 512."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(text[:-1] if scale > 1 else text) * scale
