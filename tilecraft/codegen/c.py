@@ -59,6 +59,7 @@ class _Emitter:
         self.used: set[str] = set()
         self.ranges: dict[Var, int] = {}
         self.vector_types: set[tuple[str, int]] = set()
+        self.broadcasts: set[tuple[str, int]] = set()
         self.in_parallel = False
 
     # ------------------------------------------------------------ names
@@ -223,6 +224,10 @@ class _Emitter:
         self.out.line(f"#pragma GCC unroll {min(main // lanes, 16)}")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
             value = self.vexpr(body.value, s.var, lanes, vtype)
+            if s.var not in _vars(body.value):  # a loop-invariant value: broadcast it to every lane
+                value = f"(({vtype}){{{', '.join([value] * lanes)}}})" if isinstance(body.value, Const) else (
+                    f"tc_broadcast_{vtype}({value})")
+                self.broadcasts.add((dtype, lanes))
             target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
             self.out.line(f"*({vtype}*)&{target} = {value};")
         if main < s.extent:
@@ -253,8 +258,8 @@ class _Emitter:
         return ok
 
     def vexpr(self, e: Expr, var: Var, lanes: int, vtype: str) -> str:
-        if var not in _vars(e):
-            return f"(({vtype}){{}} + {self.expr(e)})"
+        if var not in _vars(e):  # a scalar operand of a vector operation is broadcast by the compiler
+            return self.expr(e)
         if isinstance(e, TensorRead):
             index = self.flat_index(e.tensor, e.indices)
             name = self.buffer_name(e.tensor)
@@ -282,7 +287,8 @@ class _Emitter:
             self.stmt(f.body)
         self.out = saved
         pack_sources = [self.pack_function(p) for p in f.packs]
-        head = _PRELUDE + "".join(_vector_typedef(d, n) for d, n in sorted(self.vector_types))
+        head = _PRELUDE + "".join(_vector_typedef(d, n, (d, n) in self.broadcasts)
+                                  for d, n in sorted(self.vector_types))
         return head + "\n" + "\n".join(pack_sources + [body.text()])
 
     def pack_function(self, pack) -> str:
@@ -301,10 +307,13 @@ def generate_c(func: LoweredFunc, target: Target) -> str:
     return _Emitter(func, target).function()
 
 
-def _vector_typedef(dtype: str, lanes: int) -> str:
-    ctype = C_TYPES[dtype]
-    return (f"typedef {ctype} {_SUFFIX[dtype]}x{lanes} "
-            f"__attribute__((vector_size({lanes * bytes_of(dtype)}), aligned({bytes_of(dtype)})));\n")
+def _vector_typedef(dtype: str, lanes: int, with_broadcast: bool) -> str:
+    ctype, vtype = C_TYPES[dtype], f"{_SUFFIX[dtype]}x{lanes}"
+    text = f"typedef {ctype} {vtype} __attribute__((vector_size({lanes * bytes_of(dtype)}), aligned({bytes_of(dtype)})));\n"
+    if with_broadcast:
+        text += (f"static inline {vtype} tc_broadcast_{vtype}({ctype} x) "
+                 f"{{ return ({vtype}){{{', '.join(['x'] * lanes)}}}; }}\n")
+    return text
 
 
 def _literal(c: Const) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, substitute, walk
-from ..schedule.state import Fuse, Split, Stage, State, ceil_div
+from ..schedule.state import Split, Stage, State, ceil_div
 from .arith import bounds, interval, simplify
 
 
@@ -150,7 +150,9 @@ class BoundInference:
             found = interval(binary("add", pb.root_min[dim], pb.root_value[root]), varying, ranges)
             size = stage.tensor.shape[dim]
             mins_dim, extent = (const(0), size) if found is None else found
-            mins_dim, extent = _clamp(mins_dim, extent, size, ranges)
+            # Not _clamp: shifting the start back into range would read values the producer did
+            # not compute in this iteration; the part past the end is guarded instead.
+            extent = min(extent, size)
             mins.append(mins_dim)
             extents.append(extent)
         return mins, extents
@@ -189,8 +191,6 @@ def _clamp(low: Expr, extent: int, size: int, ranges) -> tuple[Expr, int]:
 
 def refresh_extents(state: State, name: str) -> State:
     """Set the nominal loop extents of block ``name`` to those inferred for its new location."""
-    from ..schedule.schedule import Schedule  # noqa: F401  (loop paths come from the state alone)
-
     inference = BoundInference(state, lambda n: loop_path(state, n))
     b = inference.of(name)
     stage = state.stage(name)

@@ -13,11 +13,9 @@ Passes, in order:
 from __future__ import annotations
 
 import math
-from typing import Callable
-
-from ..te.expr import Binary, Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children, substitute
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from ..schedule.state import Stage, State
+from ..te.expr import Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children, substitute
+from ..te.tensor import Tensor
+from ..schedule.state import Stage
 from .arith import bounds, simplify
 from .bound import BoundInference, StageBounds, loop_path
 from .nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
@@ -236,6 +234,7 @@ def _cast_to(value: Expr, dtype: str) -> Expr:
 
 
 def _guard(stmt: Stmt, conditions: list[Expr]) -> Stmt:
+    conditions = list(dict.fromkeys(conditions))  # drop repeats, keep order
     if not conditions:
         return stmt
     cond = conditions[0]

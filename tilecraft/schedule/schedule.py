@@ -132,11 +132,9 @@ class Schedule:
 
     def loop_path(self, name: str) -> list[int]:
         """Ids of all loops around the body of block ``name``, outermost first."""
-        stage = self.state.stage(name)
-        if stage.attach is None:
-            return list(stage.leaves)
-        outer = self.loop_path(stage.attach.stage)
-        return outer[: outer.index(stage.attach.loop) + 1] + list(stage.leaves)
+        from ..ir.bound import loop_path
+
+        return loop_path(self.state, name)
 
     def get_consumers(self, block: BlockRV) -> list[str]:
         return [s.name for s in self.state.consumers_of(self._stage(block).name)]
@@ -289,11 +287,13 @@ class Schedule:
             if target.id not in path:
                 raise ScheduleError(f"reverse_compute_at: loop {target.name} does not enclose block {anchor.name}, "
                                     f"the producer of {stage.name}")
-            inner = path[path.index(target.id) + 1:]
-            reduce_inside = [i for i in inner if anchor.has_loop(i) and anchor.loop(i).kind != "spatial"]
+            # The consumer runs after the whole body of ``target``: reduction loops below it finish
+            # first, but a reduction loop enclosing it (or ``target`` itself) would expose partial sums.
+            outer = path[: path.index(target.id) + 1]
+            reduce_inside = [i for i in outer if anchor.has_loop(i) and anchor.loop(i).kind != "spatial"]
             if reduce_inside:
                 raise ScheduleError(
-                    f"reverse_compute_at: loop {target.name} is inside (or above) reduction loop "
+                    f"reverse_compute_at: loop {target.name} is inside reduction loop "
                     f"{anchor.loop(reduce_inside[0]).name} of block {anchor.name}, so block {stage.name} would read "
                     "unfinished partial sums; choose a loop outside all reduction loops"
                 )
@@ -312,8 +312,6 @@ class Schedule:
                     f"compute_at: loop {target.name} does not enclose block {consumers[0].name}, the consumer of "
                     f"{stage.name}, so the values would not be there when read; choose one of its loops"
                 )
-        if any(s.attach and s.attach.stage == stage.name for s in self.state.stages):
-            pass  # stages attached to this one move with it
         state = self.state.with_stage(replace(stage, attach=Attach(owner.name, target.id, reverse)))
         from ..ir.bound import refresh_extents
 
@@ -480,7 +478,6 @@ class Schedule:
                                 "non-negative indices built from + - * // %")
         packed_shape = tuple(b[1] + 1 for b in bounds)
         packed = Tensor(PlaceholderOp(f"{source.name}_packed", packed_shape, source.dtype))
-        params = dict(zip(variables, range(len(variables))))
 
         def rewrite(node: Expr) -> Expr:
             if isinstance(node, TensorRead) and node.tensor is source:
@@ -490,7 +487,6 @@ class Schedule:
 
         stages = tuple(replace(s, op=_with_body(s.op, rewrite(s.op.body))) if any(t is source for t in s.op.input_tensors)
                        else s for s in self.state.stages)
-        del params
         entry = PackedInput(source, packed, variables, targets)
         self.state = replace(self.state, stages=stages, packed=self.state.packed + (entry,))
         self._record("transform_layout", {"block": block, "buffer": list(buffer), "index_map": index_map})

@@ -12,7 +12,7 @@ leaves the schedule untouched.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from ..te.tensor import ComputeOp, Tensor
 

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from ..errors import ScheduleError
 
 SAMPLING_STEPS = ("sample_perfect_tile", "sample_categorical", "sample_compute_location")
+VARIADIC_STEPS = ("fuse", "reorder")  # take their loops positionally: sch.fuse(l1, l2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,6 @@ class IndexMap:
     targets: tuple[Any, ...]  # expression trees in the JSON form of ``index_expr_to_json``
 
     def __call__(self, *indices):
-        from ..te.expr import Var
         from .index_expr import index_expr_from_json
 
         variables = {name: idx for name, idx in zip(self.params, indices)}
@@ -79,7 +79,10 @@ class Step:
             raise ScheduleError(f"malformed trace step {record!r}: {error}") from None
 
     def to_python(self) -> str:
-        args = [f"{k}={_python_value(v)}" for k, v in self.args]
+        if self.kind in VARIADIC_STEPS:
+            args = [_python_value(v) for v in dict(self.args)["loops"]]
+        else:
+            args = [f"{k}={_python_value(v)}" for k, v in self.args]
         if self.decision is not None:
             args.append(f"decision={_python_value(list(self.decision) if isinstance(self.decision, tuple) else self.decision)}")
         call = f"sch.{self.kind}({', '.join(args)})"
@@ -119,7 +122,10 @@ class Trace:
             kwargs = {k: _resolve(v, symbols) for k, v in step.args}
             if step.is_sampling and step.decision is not None:
                 kwargs["decision"] = list(step.decision) if isinstance(step.decision, tuple) else step.decision
-            result = getattr(sch, step.kind)(**kwargs)
+            if step.kind in VARIADIC_STEPS:
+                result = getattr(sch, step.kind)(*kwargs["loops"])
+            else:
+                result = getattr(sch, step.kind)(**kwargs)
             results = list(result) if isinstance(result, (list, tuple)) else [result]
             for symbol, value in zip(step.outputs, results):
                 symbols[symbol] = value

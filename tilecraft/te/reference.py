@@ -156,8 +156,8 @@ def _chunk_starts(extents: tuple[int, ...], chunk: tuple[int, ...]):
 def _plan_chunks(extents: tuple[int, ...], dim_sets: list[tuple[int, ...]], n_spatial: int) -> tuple[int, ...]:
     """Chunk sizes per axis so that no array spanning one of ``dim_sets`` exceeds CHUNK_ELEMENTS.
 
-    Greedily halves the axis that shrinks the largest array most; on ties the outermost
-    spatial axis, which keeps reductions running along long contiguous rows.
+    Greedily halves the axis that shrinks the largest array most; on ties reduce axes
+    first (measured faster than splitting spatial axes), outermost first.
     """
     sizes = list(extents)
 
