@@ -61,6 +61,7 @@ class _Emitter:
         self.vector_types: set[tuple[str, int]] = set()
         self.broadcasts: set[tuple[str, int]] = set()
         self.in_parallel = False
+        self.region_open = False
 
     # ------------------------------------------------------------ names
     def name(self, key: object, hint: str) -> str:
@@ -177,7 +178,8 @@ class _Emitter:
                 self.ranges[inner.var] = inner.extent
                 depth, inner = depth + 1, inner.body
             collapse = f" collapse({depth})" if depth > 1 else ""
-            self.out.line(f"#pragma omp parallel for{collapse} schedule(static)")
+            worksharing = "for" if self.region_open else "parallel for"
+            self.out.line(f"#pragma omp {worksharing}{collapse} schedule(static)")
             self.in_parallel = True
             self._serial_loops(s, depth, budget)
             self.in_parallel = False
@@ -284,12 +286,49 @@ class _Emitter:
         body = CodeWriter()
         saved, self.out = self.out, body
         with self.out.block(f"void {f.name}({', '.join(params)})"):
-            self.stmt(f.body)
+            self.body(f.body)
         self.out = saved
         pack_sources = [self.pack_function(p) for p in f.packs]
         head = _PRELUDE + "".join(_vector_typedef(d, n, (d, n) in self.broadcasts)
                                   for d, n in sorted(self.vector_types))
         return head + "\n" + "\n".join(pack_sources + [body.text()])
+
+    def body(self, s: Stmt) -> None:
+        """The function body; with several parallel stages, one parallel region holds them all."""
+        heap = []
+        while isinstance(s, Allocate) and s.buffer.scope != "local":
+            heap.append(s.buffer)
+            s = s.body
+        stages = list(s.stmts) if isinstance(s, Seq) else [s]
+        if sum(isinstance(t, For) and t.kind == "parallel" for t in stages) < 2:
+            self._with_heap(heap, lambda: self.stmt(s))
+            return
+
+        def region() -> None:
+            self.out.line("#pragma omp parallel")
+            with self.out.block(""):
+                self.region_open = True
+                for stage in stages:
+                    if isinstance(stage, For) and stage.kind == "parallel":
+                        self.stmt(stage)
+                        continue
+                    self.out.line("#pragma omp single")
+                    with self.out.block(""):
+                        self.in_parallel = True  # parallel loops nested in a serial stage run serially here
+                        self.stmt(stage)
+                        self.in_parallel = False
+                self.region_open = False
+
+        self._with_heap(heap, region)
+
+    def _with_heap(self, buffers, emit) -> None:
+        for b in buffers:
+            ctype = C_TYPES[b.dtype]
+            nbytes = -(-math.prod(b.shape) * bytes_of(b.dtype) // 64) * 64
+            self.out.line(f"{ctype}* restrict {self.buffer_name(b)} = ({ctype}*)aligned_alloc(64, {nbytes});")
+        emit()
+        for b in reversed(buffers):
+            self.out.line(f"free({self.buffer_name(b)});")
 
     def pack_function(self, pack) -> str:
         writer = CodeWriter()

@@ -15,7 +15,7 @@ class CodeWriter:
         self._lines.append(self._indent * self._depth + text)
 
     def open(self, header: str) -> None:
-        self.line(header + " {")
+        self.line(f"{header} {{" if header else "{")
         self._depth += 1
 
     def close(self) -> None:
