@@ -144,8 +144,10 @@ def schedule_conv_nchw(dag, TK=6, TY=2, TX=8, PK=16):
     o0, o1 = sch.split(o, [None, TK])  # 64 = 10*6 + 4: last tile clamped
     y0, y1 = sch.split(y, [None, TY])
     x0, x1 = sch.split(x, [None, TX])  # 56 = 7*8 exactly
-    sch.reorder(n, o0, y0, x0, o1, y1, x1)
-    f0 = sch.fuse(n, o0, y0, x0)
+    # Spatial tiles outside, channel blocks inside: the input window of a tile stays in
+    # L1/L2 while all output-channel blocks use it; the whole packed kernel (147 KB) stays in L2.
+    sch.reorder(n, y0, x0, o0, o1, y1, x1)
+    f0 = sch.fuse(n, y0, x0, o0)
     sch.parallel(f0)
     sch.vectorize(x1)
     sch.compute_at(conv, f0)
@@ -259,7 +261,9 @@ def run_workload(name, entry, repeat, min_ms):
         ok = ok and bool(np.allclose(np_fn(*inputs), te_ref, rtol=1e-3, atol=1e-3))
     if name.startswith("dense"):
         ok = ok and bool(np.allclose(out, dag.evaluate_numpy(inputs)[0], rtol=1e-3, atol=1e-3))
-    flops = dag.flop_count()
+    # dag.flop_count() also counts the conv's index additions (y + ry, x + rx), doubling it;
+    # report the conventional 2 * multiply-accumulates for conv.
+    flops = 2 * 56 * 56 * 64 * 64 * 3 * 3 if name.startswith("conv2d") else dag.flop_count()
     t_tc = f.time_evaluator(number=3, repeat=repeat, min_repeat_ms=min_ms)(*inputs, out).median
     t_np = time_fn(lambda: np_fn(*inputs), repeat, min_ms)
     t_torch = None

@@ -145,12 +145,14 @@ def test_casts():
     to_int = te.compute((6,), lambda i: F[i].astype("int32"), name="to_int")
     to_bool = te.compute((6,), lambda i: F[i].astype("bool"), name="to_bool")
     via_half = te.compute((6,), lambda i: F[i].astype("float16").astype("float32") + 0.0, name="via_half")
+    stored_half = te.compute((6,), lambda i: F[i].astype("float16"), name="stored_half")
     index_to_float = te.compute((6,), lambda i: i.astype("float32") * 0.5, name="index_to_float")
-    out = evaluate([to_int, to_bool, via_half, index_to_float], {F: f})
+    out = evaluate([to_int, to_bool, via_half, stored_half, index_to_float], {F: f})
     np.testing.assert_array_equal(out[to_int], [-2, 0, 0, 0, 2, 70000])
     np.testing.assert_array_equal(out[to_bool], f != 0)
+    np.testing.assert_array_equal(out[via_half], f)  # float16 is computed in float32: only stores round
     with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(out[via_half], f.astype(np.float16).astype(np.float32))
+        np.testing.assert_array_equal(out[stored_half], f.astype(np.float16))
     np.testing.assert_array_equal(out[index_to_float], np.arange(6) * 0.5)
 
 
@@ -165,7 +167,7 @@ def test_float16_is_computed_in_float32_and_stored_as_float16(rng):
     out = evaluate([C, S], {A: a, B: b})
     assert out[C].dtype == np.float16 and out[S].dtype == np.float16
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    expected = (a32 * b32 + a32 * np.float32(np.float16(0.1))).astype(np.float16)
+    expected = (a32 * b32 + a32 * np.float32(0.1)).astype(np.float16)
     np.testing.assert_array_equal(out[C], expected)
     assert out[S][0] == np.float16(a32.astype(np.float64) @ b32)
 

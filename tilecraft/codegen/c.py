@@ -103,6 +103,10 @@ class _Emitter:
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _C_OPS:
                 return f"({a} {_C_OPS[e.op]} {b})"
+            if e.op in ("floordiv", "floormod") and is_float(e.dtype):
+                f = _fsuffix(e.dtype)
+                floor = f"floor{f}({a} / {b})"
+                return floor if e.op == "floordiv" else f"({a} - {floor} * {b})"
             if e.op in ("floordiv", "floormod"):
                 span = bounds(e.a, self.ranges)
                 divisor = bounds(e.b, self.ranges)
@@ -112,6 +116,8 @@ class _Emitter:
             if e.op in ("min", "max"):
                 return f"tc_{e.op}_{_SUFFIX[e.dtype]}({a}, {b})"
             if e.op == "pow":
+                if not is_float(e.dtype):  # exact for int results up to 2**53
+                    return f"(({C_TYPES[e.dtype]})pow((double){a}, (double){b}))"
                 return f"pow{_fsuffix(e.dtype)}({a}, {b})"
         if isinstance(e, (Compare, Logical)):
             return f"({self.expr(e.a)} {_C_OPS[e.op]} {self.expr(e.b)})"

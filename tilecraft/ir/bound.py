@@ -10,7 +10,7 @@ constant extent, so the buffer of an attached stage is a small fixed-size array.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, substitute, walk
@@ -27,6 +27,9 @@ class StageBounds:
     loop_extent: dict[int, int]
     loop_var: dict[int, Var]
     root_value: dict[int, Expr]  # root loop id -> offset inside the region, in leaf variables
+    # split loops that are neither roots nor leaves -> (value in leaf variables, extent); a
+    # non-dividing split of such a loop needs a guard, or iterations would repeat
+    inner_split: dict[int, tuple[Expr, int]] = field(default_factory=dict)
 
 
 class BoundInference:
@@ -94,8 +97,10 @@ class BoundInference:
         loop_var = {leaf: self.var(stage, leaf) for leaf in stage.leaves}
         leaf_ranges = {loop_var[l]: loop_extent[l] for l in stage.leaves}
         root_value = {r: simplify(value[r], leaf_ranges) for r in stage.roots}
+        inner_split = {rel.parent: (simplify(value[rel.parent], leaf_ranges), loop_extent[rel.parent])
+                       for rel in stage.relations if isinstance(rel, Split) and rel.parent not in stage.roots}
         return StageBounds(tuple(mins), tuple(extents), {l: loop_extent[l] for l in stage.leaves}, loop_var,
-                           root_value)
+                           root_value, inner_split)
 
     def _path_vars(self, name: str) -> list[tuple[int, Var, int]]:
         """(loop id, variable, extent) of every loop around block ``name``, outermost first."""

@@ -138,12 +138,22 @@ class _Lowering:
             span = bounds(simplify(index, self.ranges), self.ranges)
             if span is None or span[1] >= iv.extent:
                 guards.append((index < iv.extent, iv.kind))
+        for loop_id, (value, extent) in b.inner_split.items():
+            span = bounds(value, self.ranges)
+            if span is None or span[1] >= extent:
+                guards.append((value < extent, "spatial" if stage.loop(loop_id).kind == "spatial" else "reduce"))
         return guards
 
     def _reduction_nest(self, stage: Stage, b: StageBounds, update: Stmt, init: Stmt) -> Stmt:
         leaves = list(stage.leaves)
         first_reduce = next((n for n, l in enumerate(leaves) if stage.loop(l).kind != "spatial"), len(leaves))
         split_at = leaves.index(stage.init_loop) if stage.init_loop is not None else first_reduce
+        # The init must stay inside the loop the stage's buffer is allocated at (a consumer
+        # reverse-computed at one of this stage's loops puts it there).
+        buffer = self.buffers[stage.tensor]
+        alloc = [n for n, leaf in enumerate(leaves) if buffer in self.alloc_at.get(leaf, [])]
+        if alloc and alloc[0] >= split_at:
+            split_at = min(alloc[0] + 1, first_reduce)
         init_leaves = [l for l in leaves[split_at:] if stage.loop(l).kind == "spatial"]
         init_nest = self._plain_nest(stage, b, init_leaves, init)
         update_nest = self._nest(stage, b, leaves[split_at:], update)
@@ -198,11 +208,13 @@ class _Lowering:
         ranges = dict(zip(variables, source.shape))
         for n, (var, extent) in enumerate(reversed(list(zip(variables, source.shape)))):
             body = For(var, extent, "parallel" if n == len(variables) - 1 else "serial", body)
-        if math.prod(target.shape) > math.prod(source.shape):
-            flat = Var("i")
-            zero = Store(Buffer(target.name, (math.prod(target.shape),), target.dtype, "arg"), (flat,),
-                         const(0, target.dtype) if target.dtype != "bool" else const(False))
-            body = seq([For(flat, math.prod(target.shape), "serial", zero), body])
+        if math.prod(target.shape) > math.prod(source.shape):  # the packed layout has holes: zero them
+            fill_vars = [Var(f"p{d}") for d in range(len(target.shape))]
+            fill: Stmt = Store(target, tuple(fill_vars), const(0, target.dtype) if target.dtype != "bool" else const(False))
+            for var, extent in reversed(list(zip(fill_vars, target.shape))):
+                fill = For(var, extent, "serial", fill)
+            ranges.update(zip(fill_vars, target.shape))
+            body = seq([fill, body])
         return PackFunc(f"pack_{source.name}", source, target, _simplify_stmt(body, ranges), index)
 
 
@@ -272,6 +284,8 @@ def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
 def _simplify_condition(cond: Expr, ranges: dict) -> Expr:
     if isinstance(cond, Logical) and cond.op == "and":
         a, b = _simplify_condition(cond.a, ranges), _simplify_condition(cond.b, ranges)
+        if a == b:
+            return a
         if isinstance(a, Const):
             return b if a.value else a
         if isinstance(b, Const):

@@ -1,7 +1,8 @@
 """Helpers shared by the operators: computes of any rank, broadcasting and argument checks.
 
 Operators work for tensors of any rank, so their compute functions take the whole index
-tuple; ``compute_nd`` gives ``te.compute`` a function with one named parameter per axis.
+tuple; ``compute_nd`` gives ``te.compute`` a function with one named parameter per axis,
+since ``te.compute`` counts named parameters and refuses ``lambda *indices``.
 """
 
 from __future__ import annotations
@@ -20,15 +21,9 @@ from ..te.tensor import PlaceholderOp, Tensor
 Index = tuple[Expr, ...]
 
 
-def compute_nd(
-    shape: Sequence[int],
-    fcompute: Callable[[Index], Any],
-    name: str,
-    axis_names: Sequence[str] | None = None,
-    attrs: dict[str, Any] | None = None,
-) -> Tensor:
-    """``te.compute`` where ``fcompute`` takes the tuple of all output indices."""
-    names = list(axis_names) if axis_names is not None else [f"ax{d}" for d in range(len(shape))]
+def compute_nd(shape: Sequence[int], fcompute: Callable[[Index], Any], name: str) -> Tensor:
+    """``te.compute`` where ``fcompute`` takes the tuple of all output indices (axes ``ax0, ax1...``)."""
+    names = [f"ax{d}" for d in range(len(shape))]
 
     def body(*indices: Expr) -> Any:
         return fcompute(tuple(indices))
@@ -36,7 +31,7 @@ def compute_nd(
     body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names]
     )
-    return te.compute(tuple(shape), body, name=name, attrs=attrs)
+    return te.compute(tuple(shape), body, name=name)
 
 
 def check_tensor(x: Any, op: str, ndim: int | None = None, what: str = "input") -> Tensor:

@@ -277,6 +277,13 @@ class Schedule:
         primitive = "reverse_compute_at" if reverse else "compute_at"
         if owner.name == stage.name:
             raise ScheduleError(f"{primitive}: block {stage.name} cannot be moved under its own loop {target.name}")
+        chain = owner
+        while chain.attach is not None:
+            if chain.attach.stage == stage.name:
+                raise ScheduleError(f"{primitive}: loop {target.name} belongs to block {owner.name}, which is itself "
+                                    f"computed inside block {stage.name}; that would be a cycle, so first move "
+                                    f"{owner.name} back to the root (compute_at with the root location)")
+            chain = self.state.stage(chain.attach.stage)
         if reverse:
             producers = [p for p in self.state.stages if any(t is p.tensor for t in stage.op.input_tensors)]
             if not producers:
@@ -330,6 +337,16 @@ class Schedule:
                                 "can be inlined (use compute_at instead)")
         if any(s.attach and s.attach.stage == stage.name for s in self.state.stages):
             raise ScheduleError(f"compute_inline: other blocks are computed at loops of {stage.name}; move them first")
+        consumers = self.state.consumers_of(stage.name)
+        for producer in self.state.stages:
+            if producer.attach and any(t is producer.tensor for t in stage.op.input_tensors) and (
+                    len(consumers) > 1 or (consumers and producer.attach.reverse is False
+                                           and producer.attach.stage != consumers[0].name
+                                           and producer.attach.loop not in self.loop_path(consumers[0].name))):
+                raise ScheduleError(
+                    f"compute_inline: block {stage.name} reads {producer.name}, which is computed at a loop; inlining "
+                    f"would make {producer.name} read where it is not computed; move {producer.name} to the root first"
+                )
         params = [iv.var for iv in stage.op.axis]
 
         def rewrite(node: Expr) -> Expr:

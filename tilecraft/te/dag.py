@@ -160,8 +160,18 @@ def _count_ops(expr: Expr) -> int:
         elif isinstance(node, Reduce):
             count += 1  # the combiner
 
-    walk(expr, visit)
+    _walk_values(expr, visit)
     return max(count, 1) if isinstance(expr, Reduce) else count
+
+
+def _walk_values(expr: Expr, visit) -> None:
+    """Pre-order walk that skips tensor indices: index arithmetic is not counted as FLOPs."""
+    from .expr import TensorRead, children
+
+    visit(expr)
+    if not isinstance(expr, TensorRead):
+        for child in children(expr):
+            _walk_values(child, visit)
 
 
 def _stage_line(op: ComputeOp, canonical: bool) -> str:

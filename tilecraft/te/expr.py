@@ -280,6 +280,8 @@ def const(value: Any, dtype: str | None = None) -> Const:
 def convert(value: ExprLike) -> Expr:
     if isinstance(value, Expr):
         return value
+    if isinstance(getattr(value, "var", None), Var):  # an IterVar stands for its variable
+        return value.var
     if isinstance(value, (bool, int, float)):
         return const(value)
     raise TeError(
@@ -290,6 +292,8 @@ def convert(value: ExprLike) -> Expr:
 
 def _unify(a: ExprLike, b: ExprLike) -> tuple[Expr, Expr]:
     """Convert both sides, giving a bare Python number the dtype of the other side."""
+    a = a.var if isinstance(getattr(a, "var", None), Var) else a
+    b = b.var if isinstance(getattr(b, "var", None), Var) else b
     if not isinstance(a, Expr) and isinstance(b, Expr):
         a = _literal_like(a, b.dtype)
     if not isinstance(b, Expr) and isinstance(a, Expr):

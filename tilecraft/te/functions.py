@@ -69,6 +69,8 @@ def not_equal(a: ExprLike, b: ExprLike) -> Expr:
 
 
 def all(*conditions: ExprLike) -> Expr:  # noqa: A001
+    if not conditions:
+        return const(True)
     result = convert(conditions[0])
     for c in conditions[1:]:
         result = result & convert(c)

@@ -10,8 +10,8 @@ product (matmul, conv) is contracted with ``np.einsum``, which never materialise
 full iteration space.
 
 The semantics are those of the generated C: floor division and modulo on integers,
-float32 math in float32, float16 computed in float32 and rounded when stored or cast,
-float-to-int casts truncating, no warnings for what C does silently (inf, nan, overflow).
+float32 math in float32, float16 computed in float32 (constants and casts included) and
+rounded only when stored, float-to-int casts truncating, no warnings for what C does silently (inf, nan, overflow).
 Reads under a condition (a ``Select`` branch, the right side of ``&``/``|``, the source
 of a ``Reduce`` with ``where``) are clipped into bounds, because C never performs them
 where the condition fails; an out-of-bounds read under no condition is an error.
@@ -90,7 +90,7 @@ def _checked_input(tensor: Tensor, inputs: Mapping[Tensor, np.ndarray]) -> np.nd
 
 
 def _compute_dtype(dtype: str) -> np.dtype:
-    """float16 is computed in float32 (as C does with _Float16) and rounded when stored."""
+    """float16 is computed in float32, as the generated C does, and rounded only when stored."""
     return NUMPY_DTYPES["float32" if dtype == "float16" else dtype]
 
 
@@ -178,8 +178,9 @@ def _plan_chunks(extents: tuple[int, ...], dim_sets: list[tuple[int, ...]], n_sp
 class _Product:
     """A sum of ``a * b`` (matmul, conv), which einsum contracts without the full grid.
 
-    A ``where`` mask is applied to each factor that varies over all of its axes (at least one
-    does), so masked terms are zero.
+    A ``where`` mask zeroes each factor that varies over all of the mask's axes (at least one
+    does). A factor left unmasked is read clipped, so only a non-finite input there could
+    make a masked term nan where the generated C skips it.
     """
 
     a: Expr
@@ -272,7 +273,7 @@ def _eval(node: Expr, ctx: _Context, guarded: bool) -> np.ndarray:
                           "index only with the compute's own axes and reduce axes")
         return ctx.grid.index(node)
     if isinstance(node, Const):
-        return np.asarray(node.value, NUMPY_DTYPES[node.dtype]).astype(dtype)
+        return np.asarray(node.value, dtype)
     if isinstance(node, TensorRead):
         return _read(node, ctx, guarded).astype(dtype, copy=False)
     if isinstance(node, Select):
@@ -284,8 +285,7 @@ def _eval(node: Expr, ctx: _Context, guarded: bool) -> np.ndarray:
     if isinstance(node, Not):
         return np.asarray(np.logical_not(_eval(node.a, ctx, guarded)))
     if isinstance(node, Cast):
-        value = _eval(node.value, ctx, guarded)
-        return value.astype(NUMPY_DTYPES[node.to]).astype(dtype, copy=False)
+        return _eval(node.value, ctx, guarded).astype(dtype)
     if isinstance(node, Compare):
         return np.asarray(_COMPARE[node.op](_eval(node.a, ctx, guarded), _eval(node.b, ctx, guarded)))
     if isinstance(node, Binary):

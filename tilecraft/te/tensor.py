@@ -33,6 +33,15 @@ class IterVar:
         return self.name
 
 
+def _delegate_to_var(method: str):
+    return lambda self, *args: getattr(self.var, method)(*args)
+
+
+for _method in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__floordiv__",
+                "__rfloordiv__", "__mod__", "__rmod__", "__neg__", "__lt__", "__le__", "__gt__", "__ge__"):
+    setattr(IterVar, _method, _delegate_to_var(_method))  # axis arithmetic, as with TVM's IterVar
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class PlaceholderOp:
     name: str
@@ -142,8 +151,10 @@ def compute(
 ) -> Tensor:
     """A tensor whose element at ``(i, j, ...)`` is ``fcompute(i, j, ...)``."""
     shape = _check_shape(shape, f"compute {name}")
-    params = list(inspect.signature(fcompute).parameters)
-    if len(params) != len(shape) and not any(p.startswith("*") for p in params):
+    signature = inspect.signature(fcompute).parameters
+    params = list(signature)
+    variadic = any(p.kind == inspect.Parameter.VAR_POSITIONAL for p in signature.values())
+    if len(params) != len(shape) and not variadic:
         raise TeError(
             f"compute {name} has {len(shape)} dimensions but its function takes {len(params)} arguments; "
             "give the function one argument per output dimension"

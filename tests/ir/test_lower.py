@@ -1,0 +1,111 @@
+"""Focused lowering tests: bound inference, guards, loop annotations, generated C."""
+
+import re
+
+import numpy as np
+
+import tilecraft as tc
+from tilecraft import te
+
+
+def _conv():
+    data = te.placeholder((1, 2, 10, 10), name="data")
+    weight = te.placeholder((3, 2, 3, 3), name="weight")
+    pad = te.compute((1, 2, 12, 12),
+                     lambda n, c, h, w: te.if_then_else(te.all(h >= 1, h < 11, w >= 1, w < 11),
+                                                        data[n, c, h - 1, w - 1], 0.0), name="pad")
+    rc, ry, rx = (te.reduce_axis((0, 2), name="rc"), te.reduce_axis((0, 3), name="ry"),
+                  te.reduce_axis((0, 3), name="rx"))
+    conv = te.compute((1, 3, 10, 10), lambda n, f, y, x: te.sum(
+        pad[n, rc, y + ry.var, x + rx.var] * weight[f, rc, ry, rx], axis=[rc, ry, rx]), name="conv")
+    return tc.ComputeDAG([data, weight, conv])
+
+
+def _check(sch, dag, cache):
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    ref = dag.evaluate_numpy(inputs)[0]
+    np.testing.assert_allclose(tc.build(sch, cache_dir=cache)(*inputs), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_compute_at_row_loop_gives_kh_rows(kernel_cache):
+    dag = _conv()
+    sch = tc.Schedule(dag)
+    n, f, y, x, rc, ry, rx = sch.get_loops(sch.get_block("conv"))
+    sch.reorder(n, y, f, x, rc, ry, rx)
+    sch.compute_at(sch.get_block("pad"), y)
+    text = str(tc.lower(sch))
+    # one output row needs kh = 3 padded rows of every channel, all 12 columns
+    assert "allocate pad: float32[1, 2, 3, 12] (local)" in text
+    _check(sch, dag, kernel_cache)
+
+
+def test_non_dividing_split_is_guarded(kernel_cache):
+    A = te.placeholder((10, 7), name="A")
+    B = te.compute((10, 7), lambda i, j: A[i, j] * 3.0, name="B")
+    dag = tc.ComputeDAG([A, B])
+    sch = tc.Schedule(dag)
+    i, j = sch.get_loops(sch.get_block("B"))
+    i0, i1 = sch.split(i, [None, 4])
+    text = str(tc.lower(sch))
+    assert "range(3)" in text and "range(4)" in text
+    assert "((i_0*4)+i_1) < 10" in text, text
+    _check(sch, dag, kernel_cache)
+
+
+def test_nested_non_dividing_split_of_reduction_is_guarded(kernel_cache):
+    # splitting the middle loop of a split again must not repeat iterations of a reduction
+    A = te.placeholder((24, 6), name="A")
+    k = te.reduce_axis((0, 6), name="k")
+    S = te.compute((24,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    dag = tc.ComputeDAG([A, S])
+    sch = tc.Schedule(dag)
+    i, k = sch.get_loops(sch.get_block("S"))
+    i0, i1, i2 = sch.split(i, [None, 2, 4])
+    sch.split(i1, [None, 4])
+    sch.reorder(*[l for l in sch.get_loops(sch.get_block("S")) if l.id != k.id][::-1], k)
+    _check(sch, dag, kernel_cache)
+
+
+def test_lower_marks_annotated_loops():
+    A = te.placeholder((16, 32), name="A")
+    B = te.compute((16, 32), lambda i, j: A[i, j] + 1.0, name="B")
+    sch = tc.Schedule(tc.ComputeDAG([A, B]))
+    i, j = sch.get_loops(sch.get_block("B"))
+    j0, j1, j2 = sch.split(j, [None, 2, 8])
+    sch.parallel(i)
+    sch.unroll(j1)
+    sch.vectorize(j2)
+    text = str(tc.lower(sch))
+    assert "for i in range(16) parallel:" in text
+    assert "for j_1 in range(2) unroll:" in text
+    assert "for j_2 in range(8) vectorize:" in text
+
+
+def test_c_of_vectorized_loop_has_vector_store(kernel_cache):
+    A = te.placeholder((16, 32), name="A")
+    B = te.compute((16, 32), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    dag = tc.ComputeDAG([A, B])
+    sch = tc.Schedule(dag)
+    i, j = sch.get_loops(sch.get_block("B"))
+    j0, j1 = sch.split(j, [None, 16])
+    sch.vectorize(j1)
+    f = tc.build(sch, cache_dir=kernel_cache)
+    if tc.Target().vector_bytes:
+        assert re.search(r"\*\(f32x\d+\*\)&B\[", f.source), f.source
+    _check(sch, dag, kernel_cache)
+
+
+def test_two_stage_parallel_schedule_has_one_omp_pragma_per_root_loop(kernel_cache):
+    A = te.placeholder((32, 16), name="A")
+    B = te.compute((32, 16), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((32, 16), lambda i, j: te.exp(B[i, j]), name="C")
+    dag = tc.ComputeDAG([A, C])
+    sch = tc.Schedule(dag)
+    ci, cj = sch.get_loops(sch.get_block("C"))
+    ci0, ci1 = sch.split(ci, [None, 4])
+    sch.parallel(ci0)
+    sch.compute_at(sch.get_block("B"), ci0)
+    f = tc.build(sch, cache_dir=kernel_cache)
+    assert f.source.count("#pragma omp parallel for") == 1
+    assert "allocate B: float32[4, 16] (local)" in str(tc.lower(sch))
+    _check(sch, dag, kernel_cache)

@@ -1,0 +1,27 @@
+"""A library of common operators built only from ``te``, named and defined as in TVM topi / ONNX.
+
+Each function returns the output Tensor; intermediate stages (padding, reductions) are
+their own computes, named after the operator (``conv2d_pad``, ``softmax_max``...). Every
+operator takes ``name=`` so that a network can give each instance a unique name, which
+ComputeDAG requires.
+
+    x = te.placeholder((1, 64, 56, 56), name="x")
+    w = te.placeholder((64, 64, 3, 3), name="w")
+    y = ops.relu(ops.conv2d_nchw(x, w, stride=1, padding=1))
+"""
+
+from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw
+from .elementwise import add, cast, clip, divide, gelu, multiply, relu, sigmoid, silu, subtract, tanh
+from .linalg import batch_matmul, dense, matmul
+from .nn import avg_pool2d, batch_norm_inference, global_avg_pool2d, layer_norm, log_softmax, max_pool2d, softmax
+from .reduction import max, mean, min, sum
+from .transform import concat, pad, reshape, transpose
+
+__all__ = [
+    "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw",
+    "add", "cast", "clip", "divide", "gelu", "multiply", "relu", "sigmoid", "silu", "subtract", "tanh",
+    "batch_matmul", "dense", "matmul",
+    "avg_pool2d", "batch_norm_inference", "global_avg_pool2d", "layer_norm", "log_softmax", "max_pool2d", "softmax",
+    "max", "mean", "min", "sum",
+    "concat", "pad", "reshape", "transpose",
+]

@@ -1,0 +1,174 @@
+"""2-D convolutions: NCHW, NHWC, depthwise and transposed, in the style of TVM's topi.
+
+Padding is a separate compute ``{name}_pad`` guarding its read with ``te.if_then_else``,
+the form Ansor inlines into the convolution; the convolution itself is one sum over
+input channels and the kernel window, with the kernel placeholder marked layout-free.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..errors import TeError
+from ..te.tensor import Tensor
+from .common import check_tensor, layout_free, padding4, pair, same_dtype, window
+from .transform import pad
+
+Pair = int | tuple[int, int]
+
+
+def _output_size(size: int, kernel: int, stride: int, pad_lo: int, pad_hi: int, dilation: int,
+                 op: str, what: str) -> int:
+    out = (size + pad_lo + pad_hi - dilation * (kernel - 1) - 1) // stride + 1
+    if out <= 0:
+        raise TeError(
+            f"{op}: the {what} of {size} (padded by {pad_lo}+{pad_hi}) is smaller than the dilated kernel "
+            f"{dilation * (kernel - 1) + 1}; use a smaller kernel or dilation, or more padding"
+        )
+    return out
+
+
+def _check_groups(channels: int, filters: int, kernel_channels: int, groups: int,
+                  data: Tensor, kernel: Tensor, op: str) -> None:
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise TeError(f"{op}: groups must be a positive int, got {groups!r}")
+    if channels % groups or filters % groups or kernel_channels * groups != channels:
+        raise TeError(
+            f"{op}: data {data.name} {data.shape} and kernel {kernel.name} {kernel.shape} do not match with "
+            f"groups={groups}: the data's {channels} channels must equal groups * the kernel's {kernel_channels} "
+            f"input channels, and both channel counts must divide by groups"
+        )
+
+
+def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
+                groups: int = 1, name: str = "conv2d") -> Tensor:
+    """data [N, C, H, W], kernel [F, C/groups, KH, KW] (OIHW) -> [N, F, OH, OW]."""
+    check_tensor(data, "conv2d_nchw", 4, "data")
+    check_tensor(kernel, "conv2d_nchw", 4, "kernel")
+    same_dtype(data, kernel, "conv2d_nchw")
+    N, C, H, W = data.shape
+    F, CG, KH, KW = kernel.shape
+    _check_groups(C, F, CG, groups, data, kernel, "conv2d_nchw")
+    (sh, sw), (dh, dw) = pair(stride, "conv2d_nchw", "stride"), pair(dilation, "conv2d_nchw", "dilation")
+    top, left, bottom, right = padding4(padding, "conv2d_nchw")
+    OH = _output_size(H, KH, sh, top, bottom, dh, "conv2d_nchw", "height")
+    OW = _output_size(W, KW, sw, left, right, dw, "conv2d_nchw", "width")
+    padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
+        (top, left, bottom, right)) else data
+    rc, ry, rx = te.reduce_axis((0, CG), "rc"), te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
+    per_group = F // groups
+
+    def body(n, f, y, x):
+        channel = rc.var if groups == 1 else f // per_group * CG + rc.var
+        value = padded[n, channel, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw)]
+        return te.sum(value * kernel[f, rc, ry, rx], axis=[rc, ry, rx])
+
+    return te.compute((N, F, OH, OW), body, name=name, attrs=layout_free(kernel))
+
+
+def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
+                groups: int = 1, name: str = "conv2d") -> Tensor:
+    """data [N, H, W, C], kernel [KH, KW, C/groups, F] (HWIO) -> [N, OH, OW, F]."""
+    check_tensor(data, "conv2d_nhwc", 4, "data")
+    check_tensor(kernel, "conv2d_nhwc", 4, "kernel")
+    same_dtype(data, kernel, "conv2d_nhwc")
+    N, H, W, C = data.shape
+    KH, KW, CG, F = kernel.shape
+    _check_groups(C, F, CG, groups, data, kernel, "conv2d_nhwc")
+    (sh, sw), (dh, dw) = pair(stride, "conv2d_nhwc", "stride"), pair(dilation, "conv2d_nhwc", "dilation")
+    top, left, bottom, right = padding4(padding, "conv2d_nhwc")
+    OH = _output_size(H, KH, sh, top, bottom, dh, "conv2d_nhwc", "height")
+    OW = _output_size(W, KW, sw, left, right, dw, "conv2d_nhwc", "width")
+    padded = pad(data, (0, top, left, 0), (0, bottom, right, 0), name=f"{name}_pad") if any(
+        (top, left, bottom, right)) else data
+    ry, rx, rc = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx"), te.reduce_axis((0, CG), "rc")
+    per_group = F // groups
+
+    def body(n, y, x, f):
+        channel = rc.var if groups == 1 else f // per_group * CG + rc.var
+        value = padded[n, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw), channel]
+        return te.sum(value * kernel[ry, rx, rc, f], axis=[ry, rx, rc])
+
+    return te.compute((N, OH, OW, F), body, name=name, attrs=layout_free(kernel))
+
+
+def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,
+                          dilation: Pair = 1, name: str = "depthwise_conv2d") -> Tensor:
+    """data [N, C, H, W], kernel [C, M, KH, KW] (M: channel multiplier) -> [N, C*M, OH, OW].
+
+    Output channel ``c`` convolves input channel ``c // M`` with ``kernel[c // M, c % M]``.
+    """
+    op = "depthwise_conv2d_nchw"
+    check_tensor(data, op, 4, "data")
+    check_tensor(kernel, op, 4, "kernel")
+    same_dtype(data, kernel, op)
+    N, C, H, W = data.shape
+    KC, M, KH, KW = kernel.shape
+    if KC != C:
+        raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {C} channels of data "
+                      f"{data.name} {data.shape} as its first dimension")
+    (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
+    top, left, bottom, right = padding4(padding, op)
+    OH = _output_size(H, KH, sh, top, bottom, dh, op, "height")
+    OW = _output_size(W, KW, sw, left, right, dw, op, "width")
+    padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
+        (top, left, bottom, right)) else data
+    ry, rx = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
+
+    def body(n, c, y, x):
+        channel, multiple = (c, 0) if M == 1 else (c // M, c % M)
+        value = padded[n, channel, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw)]
+        return te.sum(value * kernel[channel, multiple, ry, rx], axis=[ry, rx])
+
+    return te.compute((N, C * M, OH, OW), body, name=name, attrs=layout_free(kernel))
+
+
+def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,
+                          output_padding: Pair = 0, name: str = "conv2d_transpose") -> Tensor:
+    """data [N, Ci, H, W], kernel [Ci, Co, KH, KW] (IOHW) -> [N, Co, OH, OW], OH = (H-1)*s - pads + KH + out_pad.
+
+    As in topi: ``{name}_dilate_pad`` spreads the input ``stride`` apart inside a border of
+    ``KH-1-pad``, then a stride-1 convolution with the flipped kernel.
+    """
+    op = "conv2d_transpose_nchw"
+    check_tensor(data, op, 4, "data")
+    check_tensor(kernel, op, 4, "kernel")
+    same_dtype(data, kernel, op)
+    N, CI, H, W = data.shape
+    KCI, CO, KH, KW = kernel.shape
+    if KCI != CI:
+        raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {CI} input channels of data "
+                      f"{data.name} {data.shape} as its first dimension")
+    sh, sw = pair(stride, op, "stride")
+    oph, opw = pair(output_padding, op, "output_padding", minimum=0)
+    if oph >= sh or opw >= sw:
+        raise TeError(f"{op}: output_padding {output_padding!r} must be smaller than the stride {stride!r}")
+    top, left, bottom, right = padding4(padding, op)
+    OH = (H - 1) * sh - top - bottom + KH + oph
+    OW = (W - 1) * sw - left - right + KW + opw
+    if OH <= 0 or OW <= 0:
+        raise TeError(f"{op}: padding {padding!r} leaves an empty output ({OH}x{OW}); use less padding")
+    border_h, border_w = KH - 1 - top, KW - 1 - left
+
+    def source(n, c, y, x):
+        inside = []
+        index = []
+        for var, border, s, size, extent in ((y, border_h, sh, H, OH + KH - 1), (x, border_w, sw, W, OW + KW - 1)):
+            shifted = var - border if border > 0 else var + (-border) if border < 0 else var
+            if border > 0:
+                inside.append(shifted >= 0)
+            if extent - 1 - border > (size - 1) * s:
+                inside.append(shifted <= (size - 1) * s)
+            if s > 1:
+                inside.append(te.equal(shifted % s, 0))
+            index.append(shifted // s if s > 1 else shifted)
+        value = data[n, c, index[0], index[1]]
+        return te.if_then_else(te.all(*inside), value, 0.0) if inside else value
+
+    dilated = te.compute((N, CI, OH + KH - 1, OW + KW - 1), source, name=f"{name}_dilate_pad")
+    rc, ry, rx = te.reduce_axis((0, CI), "rc"), te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
+
+    def body(n, f, y, x):
+        flipped = kernel[rc, f, KH - 1 - ry.var, KW - 1 - rx.var]
+        return te.sum(dilated[n, rc, y + ry.var, x + rx.var] * flipped, axis=[rc, ry, rx])
+
+    return te.compute((N, CO, OH, OW), body, name=name, attrs=layout_free(kernel))

@@ -1,0 +1,87 @@
+"""Matrix products: matmul, dense (a fully connected layer) and batch_matmul.
+
+Each is one reduction compute, the pattern Ansor's multi-level tiling is built for;
+``dense`` marks its weight placeholder layout-free so the scheduler may pre-pack it.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..errors import TeError
+from ..te.tensor import Tensor
+from .common import broadcast_shape, check_tensor, layout_free, same_dtype
+
+
+def _check_reduction(a_shape, a_size, b_shape, b_size, a_name, b_name, op) -> None:
+    if a_size != b_size:
+        raise TeError(
+            f"{op}: the reduction sizes differ: {a_name} {tuple(a_shape)} gives {a_size} but {b_name} "
+            f"{tuple(b_shape)} gives {b_size}; check the shapes and the transpose flags"
+        )
+
+
+def matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = False,
+           name: str = "matmul") -> Tensor:
+    """``op(A) @ op(B)``: A is [M, K] ([K, M] if transpose_a), B is [K, N] ([N, K] if transpose_b)."""
+    check_tensor(A, "matmul", 2, "first operand")
+    check_tensor(B, "matmul", 2, "second operand")
+    same_dtype(A, B, "matmul")
+    M, K = reversed(A.shape) if transpose_a else A.shape
+    K_b, N = reversed(B.shape) if transpose_b else B.shape
+    _check_reduction(A.shape, K, B.shape, K_b, A.name, B.name, "matmul")
+    k = te.reduce_axis((0, K), name="k")
+
+    def body(i, j):
+        a = A[k, i] if transpose_a else A[i, k]
+        b = B[j, k] if transpose_b else B[k, j]
+        return te.sum(a * b, axis=k)
+
+    return te.compute((M, N), body, name=name)
+
+
+def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, name: str = "dense") -> Tensor:
+    """``X @ W.T (+ bias)``: X is [batch, in], W is [out, in], bias is [out] (``topi.nn.dense``).
+
+    The bias is a second compute, ``{name}_bias_add``.
+    """
+    check_tensor(X, "dense", 2, "data")
+    check_tensor(W, "dense", 2, "weight")
+    same_dtype(X, W, "dense")
+    _check_reduction(X.shape, X.shape[1], W.shape, W.shape[1], X.name, W.name, "dense")
+    k = te.reduce_axis((0, X.shape[1]), name="k")
+    out = te.compute(
+        (X.shape[0], W.shape[0]), lambda i, j: te.sum(X[i, k] * W[j, k], axis=k), name=name, attrs=layout_free(W)
+    )
+    if bias is None:
+        return out
+    check_tensor(bias, "dense", 1, "bias")
+    same_dtype(X, bias, "dense")
+    if bias.shape[0] != W.shape[0]:
+        raise TeError(f"dense: bias {bias.name} {bias.shape} must have the {W.shape[0]} outputs of weight "
+                      f"{W.name} {W.shape}")
+    return te.compute(out.shape, lambda i, j: out[i, j] + bias[j], name=f"{name}_bias_add")
+
+
+def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = False,
+                 name: str = "batch_matmul") -> Tensor:
+    """Batched ``op(A) @ op(B)``: A is [batch, M, K], B is [batch, K, N] (per-matrix transposes as in matmul).
+
+    A batch of 1 broadcasts against the other operand's batch.
+    """
+    check_tensor(A, "batch_matmul", 3, "first operand")
+    check_tensor(B, "batch_matmul", 3, "second operand")
+    same_dtype(A, B, "batch_matmul")
+    (batch,) = broadcast_shape(A.shape[:1], B.shape[:1], "batch_matmul")
+    M, K = reversed(A.shape[1:]) if transpose_a else A.shape[1:]
+    K_b, N = reversed(B.shape[1:]) if transpose_b else B.shape[1:]
+    _check_reduction(A.shape, K, B.shape, K_b, A.name, B.name, "batch_matmul")
+    k = te.reduce_axis((0, K), name="k")
+
+    def body(b, i, j):
+        batch_a = b if A.shape[0] != 1 else 0
+        batch_b = b if B.shape[0] != 1 else 0
+        a = A[batch_a, k, i] if transpose_a else A[batch_a, i, k]
+        rhs = B[batch_b, j, k] if transpose_b else B[batch_b, k, j]
+        return te.sum(a * rhs, axis=k)
+
+    return te.compute((batch, M, N), body, name=name)

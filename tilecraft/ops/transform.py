@@ -1,0 +1,136 @@
+"""Data movement: transpose, reshape, concatenation and padding, as pure index arithmetic.
+
+Each is one compute whose body only reads its input at computed indices, so the scheduler
+can inline it; padding guards its read with ``te.if_then_else`` and never reads out of bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import te
+from ..errors import TeError
+from ..te.expr import Expr
+from ..te.tensor import Tensor
+from .common import check_tensor, compute_nd, normalize_axis
+
+_INT32_LIMIT = 2**31 - 1
+
+
+def transpose(x: Tensor, axes: Sequence[int] | None = None, name: str = "transpose") -> Tensor:
+    """``numpy.transpose``: output dim ``d`` is input dim ``axes[d]`` (reversed when None)."""
+    check_tensor(x, "transpose")
+    perm = tuple(reversed(range(x.ndim))) if axes is None else tuple(
+        normalize_axis(a, x.ndim, "transpose") for a in axes)
+    if sorted(perm) != list(range(x.ndim)):
+        raise TeError(f"transpose: axes {axes!r} is not a permutation of the {x.ndim} axes of {x.name} {x.shape}")
+    return compute_nd(
+        [x.shape[a] for a in perm], lambda idx: x[tuple(idx[perm.index(d)] for d in range(x.ndim))], name
+    )
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
+
+
+def reshape(x: Tensor, newshape: Sequence[int], name: str = "reshape") -> Tensor:
+    """``numpy.reshape`` of the row-major data (one entry may be -1); any layout."""
+    check_tensor(x, "reshape")
+    shape = [int(n) for n in ((newshape,) if isinstance(newshape, int) else newshape)]
+    size = math.prod(x.shape)
+    if shape.count(-1) == 1:
+        known = math.prod(n for n in shape if n != -1)
+        if known > 0 and size % known == 0:
+            shape[shape.index(-1)] = size // known
+    if math.prod(shape) != size or any(n <= 0 for n in shape):
+        raise TeError(
+            f"reshape: cannot reshape {x.name} {x.shape} ({size} elements) to {tuple(newshape)}; "
+            "give positive sizes with the same product, at most one of them -1"
+        )
+    if size > _INT32_LIMIT:
+        raise TeError(f"reshape: {x.name} has {size} elements, beyond the int32 indices of te; split it first")
+    out_strides, in_strides = _strides(shape), _strides(x.shape)
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        terms = [i * s if s != 1 else i for i, s, n in zip(idx, out_strides, shape) if n != 1]
+        flat = terms[0] if terms else te.const(0)
+        for term in terms[1:]:
+            flat = flat + term
+        index: list[Expr | int] = []
+        for stride, extent in zip(in_strides, x.shape):
+            value = flat // stride if stride != 1 else flat
+            outermost = stride * extent >= size
+            index.append(0 if extent == 1 else value if outermost else value % extent)
+        return x[tuple(index)]
+
+    return compute_nd(shape, body, name)
+
+
+def concat(tensors: Sequence[Tensor], axis: int = 0, name: str = "concat") -> Tensor:
+    """``numpy.concatenate`` along ``axis``; the other dims and the dtypes must agree."""
+    tensors = list(tensors)
+    if not tensors:
+        raise TeError("concat: got no tensors; pass a list of at least one tensor")
+    first = check_tensor(tensors[0], "concat")
+    axis = normalize_axis(axis, first.ndim, "concat")
+    for t in tensors[1:]:
+        check_tensor(t, "concat")
+        others = [s for d, s in enumerate(t.shape) if d != axis]
+        if t.ndim != first.ndim or others != [s for d, s in enumerate(first.shape) if d != axis]:
+            raise TeError(
+                f"concat: {t.name} {t.shape} does not match {first.name} {first.shape} outside axis {axis}; "
+                "every dimension but the concatenated one must be equal"
+            )
+        if t.dtype != first.dtype:
+            raise TeError(f"concat: {t.name} is {t.dtype} but {first.name} is {first.dtype}; cast them to one dtype")
+    offsets = [0]
+    for t in tensors:
+        offsets.append(offsets[-1] + t.shape[axis])
+
+    def read(t: Tensor, offset: int, idx: tuple[Expr, ...]) -> Expr:
+        position = idx[axis] - offset if offset else idx[axis]
+        return t[idx[:axis] + (position,) + idx[axis + 1:]]
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        value = read(tensors[-1], offsets[-2], idx)
+        for t, start, end in reversed(list(zip(tensors[:-1], offsets, offsets[1:]))):
+            value = te.if_then_else(idx[axis] < end, read(t, start, idx), value)
+        return value
+
+    shape = list(first.shape)
+    shape[axis] = offsets[-1]
+    return compute_nd(shape, body, name)
+
+
+def pad(
+    x: Tensor,
+    pad_before: Sequence[int],
+    pad_after: Sequence[int] | None = None,
+    pad_value: int | float = 0.0,
+    name: str = "pad",
+) -> Tensor:
+    """Constant padding (``topi.nn.pad``): ``pad_before[d]`` and ``pad_after[d]`` elements on dim ``d``."""
+    check_tensor(x, "pad")
+    before = list(pad_before)
+    after = list(pad_after) if pad_after is not None else before
+    if len(before) != x.ndim or len(after) != x.ndim or any(
+        not isinstance(p, int) or p < 0 for p in before + after
+    ):
+        raise TeError(
+            f"pad: {x.name} has {x.ndim} dimensions {x.shape}; pad_before and pad_after must each give "
+            f"{x.ndim} ints >= 0, got {pad_before!r} and {pad_after!r}"
+        )
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        inside = []
+        for d, i in enumerate(idx):
+            if before[d]:
+                inside.append(i >= before[d])
+            if after[d]:
+                inside.append(i < before[d] + x.shape[d])
+        value = x[tuple(i - b if b else i for i, b in zip(idx, before))]
+        return te.if_then_else(te.all(*inside), value, pad_value) if inside else value
+
+    shape = [b + s + a for b, s, a in zip(before, x.shape, after)]
+    return compute_nd(shape, body, name)
