@@ -486,10 +486,10 @@ class Schedule:
         index_map = _as_index_map(index_map, source)
         variables = tuple(Var(name) for name in index_map.params)
         targets = index_map(*variables)
-        from ..te.tensor import _interval
+        from ..ir.arith import bounds as index_bounds
 
-        ranges = {v: (0, n - 1) for v, n in zip(variables, source.shape)}
-        bounds = [_interval(t, ranges) for t in targets]
+        ranges = dict(zip(variables, source.shape))
+        bounds = [index_bounds(t, ranges) for t in targets]
         if any(b is None or b[0] < 0 for b in bounds):
             raise ScheduleError(f"transform_layout of {source.name}: the map {index_map.to_python()} must give "
                                 "non-negative indices built from + - * // %")

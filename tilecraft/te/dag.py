@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import TeError
-from .expr import Binary, Call, Compare, Const, Expr, Logical, Reduce, Select, Var, walk
+from .expr import Binary, Call, Compare, Const, Expr, Logical, Reduce, Select, Var
 from .printer import expr_to_str
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 

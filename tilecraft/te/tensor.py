@@ -192,7 +192,9 @@ def _check_reduce_is_top_level(body: Expr, name: str) -> None:
 
 def _check_reads_in_bounds(op: ComputeOp) -> None:
     """Reject a read that is provably out of its tensor's bounds (reads under a condition are skipped)."""
-    ranges = {iv.var: (0, iv.extent - 1) for iv in op.axis + op.reduce_axis}
+    from ..ir.arith import bounds  # index bounds are one piece of arithmetic, shared with lowering
+
+    ranges = {iv.var: iv.extent for iv in op.axis + op.reduce_axis}
     guarded: set[int] = set()
 
     def mark_guarded(node: Expr) -> None:
@@ -208,7 +210,7 @@ def _check_reads_in_bounds(op: ComputeOp) -> None:
         if not isinstance(node, TensorRead) or id(node) in guarded:
             return
         for dim, index in enumerate(node.indices):
-            interval = _interval(index, ranges)
+            interval = bounds(index, ranges)
             extent = node.tensor.shape[dim]
             if interval is not None and (interval[0] < 0 or interval[1] >= extent):
                 raise TeError(
@@ -218,34 +220,3 @@ def _check_reads_in_bounds(op: ComputeOp) -> None:
                 )
 
     walk(op.body, check)
-
-
-def _interval(expr: Expr, ranges: dict[Var, tuple[int, int]]) -> tuple[int, int] | None:
-    """Integer bounds of an index expression, or None when not simply known."""
-    from .expr import Binary
-
-    if isinstance(expr, Const):
-        return (int(expr.value), int(expr.value))
-    if isinstance(expr, Var):
-        return ranges.get(expr)
-    if isinstance(expr, Binary):
-        a, b = _interval(expr.a, ranges), _interval(expr.b, ranges)
-        if a is None or b is None:
-            return None
-        if expr.op == "add":
-            return (a[0] + b[0], a[1] + b[1])
-        if expr.op == "sub":
-            return (a[0] - b[1], a[1] - b[0])
-        if expr.op == "mul":
-            products = [x * y for x in a for y in b]
-            return (min(products), max(products))
-        if expr.op == "floordiv" and b[0] == b[1] and b[0] > 0:
-            return (a[0] // b[0], a[1] // b[0])
-        if expr.op == "floormod" and b[0] == b[1] and b[0] > 0:
-            return (0, b[0] - 1) if a[1] - a[0] + 1 >= b[0] or a[0] // b[0] != a[1] // b[0] else (
-                a[0] % b[0], a[1] % b[0])
-        if expr.op == "min":
-            return (min(a[0], b[0]), min(a[1], b[1]))
-        if expr.op == "max":
-            return (max(a[0], b[0]), max(a[1], b[1]))
-    return None
