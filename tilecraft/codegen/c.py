@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 
+from ..errors import LoweringError
 from ..target import Target
 from ..te.dtype import C_TYPES, bytes_of, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
@@ -138,7 +139,8 @@ class _Emitter:
             if e.name == "abs" and not is_float(e.dtype):
                 return f"(({x}) < 0 ? -({x}) : ({x}))"
             return f"{_MATH[e.name]}{f}({x})"
-        raise NotImplementedError(f"C code generation for {type(e).__name__}")
+        raise LoweringError(f"C code generation has no rule for the expression {e} ({type(e).__name__}); "
+                            "this is a tilecraft bug: please report it with the schedule's trace")
 
     # ------------------------------------------------------------ statements
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
@@ -158,7 +160,8 @@ class _Emitter:
         elif isinstance(s, For):
             self.loop(s, unroll_budget)
         else:
-            raise NotImplementedError(type(s).__name__)
+            raise LoweringError(f"C code generation has no rule for the statement {type(s).__name__}; "
+                                "this is a tilecraft bug: please report it with the schedule's trace")
 
     def allocate(self, s: Allocate, unroll_budget: int) -> None:
         b = s.buffer
@@ -169,10 +172,7 @@ class _Emitter:
             self.out.line(f"{ctype} {name}[{size}] __attribute__((aligned(64)));")
             self.stmt(s.body, unroll_budget)
         else:
-            nbytes = -(-size * bytes_of(b.dtype) // 64) * 64
-            self.out.line(f"{ctype}* restrict {name} = ({ctype}*)aligned_alloc(64, {nbytes});")
-            self.stmt(s.body, unroll_budget)
-            self.out.line(f"free({name});")
+            self._with_heap([b], lambda: self.stmt(s.body, unroll_budget))
 
     def loop(self, s: For, unroll_budget: int) -> None:
         self.ranges[s.var] = s.extent
@@ -393,9 +393,8 @@ def _stride(index: Expr, var: Var, ranges) -> int | None:
 
 
 def _nest_size(s: For) -> int:
-    inner = 1
-    body = s.body
-    stack = [body]
+    """Iterations of ``s`` times those of its deepest inner loop nest (for auto_unroll_max_step)."""
+    stack = [s.body]
     sizes = [1]
     while stack:
         node = stack.pop()
@@ -407,5 +406,4 @@ def _nest_size(s: For) -> int:
             stack.append(node.then)
         elif isinstance(node, Allocate):
             stack.append(node.body)
-    inner = max(sizes)
-    return s.extent * inner
+    return s.extent * max(sizes)

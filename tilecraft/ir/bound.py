@@ -73,14 +73,7 @@ class BoundInference:
         return self.result[name]
 
     def _structure(self, stage: Stage, mins, extents) -> StageBounds:
-        loop_extent = {r: e for r, e in zip(stage.roots, extents)}
-        for rel in stage.relations:
-            if isinstance(rel, Split):
-                inner = math.prod(rel.factors)
-                loop_extent[rel.children[0]] = ceil_div(loop_extent[rel.parent], inner)
-                loop_extent.update(zip(rel.children[1:], rel.factors))
-            else:
-                loop_extent[rel.child] = math.prod(loop_extent[p] for p in rel.parents)
+        loop_extent = loop_extents(stage, extents)
         value: dict[int, Expr] = {leaf: self.var(stage, leaf) for leaf in stage.leaves}
         for rel in reversed(stage.relations):
             if isinstance(rel, Split):
@@ -145,33 +138,32 @@ class BoundInference:
         return mins, extents
 
     def _consumer_region(self, stage: Stage):
-        producer = next(s for s in self.state.stages if any(t is s.tensor for t in stage.op.input_tensors)
-                        and s.name == _anchor(self.state, stage).name)
-        pb = self.of(producer.name)
-        varying = self._varying(producer.name, stage.attach.loop)
+        return self.region_written_inside(self.state.producers_of(stage)[-1].name, stage.attach.loop)
+
+    def region_written_inside(self, name: str, loop_id: int) -> tuple[list[Expr], list[int]]:
+        """Start and extent of each output axis of block ``name`` over the iterations inside ``loop_id``.
+
+        The start is not clamped into the tensor (shifting it back would take values not
+        computed in this iteration); only the extent is capped, and the rest is guarded.
+        """
+        stage = self.state.stage(name)
+        b = self.of(name)
+        varying = self._varying(name, loop_id)
         ranges = self.ranges()
         mins, extents = [], []
-        for dim, root in enumerate(producer.roots[: len(producer.op.axis)]):
-            found = interval(binary("add", pb.root_min[dim], pb.root_value[root]), varying, ranges)
+        for dim, root in enumerate(stage.roots[: len(stage.op.axis)]):
+            found = interval(binary("add", b.root_min[dim], b.root_value[root]), varying, ranges)
             size = stage.tensor.shape[dim]
-            mins_dim, extent = (const(0), size) if found is None else found
-            # Not _clamp: shifting the start back into range would read values the producer did
-            # not compute in this iteration; the part past the end is guarded instead.
-            extent = min(extent, size)
-            mins.append(mins_dim)
-            extents.append(extent)
+            start, extent = (const(0), size) if found is None else found
+            mins.append(start)
+            extents.append(min(extent, size))
         return mins, extents
-
-
-def _anchor(state: State, stage: Stage) -> Stage:
-    return [p for p in state.stages if any(t is p.tensor for t in stage.op.input_tensors)][-1]
 
 
 def _union(found, ranges) -> tuple[Expr, int] | None:
     if not found or any(f is None for f in found):
         return None
     low, extent = found[0]
-    high = binary("add", low, const(extent))
     for other_low, other_extent in found[1:]:
         shift = bounds(simplify(binary("sub", other_low, low), ranges), ranges)
         if shift is None or shift[0] != shift[1]:
@@ -181,7 +173,6 @@ def _union(found, ranges) -> tuple[Expr, int] | None:
             low, extent = other_low, extent - shift[0]
             end -= shift[0]
         extent = max(extent, end)
-    del high
     return low, extent
 
 
@@ -199,15 +190,21 @@ def refresh_extents(state: State, name: str) -> State:
     inference = BoundInference(state, lambda n: loop_path(state, n))
     b = inference.of(name)
     stage = state.stage(name)
-    extents = dict(zip(stage.roots, b.root_extent))
+    extents = loop_extents(stage, b.root_extent)
+    loops = tuple(replace(l, extent=extents.get(l.id, l.extent)) for l in stage.loops)
+    return state.with_stage(replace(stage, loops=loops))
+
+
+def loop_extents(stage: Stage, root_extents) -> dict[int, int]:
+    """Extent of every loop of a stage, derived from its roots' extents through splits and fuses."""
+    extents = dict(zip(stage.roots, root_extents))
     for rel in stage.relations:
         if isinstance(rel, Split):
             extents[rel.children[0]] = ceil_div(extents[rel.parent], math.prod(rel.factors))
             extents.update(zip(rel.children[1:], rel.factors))
         else:
             extents[rel.child] = math.prod(extents[p] for p in rel.parents)
-    loops = tuple(replace(l, extent=extents.get(l.id, l.extent)) for l in stage.loops)
-    return state.with_stage(replace(stage, loops=loops))
+    return extents
 
 
 def loop_path(state: State, name: str) -> list[int]:

@@ -57,7 +57,7 @@ class _Lowering:
             loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
         elif consumers and len(reverse) == len(consumers) and len({c.attach.loop for c in reverse}) == 1:
             loop = reverse[0].attach.loop
-            mins, shape = self._region_inside(stage, b, loop)
+            mins, shape = self.inference.region_written_inside(stage.name, loop)
         elif stage.attach is not None:
             loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
         else:
@@ -67,24 +67,6 @@ class _Lowering:
         self.buffers[tensor] = buffer
         self.offsets[tensor] = tuple(mins)
         self.alloc_at.setdefault(loop, []).append(buffer)
-
-    def _region_inside(self, stage: Stage, b: StageBounds, loop: int):
-        from .arith import interval
-
-        path = loop_path(self.state, stage.name)
-        varying = {}
-        for loop_id in path[path.index(loop) + 1:]:
-            owner = self.state.stage_of_loop(loop_id)
-            ob = self.inference.of(owner.name)
-            varying[ob.loop_var[loop_id]] = ob.loop_extent[loop_id]
-        mins, shape = [], []
-        for dim, root in enumerate(stage.roots[: len(stage.op.axis)]):
-            found = interval(binary("add", b.root_min[dim], b.root_value[root]), varying, self.ranges)
-            if found is None:
-                found = (const(0), stage.tensor.shape[dim])
-            mins.append(found[0])
-            shape.append(min(found[1], stage.tensor.shape[dim]))
-        return mins, shape
 
     # ---------------------------------------------------------------- expressions
     def load(self, tensor: Tensor, indices: tuple[Expr, ...]) -> Expr:
@@ -168,8 +150,8 @@ class _Lowering:
     def _nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
             loop = stage.loop(leaf)
-            before = [self.stage_tree(s) for s in self._attached(stage, leaf, reverse=False)]
-            after = [self.stage_tree(s) for s in self._attached(stage, leaf, reverse=True)]
+            before = [self.stage_nest(s) for s in self._attached(stage, leaf, reverse=False)]
+            after = [self.stage_nest(s) for s in self._attached(stage, leaf, reverse=True)]
             inner = self._allocate(leaf, seq(before + [body] + after))
             unroll = dict(loop.pragmas).get("pragma_auto_unroll_max_step", 0)
             body = For(b.loop_var[leaf], b.loop_extent[leaf], _KIND[loop.annotation], inner, unroll)
@@ -184,11 +166,8 @@ class _Lowering:
             body = Allocate(buffer, body)
         return body
 
-    def stage_tree(self, stage: Stage) -> Stmt:
-        return self.stage_nest(stage)
-
     def run(self) -> LoweredFunc:
-        roots = [self.stage_tree(s) for s in self.state.stages if s.attach is None]
+        roots = [self.stage_nest(s) for s in self.state.stages if s.attach is None]
         body = self._allocate(None, seq(roots))
         body = _simplify_stmt(body, self.ranges)
         arg_buffers = tuple(self.args.values())

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..te.dag import ComputeDAG
-from ..te.expr import Expr, TensorRead, Var, map_children, substitute
+from ..te.expr import Expr, TensorRead, Var, children, map_children, substitute
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from . import sampling
 from .index_expr import index_expr_to_json
@@ -285,7 +285,7 @@ class Schedule:
                                     f"{owner.name} back to the root (compute_at with the root location)")
             chain = self.state.stage(chain.attach.stage)
         if reverse:
-            producers = [p for p in self.state.stages if any(t is p.tensor for t in stage.op.input_tensors)]
+            producers = self.state.producers_of(stage)
             if not producers:
                 raise ScheduleError(f"reverse_compute_at: block {stage.name} reads no other block's output")
             anchor = producers[-1]
@@ -366,7 +366,7 @@ class Schedule:
 
     def reverse_compute_inline(self, block: BlockRV) -> None:
         consumer = self._stage(block)
-        producers = [s for s in self.state.stages if any(t is s.tensor for t in consumer.op.input_tensors)]
+        producers = self.state.producers_of(consumer)
         if len(producers) != 1 or consumer.is_reduction:
             raise ScheduleError(f"reverse_compute_inline: block {consumer.name} must be element-wise and read "
                                 f"exactly one other block's output (it reads {len(producers)})")
@@ -605,7 +605,7 @@ def _check_identity_reads(consumer: Stage, producer: Stage) -> None:
         if isinstance(node, TensorRead) and node.tensor is producer.tensor:
             if list(node.indices) != axes:
                 bad.append(node)
-        for child in _children(node):
+        for child in children(node):
             visit(child)
 
     visit(consumer.op.body)
@@ -614,12 +614,6 @@ def _check_identity_reads(consumer: Stage, producer: Stage) -> None:
             f"block {consumer.name} reads {producer.tensor.name} at {bad[0]}, not element-wise at its own indices; "
             "only element-wise consumers can be moved into or inlined into their producer"
         )
-
-
-def _children(node: Expr):
-    from ..te.expr import children
-
-    return children(node)
 
 
 def _move_attachments(state: State, stage_name: str, old_loop: int, new_loop: int) -> State:

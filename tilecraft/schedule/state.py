@@ -128,6 +128,10 @@ class State:
                 return stage
         return None
 
+    def producers_of(self, stage: Stage) -> list[Stage]:
+        """The stages whose output ``stage`` reads, in state (topological) order."""
+        return [s for s in self.stages if any(t is s.tensor for t in stage.op.input_tensors)]
+
     def consumers_of(self, name: str) -> list[Stage]:
         tensor = self.stage(name).tensor
         return [s for s in self.stages if any(t is tensor for t in s.op.input_tensors)]
