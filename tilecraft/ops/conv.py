@@ -39,6 +39,15 @@ def _check_groups(channels: int, filters: int, kernel_channels: int, groups: int
         )
 
 
+def _window_geometry(H: int, W: int, KH: int, KW: int, stride: Pair, padding, dilation: Pair, op: str):
+    """Strides, dilations, the four paddings and the output size of a 2-D sliding window."""
+    (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
+    top, left, bottom, right = padding4(padding, op)
+    OH = _output_size(H, KH, sh, top, bottom, dh, op, "height")
+    OW = _output_size(W, KW, sw, left, right, dw, op, "width")
+    return sh, sw, dh, dw, top, left, bottom, right, OH, OW
+
+
 def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
                 groups: int = 1, name: str = "conv2d") -> Tensor:
     """data [N, C, H, W], kernel [F, C/groups, KH, KW] (OIHW) -> [N, F, OH, OW]."""
@@ -48,10 +57,8 @@ def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
     N, C, H, W = data.shape
     F, CG, KH, KW = kernel.shape
     _check_groups(C, F, CG, groups, data, kernel, "conv2d_nchw")
-    (sh, sw), (dh, dw) = pair(stride, "conv2d_nchw", "stride"), pair(dilation, "conv2d_nchw", "dilation")
-    top, left, bottom, right = padding4(padding, "conv2d_nchw")
-    OH = _output_size(H, KH, sh, top, bottom, dh, "conv2d_nchw", "height")
-    OW = _output_size(W, KW, sw, left, right, dw, "conv2d_nchw", "width")
+    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation,
+                                                                        "conv2d_nchw")
     padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
         (top, left, bottom, right)) else data
     rc, ry, rx = te.reduce_axis((0, CG), "rc"), te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
@@ -74,10 +81,8 @@ def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
     _check_groups(C, F, CG, groups, data, kernel, "conv2d_nhwc")
-    (sh, sw), (dh, dw) = pair(stride, "conv2d_nhwc", "stride"), pair(dilation, "conv2d_nhwc", "dilation")
-    top, left, bottom, right = padding4(padding, "conv2d_nhwc")
-    OH = _output_size(H, KH, sh, top, bottom, dh, "conv2d_nhwc", "height")
-    OW = _output_size(W, KW, sw, left, right, dw, "conv2d_nhwc", "width")
+    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation,
+                                                                        "conv2d_nhwc")
     padded = pad(data, (0, top, left, 0), (0, bottom, right, 0), name=f"{name}_pad") if any(
         (top, left, bottom, right)) else data
     ry, rx, rc = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx"), te.reduce_axis((0, CG), "rc")
@@ -106,10 +111,7 @@ def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, paddin
     if KC != C:
         raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {C} channels of data "
                       f"{data.name} {data.shape} as its first dimension")
-    (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
-    top, left, bottom, right = padding4(padding, op)
-    OH = _output_size(H, KH, sh, top, bottom, dh, op, "height")
-    OW = _output_size(W, KW, sw, left, right, dw, op, "width")
+    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation, op)
     padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
         (top, left, bottom, right)) else data
     ry, rx = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
