@@ -10,6 +10,10 @@ Map of the package:
   runtime/    compiler cache, ctypes Module called with NumPy arrays, timer
   target.py   the CPU description (ISA, vector width, cores, caches)
   build.py    schedule -> lowered IR -> C -> shared library -> Module
+  search/     sketch rules, decision spaces, features, cost models, evolutionary search
+  measure/    building and timing candidates in isolated processes
+  database/   the JSON-lines tuning log and "best over the whole history"
+  tune/       SearchTask, TuningOptions and the tuning loop, progress display
 """
 
 from . import te
@@ -19,8 +23,16 @@ from .ir.lower import lower
 from .schedule import Schedule, Trace
 from .target import Target
 from .te.dag import ComputeDAG
+from .database import RecordToFile, load_best_record, load_records
+from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
+from .search.cost_model import LightGBMModel, RandomModel, XGBModel
+from .search.policy import PreloadMeasuredStates, SketchPolicy
+from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
+from .tune.task import SearchTask, TuningOptions, register_workload
 
 __all__ = [
     "te", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
-    "ScheduleError", "TargetError", "TeError", "TilecraftError",
+    "ScheduleError", "TargetError", "TeError", "TilecraftError", "RecordToFile", "load_best_record",
+    "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
+    "PreloadMeasuredStates", "SketchPolicy", "SearchTask", "TuningOptions", "register_workload", "workloads",
 ]

@@ -23,3 +23,7 @@ class LoweringError(TilecraftError):
 
 class BuildError(TilecraftError):
     """The C compiler is missing or rejected the generated code."""
+
+
+class BuildTimeoutError(BuildError):
+    """The C compiler ran longer than the allowed time and was stopped."""

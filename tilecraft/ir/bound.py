@@ -196,12 +196,20 @@ def refresh_extents(state: State, name: str) -> State:
 
 
 def loop_extents(stage: Stage, root_extents) -> dict[int, int]:
-    """Extent of every loop of a stage, derived from its roots' extents through splits and fuses."""
+    """Extent of every loop of a stage, derived from its roots' extents through splits and fuses.
+
+    A split keeps its factors as strides, but a piece iterates only as far as the parent's
+    extent reaches: a tile of 32 rows split by (8, 8, 4) runs 1 x 8 x 4, not 8 x 8 x 4
+    with most iterations guarded away. This is what makes a tiled block computed inside
+    its consumer's tile loops as tight as the tile."""
     extents = dict(zip(stage.roots, root_extents))
     for rel in stage.relations:
         if isinstance(rel, Split):
-            extents[rel.children[0]] = ceil_div(extents[rel.parent], math.prod(rel.factors))
-            extents.update(zip(rel.children[1:], rel.factors))
+            parent = extents[rel.parent]
+            extents[rel.children[0]] = ceil_div(parent, math.prod(rel.factors))
+            for position, child in enumerate(rel.children[1:], start=1):
+                stride = math.prod(rel.factors[position:])
+                extents[child] = min(rel.factors[position - 1], ceil_div(parent, stride))
         else:
             extents[rel.child] = math.prod(extents[p] for p in rel.parents)
     return extents

@@ -199,7 +199,9 @@ class _Lowering:
 
 def lower(sch, name: str = "default_function") -> LoweredFunc:
     """The loop nest of a schedule, after bound inference and index simplification."""
-    return _Lowering(sch, name).run()
+    from ..schedule.postproc import apply_block_annotations
+
+    return _Lowering(apply_block_annotations(sch), name).run()
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:

@@ -12,11 +12,12 @@ import functools
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import BuildError
+from ..errors import BuildError, BuildTimeoutError
 from ..target import Target
 
 _MAX_STDERR_CHARS = 4000
@@ -83,15 +84,20 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def _run_compiler(command: list[str], c_path: Path, timeout_secs: float) -> None:
+    # Its own process group, so that a timeout stops gcc's cc1 and as too, not only the driver.
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_secs)
+        _, stderr = process.communicate(timeout=timeout_secs)
     except subprocess.TimeoutExpired:
-        raise BuildError(f"compiling {c_path} took longer than {timeout_secs} s; raise "
-                         f"compile_timeout_secs or make the kernel smaller (less unrolling)") from None
-    if done.returncode != 0:
-        stderr = done.stderr.strip()
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise BuildTimeoutError(f"compiling {c_path} took longer than {timeout_secs} s; raise "
+                                f"compile_timeout_secs or make the kernel smaller (less unrolling)") from None
+    if process.returncode != 0:
+        stderr = stderr.strip()
         if len(stderr) > _MAX_STDERR_CHARS:
             stderr = stderr[:_MAX_STDERR_CHARS] + "\n... (trimmed)"
-        raise BuildError(f"{Path(command[0]).name} could not compile {c_path} (exit code {done.returncode}):\n"
+        raise BuildError(f"{Path(command[0]).name} could not compile {c_path} (exit code {process.returncode}):\n"
                          f"{stderr}\nThe source is kept at {c_path}; the command was: {' '.join(command)}. "
                          f"If tilecraft generated this source, please report it with that file.")

@@ -26,6 +26,9 @@ from .trace import IndexMap, RVRef, Step, Trace
 ROOT = -1
 INLINE = -2
 UNROLL_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
+# parallel: fuse up to this many outer loops and run them in parallel; vectorize: the
+# innermost spatial loop; the unroll pragma: on the block's outermost loop
+BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step")
 
 
 class BlockRV:
@@ -198,7 +201,7 @@ class Schedule:
                 )
         state, (new_id,) = self.state.new_ids(1)
         fused = Loop(new_id, "_".join(l.name for _, l in found) + "_fused", kinds.pop(),
-                     math.prod(l.extent for _, l in found))
+                     math.prod(l.extent for _, l in found), pragmas=found[0][1].pragmas)
         new_stage = replace(
             stage,
             loops=stage.loops + (fused,),
@@ -247,9 +250,20 @@ class Schedule:
     def unroll(self, loop: LoopRV) -> None:
         self._annotate_loop("unroll", loop)
 
-    def annotate(self, block_or_loop: LoopRV, ann_key: str, ann_val: int) -> None:
+    def annotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: int) -> None:
+        """A loop pragma, or on a block an intent that lowering realizes once the block's
+        final place is known (see ``postproc.py``), as MetaSchedule's annotations."""
+        if isinstance(block_or_loop, BlockRV):
+            if ann_key not in BLOCK_ANNOTATIONS:
+                raise ScheduleError(f"annotate: unknown block annotation {ann_key!r}; known: "
+                                    f"{', '.join(BLOCK_ANNOTATIONS)}")
+            stage = self._stage(block_or_loop)
+            annotations = tuple(a for a in stage.annotations if a[0] != ann_key) + ((ann_key, int(ann_val)),)
+            self.state = self.state.with_stage(replace(stage, annotations=annotations))
+            self._record("annotate", {"block_or_loop": block_or_loop, "ann_key": ann_key, "ann_val": ann_val})
+            return
         if not isinstance(block_or_loop, LoopRV):
-            raise ScheduleError(f"annotate: only loop annotations are supported, got {block_or_loop!r}")
+            raise ScheduleError(f"annotate: expected a block or a loop, got {block_or_loop!r}")
         if ann_key not in UNROLL_PRAGMAS:
             raise ScheduleError(f"annotate: unknown annotation {ann_key!r}; known: {', '.join(UNROLL_PRAGMAS)}")
         stage, target = self._loop(block_or_loop)
@@ -469,21 +483,39 @@ class Schedule:
 
     def transform_layout(self, block: BlockRV, buffer: Sequence, index_map: Callable | IndexMap) -> None:
         stage = self._stage(block)
+        source = self._layout_free_read(stage, buffer, "transform_layout")
+        index_map = _as_index_map(index_map, source)
+        self._pack(source, index_map)
+        self._record("transform_layout", {"block": block, "buffer": list(buffer), "index_map": index_map})
+
+    def rewrite_layout(self, block: BlockRV, buffer: Sequence) -> None:
+        """Pack a layout-free input in the order the block's loops read it (see ``layout.py``);
+        replayed with other tile sizes, the layout follows them."""
+        from .layout import tiled_layout
+
+        stage = self._stage(block)
+        source = self._layout_free_read(stage, buffer, "rewrite_layout")
+        self._pack(source, tiled_layout(stage, source))
+        self._record("rewrite_layout", {"block": block, "buffer": list(buffer)})
+
+    def _layout_free_read(self, stage: Stage, buffer: Sequence, primitive: str) -> Tensor:
         kind, index = buffer
         reads = stage.op.input_tensors
         if kind != "read" or not 0 <= index < len(reads):
-            raise ScheduleError(f"transform_layout: buffer must be ('read', i) with i < {len(reads)} for block "
+            raise ScheduleError(f"{primitive}: buffer must be ('read', i) with i < {len(reads)} for block "
                                 f"{stage.name}, got {tuple(buffer)}")
         source = reads[index]
         layout_free = [t for s in self.dag.compute_ops for t in s.op.attrs.get("layout_free_placeholders", [])]
         if not isinstance(source.op, PlaceholderOp) or not any(t is source for t in layout_free):
             raise ScheduleError(
-                f"transform_layout: {source.name} is not a layout-free placeholder, so its layout belongs to the "
+                f"{primitive}: {source.name} is not a layout-free placeholder, so its layout belongs to the "
                 f"caller; mark it with attrs={{'layout_free_placeholders': [{source.name}]}} in te.compute"
             )
         if any(p.source is source for p in self.state.packed):
-            raise ScheduleError(f"transform_layout: {source.name} was already transformed")
-        index_map = _as_index_map(index_map, source)
+            raise ScheduleError(f"{primitive}: {source.name} was already transformed")
+        return source
+
+    def _pack(self, source: Tensor, index_map: IndexMap) -> None:
         variables = tuple(Var(name) for name in index_map.params)
         targets = index_map(*variables)
         from ..ir.arith import bounds as index_bounds
@@ -506,7 +538,6 @@ class Schedule:
                        else s for s in self.state.stages)
         entry = PackedInput(source, packed, variables, targets)
         self.state = replace(self.state, stages=stages, packed=self.state.packed + (entry,))
-        self._record("transform_layout", {"block": block, "buffer": list(buffer), "index_map": index_map})
 
     def _check_new_name(self, name: str) -> None:
         if any(s.name == name for s in self.state.stages):
@@ -543,8 +574,9 @@ class Schedule:
         self._record("sample_categorical", {"candidates": candidates, "probs": probs}, [rv], int(decision))
         return rv
 
-    def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
-        """A loop of the block's consumer to compute it at, or root (``decision`` -1) or inline (-2)."""
+    def compute_location_candidates(self, block: BlockRV) -> list[int]:
+        """Decisions ``sample_compute_location`` may take: root, inline, or a loop id of the
+        block's single consumer."""
         stage = self._stage(block)
         consumers = self.state.consumers_of(stage.name)
         candidates = [ROOT]
@@ -552,6 +584,12 @@ class Schedule:
             candidates.append(INLINE)
         if len(consumers) == 1 and not stage.is_output:
             candidates += self.loop_path(consumers[0].name)
+        return candidates
+
+    def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
+        """A loop of the block's consumer to compute it at, or root (``decision`` -1) or inline (-2)."""
+        stage = self._stage(block)
+        candidates = self.compute_location_candidates(block)
         if decision is None:
             decision = candidates[int(self.rng.integers(len(candidates)))]
         if decision not in candidates:

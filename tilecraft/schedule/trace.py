@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..errors import ScheduleError
 
@@ -111,14 +111,16 @@ class Trace:
                                 tuple(decision) if isinstance(decision, list) else decision)
         return Trace(tuple(steps))
 
-    def replay(self, dag, decisions: Mapping[int, Any] | None = None, seed: int | None = None):
-        """A new schedule of ``dag`` made by these steps, with ``decisions`` overriding the recorded ones."""
+    def replay(self, dag, decisions: Mapping[int, Any] | None = None, seed: int | None = None,
+               observe: Callable[[Any, int, Step, dict, Any], None] | None = None):
+        """A new schedule of ``dag`` made by these steps, with ``decisions`` overriding the recorded ones.
+        ``observe(sch, index, step, kwargs, result)`` sees each step after it is applied."""
         from .schedule import Schedule
 
         trace = self.with_decisions(decisions or {})
         sch = Schedule(dag, seed=seed)
         symbols: dict[str, Any] = {}
-        for step in trace.steps:
+        for index, step in enumerate(trace.steps):
             kwargs = {k: _resolve(v, symbols) for k, v in step.args}
             if step.is_sampling and step.decision is not None:
                 kwargs["decision"] = list(step.decision) if isinstance(step.decision, tuple) else step.decision
@@ -129,6 +131,8 @@ class Trace:
             results = list(result) if isinstance(result, (list, tuple)) else [result]
             for symbol, value in zip(step.outputs, results):
                 symbols[symbol] = value
+            if observe is not None:
+                observe(sch, index, step, kwargs, result)
         return sch
 
     def to_json(self) -> list[dict]:

@@ -1,0 +1,182 @@
+"""Auto-tuned operators against NumPy (and PyTorch CPU when installed), in one run.
+
+    python benchmarks/tune_ops.py --trials N [--only matmul_512,softmax] [--out FILE]
+
+Each workload is tuned from scratch for N trials (its log is written beside the results
+file), its best schedule is rebuilt and timed the same way as NumPy and PyTorch, and the
+tuning wall time is split into search + cost model, build and run. The cost model's
+ranking quality is reported on held-out records of each log: a model trained on the
+first 70% of the measurements ranks the last 30% (a-peak@32, recall@16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tilecraft as tc
+from tilecraft.database import load_records
+from tilecraft.search.cost_model import XGBModel
+from tilecraft.search.metrics import peak_at_k, recall_at_k
+from tilecraft.search.policy import SketchPolicy
+
+sys.path.insert(0, str(Path(__file__).parent))
+from hand_schedules import time_fn  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(2)
+except ImportError:
+    torch = None
+
+
+def conv_numpy(stride, pad):
+    """im2col (strided windows of the padded input) and one matmul, then bias and ReLU."""
+    def run(x, w, b):
+        r = w.shape[2]
+        padded = np.pad(x[0], ((0, 0), (pad, pad), (pad, pad)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (r, r), axis=(1, 2))[:, ::stride, ::stride]
+        c, h, wd = windows.shape[:3]
+        cols = windows.transpose(0, 3, 4, 1, 2).reshape(c * r * r, h * wd)
+        out = (w.reshape(w.shape[0], -1) @ cols).reshape(w.shape[0], h, wd)
+        return np.maximum(out + b[:, None, None], 0)[None]
+    return run
+
+
+def conv_torch(stride, pad):
+    return lambda x, w, b: F.relu(F.conv2d(x, w, b, stride=stride, padding=pad))
+
+
+def softmax_numpy(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layer_norm_numpy(x, g, b):
+    mean = x.mean(axis=1, keepdims=True)
+    return (x - mean) / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5) * g + b
+
+
+# name -> (registered workload, args, numpy fn, torch fn or None)
+WORKLOADS = {
+    "matmul_512": ("matmul", (512, 512, 512), lambda a, b: a @ b, lambda a, b: a @ b),
+    "matmul_1024": ("matmul", (1024, 1024, 1024), lambda a, b: a @ b, lambda a, b: a @ b),
+    "conv2d_r50_3x3": ("conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1), conv_numpy(1, 1), conv_torch(1, 1)),
+    "conv2d_r50_1x1": ("conv2d", (1, 256, 56, 56, 64, 1, 1, 1, 0), conv_numpy(1, 0), conv_torch(1, 0)),
+    "conv2d_r50_3x3_s2": ("conv2d", (1, 128, 56, 56, 128, 3, 3, 2, 1), conv_numpy(2, 1), conv_torch(2, 1)),
+    "dense_1x2048x1000": ("dense", (1, 2048, 1000), lambda x, w: x @ w.T, lambda x, w: F.linear(x, w)),
+    "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128), np.matmul, torch.bmm if torch else None),
+    "softmax_128x768": ("softmax", (128, 768), softmax_numpy, lambda x: torch.softmax(x, dim=1)),
+    "layer_norm_128x768": ("layer_norm", (128, 768), layer_norm_numpy,
+                           lambda x, g, b: F.layer_norm(x, (x.shape[1],), g, b)),
+}
+
+
+def ranking_quality(task, log):
+    """a-peak@32 and recall@16 of a model trained on the first 70% of the log, on the rest."""
+    records = load_records(log, task.workload_key, task.target)
+    policy = SketchPolicy(task, XGBModel(num_warmup_sample=0))
+    by_name = {s.name: n for n, s in enumerate(policy.sketches)}
+    rows, costs = [], []
+    for record in records:
+        sketch = by_name.get(record.sketch)
+        row = None if sketch is None else policy.sketches[sketch].row_of(tc.Trace.from_json(record.trace))
+        if row is not None:
+            rows.append(policy.feature_space.features(sketch, row[None])[0])
+            costs.append(record.mean_cost)
+    split = int(0.7 * len(rows))
+    if split < 32 or len(rows) - split < 32:
+        return None
+    features, costs = np.array(rows), np.array(costs)
+    policy.model.update(features[:split], costs[:split])
+    scores = policy.model.predict(features[split:])
+    return {"peak@32": peak_at_k(scores, costs[split:], 32), "recall@16": recall_at_k(scores, costs[split:], 16),
+            "train": split, "test": len(rows) - split}
+
+
+def run(name, trials, log_dir, repeat, min_ms):
+    workload, args, numpy_fn, torch_fn = WORKLOADS[name]
+    task = tc.SearchTask(func=workload, args=args, target=tc.Target.host())
+    log = log_dir / f"{name}.json"
+    log.unlink(missing_ok=True)
+    started = time.perf_counter()
+    summary = task.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(log)],
+                                         verbose=1))
+    wall = time.perf_counter() - started
+    flop = task.compute_dag.flop_count()
+    inputs = task.compute_dag.random_inputs()
+    module = tc.build(task.apply_best(log), task.target)
+    expected = task.compute_dag.evaluate_numpy(inputs)[0]
+    correct = bool(np.allclose(module(*inputs), expected, rtol=1e-3, atol=1e-3)) and bool(
+        np.allclose(numpy_fn(*inputs), expected, rtol=1e-3, atol=1e-3))
+    packed = {module.args[p.arg_index].name for p in module.packs}
+    bound = module.bind_weights(**{a.name: x for a, x in zip(module.args, inputs) if a.name in packed})
+    free = [x for a, x in zip(module.args, inputs) if a.name not in packed]
+    outputs = [np.empty(a.shape, a.dtype) for a in module.args if a.is_output]
+    tc_secs = time_fn(lambda: bound(*free, *outputs), repeat, min_ms)
+    np_secs = time_fn(lambda: numpy_fn(*inputs), repeat, min_ms)
+    torch_secs = None
+    if torch is not None and torch_fn is not None:
+        tensors = [torch.from_numpy(x) for x in inputs]
+        with torch.no_grad():
+            torch_secs = time_fn(lambda: torch_fn(*tensors), repeat, min_ms)
+    search = summary.search_secs + summary.model_secs
+    return {
+        "workload": name, "trials": summary.trials, "valid": summary.valid, "errors": summary.errors,
+        "correct": correct, "tilecraft_gflops": flop / tc_secs / 1e9, "numpy_gflops": flop / np_secs / 1e9,
+        "torch_gflops": flop / torch_secs / 1e9 if torch_secs else None, "tuning_wall_secs": wall,
+        "share_search_model": search / wall, "share_build": summary.build_secs / wall,
+        "share_run": summary.run_secs / wall, "trials_per_minute": 60 * summary.trials / wall,
+        "ranking": ranking_quality(task, log),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--only", default="", help="comma-separated workload names")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tune_ops.json"))
+    parser.add_argument("--quick", action="store_true", help="short timing of the results")
+    options = parser.parse_args()
+    names = [n for n in options.only.split(",") if n] or list(WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+    repeat, min_ms = (3, 50) if options.quick else (7, 300)
+    log_dir = options.out.parent / "tune_logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in names:
+        rows.append(run(name, options.trials, log_dir, repeat, min_ms))
+        print(f"  {name}: done", flush=True)
+
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    print(f"\n{'workload':<24} {'tilecraft':>9} {'NumPy':>8} {'PyTorch':>8} {'tc/NumPy':>8} {'tune s':>7} "
+          f"{'search':>6} {'build':>6} {'run':>6} {'tr/min':>6} {'peak@32':>7}   (GFLOPS; shares of tuning time)")
+    for r in rows:
+        rank = r["ranking"]["peak@32"] if r["ranking"] else None
+        print(f"{r['workload']:<24} {r['tilecraft_gflops']:9.1f} {r['numpy_gflops']:8.1f} "
+              f"{fmt(r['torch_gflops'], '8.1f'):>8} {r['tilecraft_gflops'] / r['numpy_gflops']:7.2f}x "
+              f"{r['tuning_wall_secs']:7.0f} {r['share_search_model']:6.0%} {r['share_build']:6.0%} "
+              f"{r['share_run']:6.0%} {r['trials_per_minute']:6.0f} {fmt(rank, '7.2f'):>7}"
+              f"{'' if r['correct'] else '  WRONG'}")
+    if torch is None:
+        print("(PyTorch not installed: its column is skipped; pip install 'tilecraft[bench]')")
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps({
+        "machine": {"platform": platform.platform(), "target": str(tc.Target.host()), "numpy": np.__version__,
+                    "torch": torch.__version__ if torch else None},
+        "trials": options.trials, "workloads": rows}, indent=2))
+    print(f"wrote {options.out}")
+    return 0 if all(r["correct"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

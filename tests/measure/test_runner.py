@@ -1,0 +1,243 @@
+"""LocalRunner: every way a kernel can fail is recorded with its kind, and the next
+candidate in the same run still measures (the worker is restarted when it dies)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import tilecraft as tc
+from tilecraft import te
+from tilecraft.measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorKind, MeasureInput, MeasureResult
+from tilecraft.runtime import ArgSpec, compile_c
+
+KERNELS = r"""
+#include <stdlib.h>
+#include <string.h>
+
+#define KERNEL(name, body) \
+  void name(const float* restrict a, const float* restrict b, float* restrict c) { body }
+
+void* volatile hog_sink;  /* the allocation escapes, so gcc cannot elide it */
+
+KERNEL(add, for (int i = 0; i < 64; ++i) c[i] = a[i] + b[i];)
+KERNEL(subtract, for (int i = 0; i < 64; ++i) c[i] = a[i] - b[i];)
+KERNEL(add_first_half, for (int i = 0; i < 32; ++i) c[i] = a[i] + b[i];)
+KERNEL(write_null, *(volatile float*)0 = a[0];)
+KERNEL(call_abort, abort();)
+KERNEL(spin, volatile int forever = 1; while (forever) {})
+KERNEL(hog,
+  size_t n = (size_t)1 << 30;
+  char* p = malloc(n);
+  hog_sink = p;
+  memset(p, 1, n);
+  for (int i = 0; i < 64; ++i) c[i] = a[i] + b[i] + (float)(p[n - 1] - 1);)
+"""
+ARGS = (ArgSpec("A", (64,), "float32", False), ArgSpec("B", (64,), "float32", False),
+        ArgSpec("C", (64,), "float32", True))
+
+
+@pytest.fixture(scope="module")
+def dag():
+    A = te.placeholder((64,), name="A")
+    B = te.placeholder((64,), name="B")
+    C = te.compute((64,), lambda i: A[i] + B[i], name="C")
+    return tc.ComputeDAG([A, B, C])
+
+
+@pytest.fixture(scope="module")
+def kernel(dag, kernel_cache):
+    """``kernel(name)``: a candidate for ``dag`` whose library entry is the C function ``name``."""
+    lib_path = str(compile_c(KERNELS, tc.Target.host(), kernel_cache))
+    candidate = MeasureInput(dag, tc.Target.host(), tc.Schedule(dag).trace)
+    return lambda name: (candidate, BuildResult(lib_path, KERNELS, name, ARGS, (), MeasureErrorKind.NONE, "", 0.0))
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with LocalRunner(timeout_secs=1.0, number=2, min_repeat_ms=0) as shared:
+        yield shared
+
+
+def _run(runner, *candidates, on_result=None):
+    inputs, builds = zip(*candidates)
+    return runner.run(inputs, builds, on_result)
+
+
+def _kinds(results):
+    return [r.error_kind for r in results]
+
+
+def test_correct_kernel_is_timed(runner, kernel):
+    (result,) = _run(runner, kernel("add"))
+    assert result.is_valid and result.error_msg == ""
+    assert len(result.costs) == 1 and 0 < result.mean_cost < 1e-3 and result.all_cost > 0
+
+
+def test_scheduled_candidates_from_the_builder_are_checked_and_timed(runner, kernel_cache):
+    N = 32
+    A = te.placeholder((N, N), name="A")
+    B = te.placeholder((N, N), name="B")
+    k = te.reduce_axis((0, N), name="k")
+    C = te.compute((N, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
+                   attrs={"layout_free_placeholders": [B]})
+    dag = tc.ComputeDAG([A, B, C])
+    plain = tc.Schedule(dag)
+    packed = tc.Schedule(dag)  # B is repacked by a pack function, bound once in the worker
+    block = packed.get_block("matmul")
+    packed.transform_layout(block, ("read", 1), lambda k, j: (j // 16, k, j % 16))
+    _, j, _ = packed.get_loops(block)
+    packed.vectorize(packed.split(j, [None, 8])[1])
+    inputs = [MeasureInput(dag, tc.Target.host(), sch.trace) for sch in (plain, packed)]
+    builds = LocalBuilder(cache_dir=kernel_cache).build(inputs)
+    assert len(builds[1].packs) == 1
+    results = runner.run(inputs, builds)
+    assert _kinds(results) == [MeasureErrorKind.NONE] * 2, [r.error_msg for r in results]
+    assert all(r.all_cost > b.time_cost for r, b in zip(results, builds))
+
+
+def test_wrong_values_are_a_wrong_answer_naming_output_error_and_index(runner, kernel):
+    wrong, good = _run(runner, kernel("subtract"), kernel("add"))
+    assert wrong.error_kind is MeasureErrorKind.WRONG_ANSWER and wrong.costs == ()
+    assert wrong.error_msg.startswith("output 'C' differs from the NumPy reference: max abs error ")
+    assert "at index (" in wrong.error_msg and "expected " in wrong.error_msg
+    assert good.is_valid
+
+
+def test_unwritten_outputs_are_a_wrong_answer(runner, kernel):
+    (result,) = _run(runner, kernel("add_first_half"))
+    assert result.error_kind is MeasureErrorKind.WRONG_ANSWER
+    assert "32 of 64 elements" in result.error_msg and "got nan" in result.error_msg
+
+
+def test_missing_entry_symbol_is_a_runtime_error(runner, kernel):
+    missing, good = _run(runner, kernel("no_such_function"), kernel("add"))
+    assert missing.error_kind is MeasureErrorKind.RUNTIME
+    assert missing.error_msg.startswith("loading the kernel: ") and "'no_such_function'" in missing.error_msg
+    assert good.is_valid
+
+
+@pytest.mark.parametrize("name, signal_name", [("write_null", "SIGSEGV"), ("call_abort", "SIGABRT")])
+def test_kernel_killing_its_worker_is_a_worker_crash_and_the_next_one_runs(runner, kernel, name, signal_name):
+    crashed, good = _run(runner, kernel(name), kernel("add"))
+    assert crashed.error_kind is MeasureErrorKind.WORKER_CRASH
+    assert crashed.error_msg.startswith(f"worker died with signal {signal_name} while running the kernel")
+    assert good.is_valid
+
+
+def test_endless_kernel_times_out_and_results_arrive_one_by_one(runner, kernel):
+    heard = []
+    results = _run(runner, kernel("add"), kernel("spin"), kernel("add"),
+                   on_result=lambda index, result: heard.append((index, result)))
+    assert heard == list(enumerate(results))
+    assert _kinds(results) == [MeasureErrorKind.NONE, MeasureErrorKind.RUN_TIMEOUT, MeasureErrorKind.NONE]
+    timed_out = results[1]
+    assert 1.0 <= timed_out.all_cost < 2.0
+    assert timed_out.error_msg == ("kernel ran longer than 1 s (run timeout); "
+                                   "the worker was killed and will be restarted")
+    # The first result was handed over before the second candidate started, a timeout earlier.
+    assert timed_out.timestamp - results[0].timestamp >= 1.0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
+def test_kernel_allocating_past_the_memory_limit_fails_without_harm(kernel):
+    with LocalRunner(timeout_secs=5.0, number=1, min_repeat_ms=0, max_memory_bytes=512 << 20) as limited:
+        hog, good = _run(limited, kernel("hog"), kernel("add"))
+    assert hog.error_kind in (MeasureErrorKind.WORKER_CRASH, MeasureErrorKind.RUNTIME), hog
+    assert good.is_valid
+
+
+def test_failed_builds_pass_through_without_running(runner, kernel):
+    candidate, _ = kernel("add")
+    failed = BuildResult.failed(MeasureErrorKind.COMPILE, "gcc said no", 0.25)
+    (result,) = runner.run([candidate], [failed])
+    assert result == MeasureResult((), MeasureErrorKind.COMPILE, "gcc said no", 0.25, result.timestamp)
+    assert result.mean_cost == float("inf")
+
+
+def test_close_stops_the_worker_and_deletes_the_reference_data(kernel):
+    runner = LocalRunner(min_repeat_ms=0)
+    assert _run(runner, kernel("add"))[0].is_valid
+    process, directory = runner._worker.process, Path(runner._directory.name)
+    assert any(directory.glob("*.npz"))
+    runner.close()
+    assert process.poll() is not None and not directory.exists()
+    with pytest.raises(RuntimeError, match="closed"):
+        _run(runner, kernel("add"))
+
+
+def test_no_worker_outlives_the_interpreter(kernel):
+    done = subprocess.run([sys.executable, "-c", _tuner_script(kernel("add")[1].lib_path, then_spin=False)],
+                          capture_output=True, text=True, timeout=60)  # exits without close()
+    assert done.returncode == 0, done.stderr
+    assert not _is_running(int(done.stdout))
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process state from /proc")
+def test_worker_of_a_killed_tuner_exits_even_inside_an_endless_kernel(kernel):
+    script = _tuner_script(kernel("add")[1].lib_path, then_spin=True)
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as tuner:
+        worker_pid = int(tuner.stdout.readline())
+        busy_since = _cpu_secs(worker_pid)
+        _wait_until(lambda: _cpu_secs(worker_pid) > busy_since + 0.2)  # now spinning in the kernel
+        tuner.kill()
+    _wait_until(lambda: not _is_running(worker_pid))
+    assert not _is_running(worker_pid)
+
+
+def test_invalid_options_are_rejected():
+    with pytest.raises(ValueError, match="timeout_secs"):
+        LocalRunner(timeout_secs=0)
+    with pytest.raises(ValueError, match="max_memory_bytes"):
+        LocalRunner(max_memory_bytes=1 << 20)
+
+
+def _tuner_script(lib_path: str, then_spin: bool) -> str:
+    """A tuner that measures the ``add`` kernel, prints its worker's pid, then runs
+    ``spin`` (and is killed) or exits without closing its runner."""
+    return textwrap.dedent(f"""
+        import tilecraft as tc
+        from tilecraft import te
+        from tilecraft.measure import BuildResult, LocalRunner, MeasureErrorKind, MeasureInput
+        from tilecraft.runtime import ArgSpec
+        A = te.placeholder((64,), name="A")
+        B = te.placeholder((64,), name="B")
+        candidate = MeasureInput(tc.ComputeDAG([A, B, te.compute((64,), lambda i: A[i] + B[i], name="C")]),
+                                 tc.Target.host(), tc.Trace())
+        args = {ARGS!r}
+        runner = LocalRunner(min_repeat_ms=0, timeout_secs=60)
+        build = BuildResult({lib_path!r}, "", "add", args, (), MeasureErrorKind.NONE, "", 0.0)
+        assert runner.run([candidate], [build])[0].is_valid
+        print(runner._worker.process.pid, flush=True)
+        if {then_spin}:
+            runner.run([candidate], [BuildResult({lib_path!r}, "", "spin", args, (), MeasureErrorKind.NONE, "", 0.0)])
+    """)
+
+
+def _wait_until(condition, timeout_secs: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_secs
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _cpu_secs(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _is_running(pid: int) -> bool:
+    """Alive and not a zombie waiting to be reaped (an orphan's new parent may never reap it)."""
+    if not Path("/proc").is_dir():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

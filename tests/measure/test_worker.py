@@ -1,0 +1,56 @@
+"""The worker's output check, in this process: tolerances by dtype, and what a mismatch message says."""
+
+import numpy as np
+import pytest
+
+from tilecraft.measure.worker import compare, poisoned
+
+
+def test_float32_within_reassociation_error_passes():
+    expected = np.random.default_rng(0).uniform(-50, 50, (16, 16)).astype(np.float32)
+    got = expected * np.float32(1 + 5e-4)
+    got[3, 3] = 1e-3  # near zero, a reassociated sum errs on the scale of the whole output
+    expected[3, 3] = 0.0
+    assert compare("C", got, expected) is None
+
+
+def test_float32_mismatch_names_output_error_index_and_values():
+    expected = np.zeros((8, 8), np.float32)
+    expected[4, 7] = 1.5
+    got = expected.copy()
+    got[4, 7] = -1.7
+    assert compare("C", got, expected) == (
+        "output 'C' differs from the NumPy reference: max abs error 3.2 at index (4, 7) (expected 1.5, got -1.7); "
+        "1 of 64 elements are outside the tolerance (|got - expected| <= 0.00015 + 0.001*|expected|)")
+
+
+def test_nan_must_appear_exactly_where_the_reference_has_it():
+    expected = np.array([1.0, np.nan, np.inf], np.float32)
+    assert compare("y", expected.copy(), expected) is None
+    message = compare("y", np.array([1.0, 0.0, np.inf], np.float32), expected)
+    assert "at index (1,) (expected nan, got 0)" in message
+
+
+def test_float16_tolerance_is_looser_than_float32():
+    expected = np.linspace(1, 2, 10).astype(np.float16)
+    assert compare("h", (expected * np.float16(1.005)).astype(np.float16), expected) is None
+    assert compare("f", (expected * 1.005).astype(np.float32), expected.astype(np.float32)) is not None
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "bool"])
+def test_integers_and_bools_must_match_exactly(dtype):
+    expected = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
+    assert compare("q", expected.copy(), expected) is None
+    got = expected.copy()
+    got[2, 1] = not got[2, 1] if dtype == "bool" else got[2, 1] + 1
+    assert "at index (2, 1)" in compare("q", got, expected) and "exact, for " + dtype in compare("q", got, expected)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8", "bool"])
+def test_poisoned_buffers_differ_from_the_reference_everywhere(dtype):
+    expected = np.random.default_rng(1).integers(0, 3, 50).astype(dtype)
+    if dtype.startswith("float"):
+        expected[7] = np.nan
+    assert not np.any(poisoned(expected) == expected)
+    assert "50 of 50 elements" in compare("x", poisoned(expected), expected)
+    assert poisoned(expected).dtype == expected.dtype

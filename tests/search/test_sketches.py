@@ -1,0 +1,58 @@
+"""Golden sketches: the structures the sketch rules derive for the classic workloads.
+
+A change to the rules shows up here as a diff of readable schedule code; after checking
+it is intended, regenerate with ``TILECRAFT_UPDATE_GOLDEN=1 python -m pytest tests/search``.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+import tilecraft as tc
+from tilecraft.search.space import generate_sketches
+from tilecraft.tune.task import WORKLOADS
+
+GOLDEN = Path(__file__).parent / "golden"
+
+CASES = {
+    "matmul": ("matmul", (64, 64, 64), ["tile", "cache_write fuse1", "cache_write fuse2"]),
+    "matmul_add": ("matmul_add", (64, 64, 64), ["tile", "fuse1", "fuse2"]),
+    "conv2d_bias_relu": ("conv2d", (1, 16, 14, 14, 32, 3, 3, 1, 1),
+                         ["inline(bias_add) tile", "inline(bias_add) fuse1", "inline(bias_add) fuse2"]),
+    "softmax": ("softmax", (128, 768), ["default"]),
+    "layer_norm": ("layer_norm", (128, 768), ["default"]),
+}
+
+
+def sketch_text(workload: str, args: tuple) -> tuple[list[str], str]:
+    dag = tc.ComputeDAG(WORKLOADS[workload](*args))
+    sketches = generate_sketches(dag)
+    text = "\n\n".join(f"# sketch: {s.name}\n{s.trace.to_python()}" for s in sketches)
+    return [s.name for s in sketches], text + "\n"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_sketches(case):
+    workload, args, names = CASES[case]
+    got_names, text = sketch_text(workload, args)
+    assert got_names == names
+    path = GOLDEN / f"{case}.py.txt"
+    if os.environ.get("TILECRAFT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"the sketches of {case} changed; see {path}"
+
+
+def test_sketch_generation_is_deterministic():
+    assert sketch_text("matmul_add", (64, 64, 64)) == sketch_text("matmul_add", (64, 64, 64))
+
+
+def test_matmul_sketch_structure():
+    """Ansor's CPU structure: SSRSRS tiling, a cache stage fused at tile level 1 or 2,
+    the weight packed in the order the tiles read it, parallel/vector/unroll decisions."""
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](64, 64, 64))
+    fuse2 = generate_sketches(dag)[2]
+    kinds = [step.kind for step in fuse2.trace.steps]
+    assert kinds.count("sample_perfect_tile") == 3 and "cache_write" in kinds and "rewrite_layout" in kinds
+    assert [slot.role for slot in fuse2.slots] == ["tile", "tile", "tile", "unroll", "parallel"]
+    assert [len(slot.domain[0]) for slot in fuse2.slots[:3]] == [4, 4, 2]

@@ -1,0 +1,82 @@
+"""Decision spaces: random candidates of every sketch compute what NumPy computes, and
+rows, traces and features agree with each other."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.errors import ScheduleError
+from tilecraft.search.features import FeatureSpace
+from tilecraft.search.space import generate_sketches
+from tilecraft.tune.task import WORKLOADS
+
+SMALL = {
+    "matmul": (24, 40, 48), "matmul_add": (32, 16, 32), "dense": (2, 64, 40), "batch_matmul": (3, 16, 8, 24),
+    "conv2d": (1, 8, 10, 10, 16, 3, 3, 1, 1), "softmax": (16, 40), "layer_norm": (16, 40),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(SMALL))
+def test_random_candidates_match_numpy(workload, kernel_cache):
+    dag = tc.ComputeDAG(WORKLOADS[workload](*SMALL[workload]))
+    inputs = dag.random_inputs()
+    expected = dag.evaluate_numpy(inputs)
+    rng = np.random.default_rng(len(workload))
+    for sketch in generate_sketches(dag):
+        replayed = 0
+        for row in sketch.sample(rng, 8, 32):
+            trace = sketch.trace_of(row)
+            assert (sketch.row_of(trace) == row).all()
+            try:
+                sch = trace.replay(dag)
+            except ScheduleError as error:  # a location that a consumer's own location ruled out
+                assert "compute_location" in str(error)
+                continue
+            outputs = tc.build(sch, cache_dir=kernel_cache)(*inputs)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            for got, want in zip(outputs, expected):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{sketch.name} {row}")
+            replayed += 1
+            if replayed == 3:
+                break
+        assert replayed == 3, f"too few candidates of {sketch.name} replay"
+
+
+def test_rewrite_layout_packs_the_weight_in_tile_order(kernel_cache):
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](64, 64, 64))
+    sketch = generate_sketches(dag)[2]  # cache_write fuse2
+    want = {"matmul.i": (2, 4, 1, 8), "matmul.j": (2, 2, 1, 16), "matmul.k": (64, 1)}
+    row = [sketch.index_of(n, want[s.name]) if s.role == "tile" else 0 for n, s in enumerate(sketch.slots)]
+    sch = sketch.trace_of(row).replay(dag)
+    (packed,) = sch.state.packed
+    assert packed.packed.shape == (4, 64, 16)  # j0*j1 panels, every k, 16 contiguous columns
+    inputs = dag.random_inputs()
+    np.testing.assert_allclose(tc.build(sch, cache_dir=kernel_cache)(*inputs), inputs[0] @ inputs[1], rtol=1e-4)
+
+
+def test_parallel_depth_follows_ansor_init_rule():
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](256, 256, 256))
+    sketch = generate_sketches(dag)[0]  # tile: parallel over i0 j0 i1 j1
+    rows = sketch.sample(np.random.default_rng(0), 200, 32)
+    logs = sketch.log_factors(rows)
+    (slot, forms), = sketch.parallel_loops.items()
+    extents = np.cumsum(np.stack([f.evaluate(logs) for f in forms], axis=1), axis=1)
+    for row, cumulative in zip(rows, extents):
+        depth = row[slot]  # index d means d + 1 fused loops
+        assert cumulative[depth] > 5 or depth == len(forms) - 1
+        assert depth == 0 or cumulative[depth - 1] <= 5
+
+
+def test_features_align_columns_across_sketches():
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](64, 64, 64))
+    sketches = generate_sketches(dag)
+    space = FeatureSpace(sketches)
+    rng = np.random.default_rng(0)
+    for index, sketch in enumerate(sketches):
+        rows = sketch.sample(rng, 50, 32)
+        features = space.features(index, rows)
+        assert features.shape == (50, len(space.names))
+        assert (features[:, space.names.index(f"sketch={sketch.name}")] == 1).all()
+        i_tiles = [space.names.index(f"matmul.i.t{p}") for p in range(4)]
+        np.testing.assert_allclose(2 ** features[:, i_tiles].sum(axis=1), 64)  # the tiles of i multiply to 64
+    assert np.isnan(space.features(0, sketches[0].sample(rng, 1, 32))[0, space.names.index("matmul_local.vector")])

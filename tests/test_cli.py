@@ -1,0 +1,105 @@
+"""The tilecraft command: `best` prints a table and the best schedule, `report` writes a PNG,
+and a user error exits with status 2 and one line, never a traceback."""
+
+import sys
+
+import pytest
+
+import tilecraft as tc
+from tilecraft import te
+from tilecraft.cli import COMMANDS, build_parser, main
+from tilecraft.database import TuningRecord, trace_key
+
+TARGET = str(tc.Target("llvm -isa=avx2 -num-cores=4 -l2-bytes=1048576 -l3-bytes=33554432 -march=haswell"))
+MATMUL = {"func": "matmul", "args": [16, 16, 16]}
+
+
+def _trace(inner):
+    A = te.placeholder((16, 16), name="A")
+    B = te.placeholder((16, 16), name="B")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((16, 16), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, C]), seed=0)
+    i, j, k = sch.get_loops(sch.get_block("matmul"))
+    j0, j1 = sch.split(j, [None, inner])
+    sch.vectorize(j1)
+    return sch.trace
+
+
+def _record(cost, inner=4, error="none", key='["dag", "mm"]', workload=MATMUL, timestamp=0.0):
+    return TuningRecord(key, workload, TARGET, trace_key(_trace(inner)), () if cost is None else (cost,), error,
+                        "gcc: error: bad" if error != "none" else "", 0.2, 1.7e9 + timestamp, 2.0 * 16**3, "tiling")
+
+
+@pytest.fixture
+def log(tmp_path):
+    records = [_record(4e-6, 1, timestamp=0), _record(None, 2, "compile", timestamp=1), _record(2e-6, 8, timestamp=2),
+               _record(3e-6, 16, timestamp=3), _record(1e-5, 4, key='["dag", "relu"]', workload=None, timestamp=4)]
+    path = tmp_path / "tuning.json"
+    path.write_text("".join(r.to_json_line() + "\n" for r in records))
+    return path
+
+
+def test_best_prints_a_table_and_the_best_schedule_as_python(log, capsys):
+    assert main(["best", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "matmul(16, 16, 16)" in out and '["dag", "relu"]' in out
+    assert "compile 1" in out and "4.10" in out and "0.002 ms" in out  # 8192 flop in 2 us
+    assert "# Best of matmul(16, 16, 16): 4.10 GFLOPS" in out and f"# target: {TARGET}" in out
+    assert "def apply_trace(sch):" in out and "factors=[None, 8]" in out
+
+
+def test_best_of_one_workload_by_its_name(log, capsys):
+    assert main(["best", str(log), "--workload", "matmul", "--target", TARGET]) == 0
+    out = capsys.readouterr().out
+    assert "matmul(16, 16, 16)" in out and '["dag", "relu"]' not in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["best", "missing.json"], "missing.json does not exist"),
+    (["best", "{log}", "--workload", "conv2d"], "no records of workload conv2d; its 5 records are of 2 other"),
+    (["best", "{log}", "--target", "llvm -isa=avx512 -num-cores=64"], "but none on target 'llvm -isa=avx512"),
+    (["report", "missing.json", "-o", "out.png"], "missing.json does not exist"),
+])
+def test_a_user_error_exits_with_status_2_and_one_line(log, capsys, argv, message):
+    assert main([a.format(log=log) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_best_of_a_log_of_errors_only_shows_them_and_fails(tmp_path, capsys):
+    path = tmp_path / "errors.json"
+    path.write_text(_record(None, error="run_timeout").to_json_line() + "\n")
+    assert main(["best", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "run_timeout 1" in captured.out and "no valid record" in captured.out
+    assert "none of the 1 records selected" in captured.err
+
+
+def test_a_torn_line_is_reported_as_a_warning(log, capsys):
+    with open(log, "a") as file:
+        file.write('{"v":1,"key":')
+    assert main(["best", str(log)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("tilecraft: warning: ") and "line 6: the last line is incomplete" in err
+
+
+def test_report_writes_a_png(log, tmp_path, capsys):
+    output = tmp_path / "plots" / "report.png"
+    assert main(["report", str(log), "-o", str(output)]) == 0
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and output.stat().st_size > 10_000
+    assert f"wrote {output} (5 trials of 2 workload/target pair(s))" in capsys.readouterr().out
+
+
+def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert main(["report", str(log), "-o", str(tmp_path / "r.png")]) == 2
+    assert "pip install 'tilecraft[plot]'" in capsys.readouterr().err
+
+
+def test_every_command_is_registered_and_one_is_required(capsys):
+    assert [c.__name__ for c in COMMANDS] == ["add_best_command", "add_report_command"]
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args([])
+    assert exit_info.value.code == 2

@@ -1,0 +1,128 @@
+"""Tuning end to end: the Ansor-style API, the log, apply_best, resuming, a killed tuner."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.database import NoValidRecordError, load_records, trace_key
+
+
+def quick_options(log, trials, **kw):
+    return tc.TuningOptions(num_measure_trials=trials, num_measures_per_round=kw.pop("per_round", 6),
+                            runner=kw.pop("runner"), measure_callbacks=[tc.RecordToFile(log)], verbose=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with tc.LocalRunner(number=2, repeat=1, min_repeat_ms=0) as r:
+        yield r
+
+
+def matmul_task():
+    return tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
+
+
+def test_tune_log_apply_best_and_print_best(tmp_path, runner):
+    log = tmp_path / "matmul.json"
+    task = matmul_task()
+    summary = task.tune(quick_options(log, 12, runner=runner))
+    records = load_records(log)
+    assert summary.trials == len(records) == 12 and summary.valid >= 10
+    assert all(r.workload_key == task.workload_key and r.target == str(task.target) for r in records)
+    assert len({trace_key(r.trace) for r in records}) == 12  # never the same candidate twice
+    best = min(r.mean_cost for r in records)
+    assert summary.best_cost == pytest.approx(best)
+
+    sch = task.apply_best(log)
+    inputs = task.compute_dag.random_inputs()
+    np.testing.assert_allclose(tc.build(sch, task.target)(*inputs), inputs[0] @ inputs[1], rtol=1e-4)
+    namespace = {}
+    exec(task.print_best(log), namespace)  # the best schedule as runnable Python
+    again = tc.Schedule(task.compute_dag)
+    namespace["apply_trace"](again)
+    assert str(tc.lower(again)) == str(tc.lower(sch))
+
+
+def test_resume_never_measures_what_the_log_holds(tmp_path, runner):
+    log = tmp_path / "matmul.json"
+    task = matmul_task()
+    task.tune(quick_options(log, 6, runner=runner))
+    first = {trace_key(r.trace) for r in load_records(log)}
+    task.tune(quick_options(log, 6, runner=runner), resume_from=str(log))
+    records = load_records(log)
+    assert len(records) == 12 and len({trace_key(r.trace) for r in records}) == 12
+    assert first < {trace_key(r.trace) for r in records}
+
+
+def test_ansor_spelling_of_resume(tmp_path, runner):
+    log = tmp_path / "matmul.json"
+    task = matmul_task()
+    task.tune(quick_options(log, 6, runner=runner))
+    policy = tc.SketchPolicy(task, tc.XGBModel(), init_search_callbacks=[tc.PreloadMeasuredStates(str(log))])
+    assert len(policy.measured) == 6 and policy.model.num_samples == 6
+    batch = policy.next_batch(8)
+    assert not {c.key for c in batch} & policy.measured
+
+
+def test_apply_best_says_why_nothing_matches(tmp_path, runner):
+    log = tmp_path / "matmul.json"
+    matmul_task().tune(quick_options(log, 2, runner=runner, per_round=2))
+    other = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))
+    with pytest.raises(NoValidRecordError, match="has no records of workload"):
+        other.apply_best(log)
+
+
+def test_search_task_needs_a_workload():
+    with pytest.raises(tc.TilecraftError, match="func="):
+        tc.SearchTask()
+    with pytest.raises(tc.TilecraftError, match="no workload named 'nope'"):
+        tc.SearchTask(func="nope", args=())
+
+
+def test_early_stopping_stops(tmp_path, runner):
+    summary = matmul_task().tune(quick_options(tmp_path / "log.json", 60, runner=runner, early_stopping=1,
+                                               per_round=3))
+    assert summary.trials < 60
+
+
+TUNER = textwrap.dedent("""
+    import sys
+    import tilecraft as tc
+    task = tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
+    runner = tc.LocalRunner(number=2, min_repeat_ms=0)
+    task.tune(tc.TuningOptions(num_measure_trials=200, num_measures_per_round=4, runner=runner,
+                               measure_callbacks=[tc.RecordToFile(sys.argv[1])], verbose=0))
+""")
+
+
+def test_sigkill_loses_at_most_the_candidate_in_flight(tmp_path, runner):
+    log = tmp_path / "killed.json"
+    child = subprocess.Popen([sys.executable, "-c", TUNER, str(log)])
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and (not log.exists() or log.read_text().count("\n") < 6):
+            time.sleep(0.05)
+        assert log.exists(), "the tuner wrote nothing in two minutes"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a torn last line, if any, is skipped with a warning
+        before = load_records(log)
+    assert len(before) >= 6
+    for line in log.read_text().splitlines()[:-1]:
+        json.loads(line)  # every complete line is a whole record
+    task = matmul_task()
+    task.tune(quick_options(log, 6, runner=runner), resume_from=str(log))
+    after = load_records(log)
+    assert len(after) == len(before) + 6
+    assert len({trace_key(r.trace) for r in after}) == len(after)

@@ -1,0 +1,251 @@
+"""The ``tilecraft`` command line.
+
+    tilecraft best LOG [--workload KEY] [--target TARGET]     what a log holds, and the best schedules
+    tilecraft report LOG [-o report.png] [--workload KEY]      best-so-far GFLOPS by trial and by time
+
+Each command is one ``add_<name>_command(subparsers)`` function that declares its
+arguments and sets ``run``, the function that carries it out; ``COMMANDS`` lists them.
+A command returns its exit status. A user error (no such file, no records, a missing
+optional dependency) exits with status 2 and one line on standard error, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .database import (NoValidRecordError, TuningRecord, WorkloadSummary, canonical_target,
+                       iter_records, load_best_record, summarize, workload_label)
+from .errors import TilecraftError
+
+PLOT_INSTALL_HINT = "pip install 'tilecraft[plot]'"
+
+
+class CommandError(TilecraftError):
+    """A command cannot run as asked; the message says why."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            return args.run(args)
+        except (TilecraftError, OSError) as error:
+            print(f"tilecraft {args.command}: error: {error}", file=sys.stderr)
+            return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tilecraft", description="Automatic scheduling of tensor programs.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(subparsers)
+    return parser
+
+
+# -- tilecraft best -------------------------------------------------------------------
+
+def add_best_command(subparsers: Any) -> None:
+    command = subparsers.add_parser("best", help="summarize a tuning log and print its best schedules",
+                                    description="A table per workload and target of a tuning log (records, "
+                                                "valid, errors by kind, best GFLOPS and latency), then the best "
+                                                "schedule of each as Python. Best is over the whole log.")
+    _add_log_arguments(command)
+    command.set_defaults(run=run_best)
+
+
+def run_best(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    summaries = _select(args.log, args.workload, args.target)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a file or a pipe: no terminal to fit, so do not squeeze the table into 80
+        console.width = max(console.width, 140)
+    console.print(_summary_table(summaries, Path(args.log).name))
+    for summary in summaries:
+        console.print()
+        if summary.best is None:
+            console.print(f"# {summary.label} on {summary.target}: no valid record, all {summary.count} are "
+                          f"errors (most common: {summary.common_error_msg!r})", markup=False, soft_wrap=True)
+            continue
+        console.print(_best_header(summary), markup=False, soft_wrap=True)
+        console.print(_schedule_as_python(summary.best), markup=False, soft_wrap=True)
+    if all(summary.best is None for summary in summaries):
+        raise NoValidRecordError(f"none of the {sum(s.count for s in summaries)} records selected in {args.log} "
+                                 f"is valid (the errors are counted above)")
+    return 0
+
+
+def _summary_table(summaries: list[WorkloadSummary], title: str):
+    from rich.table import Table
+
+    targets = {s.target for s in summaries}
+    one_target = len(targets) == 1  # then it is named once, under the table, not on every row
+    table = Table(title=f"Tuning log {title}", title_justify="left", caption_justify="left",
+                  caption=f"target: {next(iter(targets))}" if one_target else None)
+    columns = ["workload"] + ([] if one_target else ["target"])
+    columns += ["records", "valid", "errors", "best GFLOPS", "best latency", "sketch"]
+    for name in columns:
+        numeric = name in ("records", "valid", "best GFLOPS", "best latency")
+        table.add_column(name, justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+    for s in summaries:
+        best = s.best
+        row = [s.label] + ([] if one_target else [s.target])
+        row += [str(s.count), str(s.valid), ", ".join(f"{kind} {n}" for kind, n in s.errors.items()) or "-",
+                f"{best.gflops:.2f}" if best else "-", f"{best.mean_cost * 1e3:.4g} ms" if best else "-",
+                (best.sketch or "-") if best else "-"]
+        table.add_row(*row)
+    return table
+
+
+def _best_header(summary: WorkloadSummary) -> str:
+    best = summary.best
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(best.timestamp))
+    return (f"# Best of {summary.label}: {best.gflops:.2f} GFLOPS, {best.mean_cost * 1e3:.4g} ms, "
+            f"sketch {best.sketch or '-'}, measured {when}\n"
+            f"# workload key: {summary.workload_key}\n# target: {summary.target}")
+
+
+def _schedule_as_python(record: TuningRecord) -> str:
+    from .schedule.trace import Trace
+
+    try:
+        return Trace.from_json(record.trace).to_python()
+    except TilecraftError as error:
+        return f"# the trace of this record cannot be read: {error}"
+
+
+# -- tilecraft report -----------------------------------------------------------------
+
+def add_report_command(subparsers: Any) -> None:
+    command = subparsers.add_parser("report", help="plot best-so-far GFLOPS of a tuning log",
+                                    description="A PNG with two panels: best-so-far GFLOPS against the trial "
+                                                "number and against wall time, every trial a point, errors "
+                                                f"marked. Needs matplotlib ({PLOT_INSTALL_HINT}).")
+    _add_log_arguments(command)
+    command.add_argument("-o", "--output", type=Path, default=None,
+                         help="the PNG to write (default: LOG with the suffix .png)")
+    command.set_defaults(run=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    _select(args.log, args.workload, args.target)  # the same checks and messages as `best`
+    figure_cls = _matplotlib_figure()
+    target = canonical_target(args.target)
+    groups: dict[tuple[str, str], list[TuningRecord]] = {}
+    for record in iter_records(args.log, target=target):
+        if args.workload is None or _matches(record.workload_key, record.workload, args.workload):
+            groups.setdefault((record.workload_key, record.target), []).append(record)
+    output = args.output or Path(args.log).with_suffix(".png")
+    figure = figure_cls(figsize=(13, 5), layout="constrained")
+    by_trial, by_time = figure.subplots(1, 2)
+    start = min(r.timestamp for records in groups.values() for r in records)
+    span = max(r.timestamp for records in groups.values() for r in records) - start
+    time_unit, time_scale = ("h", 3600.0) if span > 7200 else ("min", 60.0) if span > 120 else ("s", 1.0)
+    several_targets = len({target for _, target in groups}) > 1
+    for n, records in enumerate(groups.values()):
+        color = f"C{n % 10}"
+        label = workload_label(records[0].workload_key, records[0].workload)
+        label = _short(f"{label} on {records[0].target}" if several_targets else label)
+        trials = list(range(1, len(records) + 1))
+        times = [(r.timestamp - start) / time_scale for r in records]
+        for axes, xs in ((by_trial, trials), (by_time, times)):
+            _plot_group(axes, xs, records, color, label, errors_label="errors" if n == 0 else None)
+    by_trial.set(xlabel="trial", ylabel="GFLOPS", title="best so far, by trial")
+    by_time.set(xlabel=f"wall time ({time_unit}) since the first record", ylabel="GFLOPS",
+                title="best so far, by wall time")
+    for axes in (by_trial, by_time):
+        axes.grid(alpha=0.3)
+        axes.set_ylim(bottom=0)
+    by_trial.legend(loc="lower right", fontsize="small")
+    figure.suptitle(f"tilecraft tuning log {Path(args.log).name}"
+                    + ("" if several_targets else f"\ntarget: {next(iter(groups))[1]}"), fontsize="medium")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=110)
+    total = sum(len(records) for records in groups.values())
+    print(f"wrote {output} ({total} trials of {len(groups)} workload/target pair(s))")
+    return 0
+
+
+def _plot_group(axes, xs: list[float], records: list[TuningRecord], color: str, label: str,
+                errors_label: str | None) -> None:
+    gflops = [r.gflops if r.is_valid else math.nan for r in records]
+    best, running = [], math.nan
+    for value in gflops:
+        if not math.isnan(value) and not value <= running:
+            running = value
+        best.append(running)
+    valid_x = [x for x, g in zip(xs, gflops) if not math.isnan(g)]
+    axes.scatter(valid_x, [g for g in gflops if not math.isnan(g)], s=9, color=color, alpha=0.35, linewidths=0)
+    axes.plot(xs, best, drawstyle="steps-post", color=color, linewidth=1.8, label=label)
+    error_x = [x for x, g in zip(xs, gflops) if math.isnan(g)]
+    if error_x:
+        axes.scatter(error_x, [0.0] * len(error_x), marker="x", s=16, color="red", linewidths=1,
+                     label=errors_label, clip_on=False, zorder=3)
+
+
+def _matplotlib_figure() -> Callable[..., Any]:
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no global backend or figure state
+    except ImportError:
+        raise CommandError(f"the report needs matplotlib, which is not installed: {PLOT_INSTALL_HINT}") from None
+    return Figure
+
+
+def _short(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+# -- shared -----------------------------------------------------------------------------
+
+def _add_log_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("log", metavar="LOG", help="a tuning log (JSON lines, written by RecordToFile)")
+    command.add_argument("--workload", metavar="KEY",
+                         help="only this workload: its key, or the name of a registered workload")
+    command.add_argument("--target", metavar="TARGET", help="only this target, e.g. 'llvm -isa=avx2'")
+
+
+def _select(log: str, workload: str | None, target: str | None) -> list[WorkloadSummary]:
+    """The summaries of the log's (workload, target) pairs that match the options; raises
+    with the reason when there is none."""
+    path = Path(log)
+    if not path.is_file():
+        raise CommandError(f"{log} does not exist" if not path.exists() else f"{log} is not a file")
+    summaries = summarize(path)
+    if not summaries:
+        raise CommandError(f"{log} holds no tuning records")
+    target = canonical_target(target)
+    chosen = [s for s in summaries if (workload is None or _matches(s.workload_key, s.workload, workload))
+              and (target is None or s.target == target)]
+    if chosen:
+        return chosen
+    keys = {s.workload_key for s in summaries if workload is None or _matches(s.workload_key, s.workload, workload)}
+    if workload is not None and not keys:
+        keys = {workload}  # not in the log at all: load_best_record names what the log has
+    load_best_record(path, sorted(keys)[0], target)  # raises NoValidRecordError with the reason
+    raise NoValidRecordError(f"{log} has no records of {workload} on {target}")  # (not reached)
+
+
+def _matches(workload_key: str, workload: dict | None, query: str) -> bool:
+    return query == workload_key or (workload is not None and query in (workload.get("func"),
+                                                                        workload_label(workload_key, workload)))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"tilecraft: warning: {message}", file=sys.stderr)
+
+
+# The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
+COMMANDS: tuple[Callable[[Any], None], ...] = (add_best_command, add_report_command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""Measuring candidates safely: ``MeasureInput -> LocalBuilder -> BuildResult ->
+LocalRunner -> MeasureResult``, as in Ansor's LocalBuilder and LocalRunner.
+
+  result.py   the values passed along, and ``MeasureErrorKind``, the error taxonomy
+  builder.py  ``LocalBuilder``: replay, lower, generate C here; compile with gcc in parallel
+  runner.py   ``LocalRunner``: check against NumPy and time, one candidate at a time,
+              in a worker process that is restarted when a kernel kills it or hangs
+  worker.py   that worker (run as ``python -m tilecraft.measure.worker``)
+
+A bad candidate becomes a result with an error kind and a message; it never raises in
+the tuner, and never takes the tuner's process down with it.
+"""
+
+from .builder import Builder, LocalBuilder
+from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult
+from .runner import LocalRunner, Runner
+
+__all__ = ["Builder", "LocalBuilder", "BuildResult", "MeasureErrorKind", "MeasureInput", "MeasureResult",
+           "LocalRunner", "Runner"]

@@ -1,0 +1,113 @@
+"""``LocalBuilder``: candidates become shared libraries, in parallel, without ever raising.
+
+Replaying a trace, lowering and generating C are Python and take milliseconds, so they
+run here, one candidate after another; compiling takes gcc tens to hundreds of
+milliseconds, in a subprocess, so a thread pool runs ``n_parallel`` compilations at
+once (threads suffice: the work is outside the interpreter). Whatever a candidate does
+wrong becomes a ``BuildResult`` with an error kind, in the candidate's place.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+from typing import Protocol, Sequence
+
+from ..build import entry_signature
+from ..codegen.c import generate_c
+from ..errors import BuildError, BuildTimeoutError
+from ..ir.lower import lower
+from ..runtime.compiler import compile_c
+from ..runtime.module import ArgSpec, PackSpec
+from .result import BuildResult, MeasureErrorKind, MeasureInput, error_line
+
+ENTRY_NAME = "default_function"
+
+
+class Builder(Protocol):
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        """One result per input, in input order; a bad candidate gives an error result."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Generated:
+    """A candidate whose C source exists and awaits the compiler."""
+
+    source: str
+    args: tuple[ArgSpec, ...]
+    packs: tuple[PackSpec, ...]
+    time_cost: float  # seconds spent on it so far
+
+
+@dataclass(frozen=True, slots=True)
+class LocalBuilder:
+    """Builds candidates on this machine with gcc.
+
+    timeout_secs: the longest one compilation may run before it is stopped (BUILD_TIMEOUT).
+    n_parallel: compilations at once; None for one per CPU core.
+    cache_dir: the kernel cache of ``compile_c``; None for its default.
+    """
+
+    timeout_secs: float = 15.0
+    n_parallel: int | None = None
+    cache_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.timeout_secs > 0:
+            raise ValueError(f"LocalBuilder: timeout_secs={self.timeout_secs} must be > 0")
+        if self.n_parallel is not None and self.n_parallel < 1:
+            raise ValueError(f"LocalBuilder: n_parallel={self.n_parallel} must be >= 1 (or None for one per core)")
+
+    def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        n_parallel = self.n_parallel or os.cpu_count() or 1
+        with ThreadPoolExecutor(max_workers=n_parallel, thread_name_prefix="tilecraft-build") as pool:
+            # gcc compiles the first candidates while this thread generates the next ones.
+            pending: list[Future[BuildResult] | BuildResult] = []
+            for candidate in inputs:
+                generated = _generate(candidate)
+                is_source = isinstance(generated, _Generated)
+                pending.append(pool.submit(self._compile, generated, candidate) if is_source else generated)
+            return [p.result() if isinstance(p, Future) else p for p in pending]
+
+    def _compile(self, generated: _Generated, candidate: MeasureInput) -> BuildResult:
+        start = perf_counter()
+        kind, message, lib_path = MeasureErrorKind.NONE, "", None
+        try:
+            lib_path = str(compile_c(generated.source, candidate.target, self.cache_dir, self.timeout_secs))
+        except BuildTimeoutError as error:
+            kind, message = MeasureErrorKind.BUILD_TIMEOUT, str(error)
+        except BuildError as error:
+            kind, message = MeasureErrorKind.COMPILE, str(error)
+        except Exception as error:  # noqa: BLE001 - an unwritable cache must not stop the tuner either
+            kind, message = MeasureErrorKind.COMPILE, f"compiling: {error_line(error)}"
+        time_cost = generated.time_cost + perf_counter() - start
+        if lib_path is None:
+            return BuildResult.failed(kind, message, time_cost, generated.source, ENTRY_NAME)
+        return BuildResult(lib_path, generated.source, ENTRY_NAME, generated.args, generated.packs,
+                           MeasureErrorKind.NONE, "", time_cost)
+
+
+def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
+    """The C source of ``candidate``, or the error that stopped it, with the time spent."""
+    start = perf_counter()
+
+    def failed(kind: MeasureErrorKind, stage: str, error: Exception) -> BuildResult:
+        return BuildResult.failed(kind, f"{stage}{error_line(error)}", perf_counter() - start)
+
+    try:
+        sch = candidate.trace.replay(candidate.dag)
+    except Exception as error:  # noqa: BLE001 - any failure of a candidate is a result, not a crash
+        return failed(MeasureErrorKind.INSTANTIATION, "replaying the trace: ", error)
+    try:
+        func = lower(sch, ENTRY_NAME)
+    except Exception as error:  # noqa: BLE001
+        return failed(MeasureErrorKind.COMPILE, "lowering: ", error)
+    try:
+        source = generate_c(func, candidate.target)
+        args, packs = entry_signature(func)
+    except Exception as error:  # noqa: BLE001
+        return failed(MeasureErrorKind.COMPILE, "code generation: ", error)
+    return _Generated(source, args, packs, perf_counter() - start)

@@ -1,0 +1,289 @@
+"""``LocalRunner``: built candidates are checked and timed in a worker process that may die.
+
+Candidates run one at a time (timings must not overlap) in a long-lived worker
+(``worker.py``), reused from one candidate to the next because starting Python and
+NumPy costs far more than measuring a small kernel. When a kernel crashes its worker,
+the candidate is recorded as WORKER_CRASH with the signal; when it runs past
+``timeout_secs``, the worker is killed and the candidate recorded as RUN_TIMEOUT. In
+both cases a fresh worker starts when the next candidate needs one, so no candidate
+can stop the tuner. ``on_result`` hears of each candidate as it finishes, so a tuner
+killed mid-batch loses at most the candidate in flight.
+
+Every output is compared with NumPy's: per workload the runner draws inputs once (with
+a fixed seed), evaluates the reference and saves both to an ``.npz`` in a temporary
+directory it owns, which the worker loads and keeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import weakref
+from pathlib import Path
+from time import perf_counter, time
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from ..te.dag import ComputeDAG
+from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
+
+REFERENCE_SEED = 0
+_START_TIMEOUT_SECS = 60.0   # importing NumPy and tilecraft; not a candidate's fault when slow
+_RUNS_PER_WORKER = 500       # a fresh worker now and then: loaded libraries are never unloaded
+_STDERR_TAIL_CHARS = 600
+
+
+class Runner(Protocol):
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """One result per input, in order, each also given to ``on_result`` as soon as it is known."""
+
+
+class LocalRunner:
+    """Checks and times built candidates on this machine, one at a time, in a worker process.
+
+    timeout_secs: the longest one candidate may run in the worker (loading, checking and
+        timing) before the worker is killed (RUN_TIMEOUT).
+    number, repeat, min_repeat_ms, enable_cpu_cache_flush: the timing protocol of
+        ``Module.time_evaluator``; ``costs`` has one entry per repeat.
+    max_memory_bytes: when set, the worker's address-space limit (RLIMIT_AS); a kernel
+        that allocates beyond it fails instead of swapping the machine. Address space
+        counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
+        thread), so leave room above what the kernels touch on many-core machines.
+
+    Use it as a context manager, or call ``close()``, to stop the worker and delete the
+    reference data; both also happen when the runner is garbage-collected or at exit.
+    """
+
+    def __init__(self, timeout_secs: float = 10.0, number: int = 3, repeat: int = 1, min_repeat_ms: float = 100,
+                 enable_cpu_cache_flush: bool = False, max_memory_bytes: int | None = None) -> None:
+        for name, value, least in (("timeout_secs", timeout_secs, 1e-3), ("number", number, 1),
+                                   ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0)):
+            if value < least:
+                raise ValueError(f"LocalRunner: {name}={value} must be >= {least}")
+        if max_memory_bytes is not None and max_memory_bytes < 64 << 20:
+            raise ValueError(f"LocalRunner: max_memory_bytes={max_memory_bytes} is below 64 MiB, too little to "
+                             f"start Python and NumPy; use None for no limit")
+        self.timeout_secs = timeout_secs
+        self.number = number
+        self.repeat = repeat
+        self.min_repeat_ms = min_repeat_ms
+        self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.max_memory_bytes = max_memory_bytes
+        self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
+        self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> LocalRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker and delete the reference data; the runner cannot run after this."""
+        self._discard_worker()
+        self._directory.cleanup()
+
+    def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
+            on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        if len(inputs) != len(builds):
+            raise ValueError(f"LocalRunner.run got {len(inputs)} inputs and {len(builds)} build results; "
+                             f"pass the builder's results for exactly these inputs")
+        if not Path(self._directory.name).is_dir():
+            raise RuntimeError("this LocalRunner was closed; create a new one")
+        results = []
+        for index, (candidate, build) in enumerate(zip(inputs, builds)):
+            if build.error_kind is MeasureErrorKind.NONE:
+                result = self._measure(candidate, build)
+            else:
+                result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time())
+            results.append(result)
+            if on_result is not None:
+                on_result(index, result)
+        return results
+
+    def _measure(self, candidate: MeasureInput, build: BuildResult) -> MeasureResult:
+        start = perf_counter()
+
+        def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
+            return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time())
+
+        try:
+            reference = self._reference(candidate.dag)
+        except Exception as error:  # noqa: BLE001 - a workload NumPy cannot evaluate is still only a result
+            return result(MeasureErrorKind.RUNTIME, f"computing the NumPy reference: {error_line(error)}")
+        worker = self._ready_worker()
+        if isinstance(worker, str):
+            return result(MeasureErrorKind.WORKER_CRASH, worker)
+        try:
+            reply = worker.ask(self._request(build, reference), self.timeout_secs)
+        except BaseException:  # e.g. KeyboardInterrupt: its reply would answer the next request
+            self._discard_worker()
+            raise
+        if reply is None:
+            self._discard_worker()
+            return result(MeasureErrorKind.RUN_TIMEOUT,
+                          f"kernel ran longer than {self.timeout_secs:g} s (run timeout); the worker was killed "
+                          f"and will be restarted")
+        if "crash" in reply:
+            self._discard_worker()
+            return result(MeasureErrorKind.WORKER_CRASH, reply["crash"])
+        if reply["error_kind"] == MeasureErrorKind.WRONG_ANSWER.value:
+            # A kernel that computes wrongly may also have written out of bounds, over the
+            # worker's cached reference: later candidates get a fresh worker, and fair data.
+            self._discard_worker()
+        if reply["error_kind"] != MeasureErrorKind.NONE.value:
+            return result(MeasureErrorKind(reply["error_kind"]), reply["error_msg"])
+        return result(MeasureErrorKind.NONE, costs=reply["costs"])
+
+    def _request(self, build: BuildResult, reference: Path) -> dict[str, Any]:
+        return {"lib_path": os.path.abspath(build.lib_path), "entry_name": build.entry_name,
+                "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in build.args],
+                "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in build.packs],
+                "reference": str(reference), "number": self.number, "repeat": self.repeat,
+                "min_repeat_ms": self.min_repeat_ms, "flush": self.enable_cpu_cache_flush}
+
+    def _ready_worker(self) -> _Worker | str:
+        """The running worker, or a fresh one; why none could start, if so."""
+        if self._worker is not None and self._worker.runs >= _RUNS_PER_WORKER:
+            self._discard_worker()
+        if self._worker is None:
+            worker = _Worker(self.max_memory_bytes, Path(self._directory.name))
+            failure = worker.wait_ready(_START_TIMEOUT_SECS)
+            if failure is not None:
+                worker.stop()
+                return failure
+            self._worker = worker
+        return self._worker
+
+    def _discard_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def _reference(self, dag: ComputeDAG) -> Path:
+        """The .npz of ``dag``'s inputs and expected outputs by tensor name, made once per workload."""
+        key = dag.workload_key
+        if key not in self._references:
+            inputs = dag.random_inputs(np.random.default_rng(REFERENCE_SEED))
+            outputs = dag.evaluate_numpy(inputs)
+            arrays = {t.name: a for t, a in zip(dag.placeholders, inputs)}
+            arrays.update({t.name: a for t, a in zip(dag.outputs, outputs)})
+            path = Path(self._directory.name) / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
+            np.savez(path, **arrays)
+            self._references[key] = path
+        return self._references[key]
+
+
+class _Worker:
+    """One worker process and the two pipes to it; ``stop`` (or the finalizer) kills it."""
+
+    def __init__(self, max_memory_bytes: int | None, directory: Path) -> None:
+        request_read, request_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        command = [sys.executable, "-m", "tilecraft.measure.worker",
+                   "--request-fd", str(request_read), "--reply-fd", str(reply_write)]
+        if max_memory_bytes is not None:
+            command += ["--max-memory-bytes", str(max_memory_bytes)]
+        # The worker imports the same tilecraft as this process, installed or not.
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        self._stderr_path = directory / f"worker-{os.getpid()}-{id(self)}.log"
+        self._max_memory_bytes = max_memory_bytes
+        try:
+            with open(self._stderr_path, "wb") as stderr:
+                self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                stderr=stderr, pass_fds=(request_read, reply_write), env=env)
+        finally:
+            os.close(request_read)
+            os.close(reply_write)
+        self._requests = os.fdopen(request_write, "w")
+        self._replies = reply_read
+        self._buffer = b""
+        self.runs = 0
+        self._finalizer = weakref.finalize(self, _kill, self.process, self._requests, self._replies,
+                                           self._stderr_path)
+
+    def wait_ready(self, timeout_secs: float) -> str | None:
+        """None once the worker has started, else why it did not."""
+        reply = self._receive(timeout_secs, "while starting")
+        if reply is None:
+            return f"the measurement worker did not start within {timeout_secs:g} s{self._stderr_tail()}"
+        return reply.get("crash")
+
+    def ask(self, request: dict[str, Any], timeout_secs: float) -> dict[str, Any] | None:
+        """The worker's reply, ``{"crash": why}`` if it died, or None if it ran past the timeout."""
+        self.runs += 1
+        try:
+            self._requests.write(json.dumps(request) + "\n")
+            self._requests.flush()
+        except OSError:  # a broken pipe: the worker is gone
+            return {"crash": self._death("before the kernel ran")}
+        return self._receive(timeout_secs, "while running the kernel")
+
+    def stop(self) -> None:
+        self._finalizer()
+
+    def _receive(self, timeout_secs: float, doing: str) -> dict[str, Any] | None:
+        deadline = perf_counter() + timeout_secs
+        while b"\n" not in self._buffer:
+            remaining = deadline - perf_counter()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self._replies], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(self._replies, 1 << 16)
+            if not chunk:
+                return {"crash": self._death(doing)}
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return json.loads(line)
+
+    def _death(self, doing: str) -> str:
+        """What ended the worker, for a candidate's error message."""
+        try:
+            code = self.process.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            return "the worker closed its reply pipe but did not exit" + self._stderr_tail()
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = str(-code)
+            cause = " (killed from outside, e.g. by the out-of-memory killer)" if name == "SIGKILL" else ""
+            return f"worker died with signal {name} {doing}{cause}{self._memory_hint()}{self._stderr_tail()}"
+        return f"worker exited with code {code} {doing}{self._memory_hint()}{self._stderr_tail()}"
+
+    def _memory_hint(self) -> str:
+        if self._max_memory_bytes is None:
+            return ""
+        return (f"; its address space is limited to {self._max_memory_bytes / (1 << 20):g} MiB "
+                f"(max_memory_bytes), and a kernel may not survive an allocation that fails there")
+
+    def _stderr_tail(self) -> str:
+        try:
+            text = self._stderr_path.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+        return f"; its last output: {text[-_STDERR_TAIL_CHARS:]}" if text else ""
+
+
+def _kill(process: subprocess.Popen, requests, replies: int, stderr_path: Path) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    try:
+        requests.close()
+    except OSError:  # unsent bytes to a dead worker
+        pass
+    os.close(replies)
+    stderr_path.unlink(missing_ok=True)

@@ -1,0 +1,167 @@
+"""The measurement worker: a process that loads candidate kernels, checks and times them.
+
+A candidate kernel is native code from a search, and may crash, hang or exhaust memory;
+it runs here, in a process of its own, so that only this process dies. ``LocalRunner``
+starts it with ``python -m tilecraft.measure.worker --request-fd R --reply-fd W`` and
+speaks JSON lines over those two pipes (not stdin/stdout, which a kernel could write
+to). The worker answers ``{"ready": true}`` once, then one reply per request:
+
+  request: lib_path, entry_name, args ([name, shape, dtype, is_output] each),
+           packs ([arg_index, func_name, packed_shape] each), reference (an .npz of
+           inputs and expected outputs by tensor name), number, repeat, min_repeat_ms, flush
+  reply:   {"error_kind": "none", "costs": [seconds per call, ...]} or
+           {"error_kind": "wrong_answer" | "runtime", "error_msg": "..."}
+
+Each request binds the packed inputs (packing is not timed, as in deployment), calls
+the kernel once on fresh copies of the reference inputs with poisoned outputs, compares
+every output with the reference, and only then times it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ..runtime.module import ArgSpec, Module, PackSpec
+from .result import error_line
+
+# (rtol, atol as a fraction of max |expected|) by dtype; integers and bools must match exactly.
+# float32: rtol 1e-3 is ~8000 ulps, room for what a schedule legitimately changes (sums
+# reassociated by tiling and vector lanes, FMA contraction, libm against NumPy's exp/tanh);
+# near zero a reassociated sum errs in absolute terms, on the scale of what was summed,
+# hence an atol tied to the output's magnitude. A real bug (a lost term, a wrong index,
+# an unwritten element) errs on the order of that magnitude itself, far above 1e-4 of it.
+TOLERANCES = {"float16": (1e-2, 1e-2), "float32": (1e-3, 1e-4), "float64": (1e-6, 1e-8)}
+_CACHED_REFERENCES = 4  # reference files kept loaded; a tuner measures one workload at a time
+_PARENT_POLL_SECS = 1.0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tilecraft.measure.worker")
+    parser.add_argument("--request-fd", type=int, required=True)
+    parser.add_argument("--reply-fd", type=int, required=True)
+    parser.add_argument("--max-memory-bytes", type=int, default=None)
+    options = parser.parse_args(argv)
+    if options.max_memory_bytes is not None:
+        _limit_address_space(options.max_memory_bytes)
+    _exit_with_parent()
+    references: OrderedDict[str, dict[str, np.ndarray]] = OrderedDict()
+    with os.fdopen(options.request_fd, "r") as requests, os.fdopen(options.reply_fd, "w") as replies:
+        _send(replies, {"ready": True})
+        for line in requests:
+            _send(replies, measure(json.loads(line), references))
+
+
+def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The reply to one request; a Python exception becomes a RUNTIME error naming the stage."""
+    stage = "loading the kernel"
+    try:
+        args = tuple(ArgSpec(name, tuple(shape), dtype, is_output) for name, shape, dtype, is_output in request["args"])
+        packs = tuple(PackSpec(index, name, tuple(shape)) for index, name, shape in request["packs"])
+        module = Module(request["lib_path"], "", request["entry_name"], args, packs)
+        stage = "reading the reference data"
+        reference = _load_reference(request["reference"], references)
+        stage = "packing the weights"
+        packed = {args[pack.arg_index].name for pack in packs}
+        module = module.bind_weights(**{name: reference[name] for name in packed})
+        stage = "running the kernel"
+        # Fresh inputs: a kernel that writes into an input must not corrupt the cached reference.
+        buffers = {arg.name: poisoned(reference[arg.name]) if arg.is_output else reference[arg.name].copy()
+                   for arg in args if arg.name not in packed}
+        module(*buffers.values())
+        stage = "checking the outputs"
+        for arg in args:
+            if arg.is_output:
+                message = compare(arg.name, buffers[arg.name], reference[arg.name])
+                if message is not None:
+                    return {"error_kind": "wrong_answer", "error_msg": message}
+        stage = "timing the kernel"
+        timer = module.time_evaluator(request["number"], request["repeat"], request["min_repeat_ms"],
+                                      request["flush"])
+        return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
+    except Exception as error:  # noqa: BLE001 - every failure of a candidate is a reply
+        return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}
+
+
+def compare(name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
+    """None when output ``name`` matches the reference within ``TOLERANCES``, else what differs and where."""
+    if got.dtype.name in TOLERANCES:
+        rtol, atol_fraction = TOLERANCES[got.dtype.name]
+        finite = np.abs(expected[np.isfinite(expected)], dtype=np.float64)
+        atol = atol_fraction * (float(finite.max()) if finite.size and finite.max() > 0 else 1.0)
+        good = np.isclose(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+        tolerance = f"|got - expected| <= {atol:.3g} + {rtol:g}*|expected|"
+    else:
+        good = got == expected
+        tolerance = "exact, for " + got.dtype.name
+    if good.all():
+        return None
+    with np.errstate(invalid="ignore"):  # inf - inf
+        error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    index = np.unravel_index(int(np.argmax(np.where(good, -1.0, np.nan_to_num(error, nan=np.inf)))), got.shape)
+    return (f"output {name!r} differs from the NumPy reference: max abs error {error[index]:.3g} at index "
+            f"{tuple(int(i) for i in index)} (expected {_format(expected[index])}, got {_format(got[index])}); "
+            f"{int((~good).sum())} of {got.size} elements are outside the tolerance ({tolerance})")
+
+
+def poisoned(expected: np.ndarray) -> np.ndarray:
+    """An output buffer whose every element differs from ``expected``, so an element
+    the kernel forgets to write cannot pass the check by chance (reused memory often
+    holds the previous candidate's correct answer)."""
+    if expected.dtype == np.bool_:
+        return ~expected
+    if np.issubdtype(expected.dtype, np.integer):
+        return expected ^ 1
+    return np.where(np.isnan(expected), 0, np.nan).astype(expected.dtype)
+
+
+def _format(value: np.generic) -> str:
+    return f"{value:.6g}" if isinstance(value, np.floating) else str(value)
+
+
+def _load_reference(path: str, references: OrderedDict[str, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if path not in references:
+        with np.load(path, allow_pickle=False) as data:
+            references[path] = {name: data[name] for name in data.files}
+        while len(references) > _CACHED_REFERENCES:
+            references.popitem(last=False)
+    references.move_to_end(path)
+    return references[path]
+
+
+def _limit_address_space(max_bytes: int) -> None:
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = max_bytes if hard == resource.RLIM_INFINITY else min(max_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _exit_with_parent() -> None:
+    """Exit when the runner's process is gone, even while a kernel spins forever: a
+    killed tuner must not leave a worker burning a core (ctypes calls release the GIL,
+    so this thread runs beside any kernel)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_SECS)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="tilecraft-parent-watch", daemon=True).start()
+
+
+def _send(replies, message: dict[str, Any]) -> None:
+    replies.write(json.dumps(message) + "\n")
+    replies.flush()
+
+
+if __name__ == "__main__":
+    main()

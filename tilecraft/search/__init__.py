@@ -1,0 +1,1 @@
+"""Search: sketches, candidate populations, learned cost models and the search policy."""

@@ -1,0 +1,62 @@
+"""What a stage's reads say about how to schedule it (Ansor's access analysis)."""
+
+from __future__ import annotations
+
+from ..te.expr import Call, Select, TensorRead, Var, free_vars, walk
+from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
+
+# Math calls that cost far more than a load; recomputing them per use is not free.
+EXPENSIVE_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "pow")
+
+
+def reads_of(op: ComputeOp) -> list[TensorRead]:
+    found: list[TensorRead] = []
+    walk(op.body, lambda n: found.append(n) if isinstance(n, TensorRead) else None)
+    return found
+
+
+def is_strictly_inlineable(op: ComputeOp) -> bool:
+    """Element-wise, branch-free, no expensive math, every read in the axes' order."""
+    if op.reduce_axis:
+        return False
+    awkward: list[object] = []
+    walk(op.body, lambda n: awkward.append(n) if isinstance(n, Select) or (
+        isinstance(n, Call) and n.name in EXPENSIVE_CALLS) else None)
+    if awkward:
+        return False
+    axes = [iv.var for iv in op.axis]
+    for read in reads_of(op):
+        if not all(isinstance(i, Var) and i in axes for i in read.indices):
+            return False
+        positions = [axes.index(i) for i in read.indices]
+        if positions != sorted(set(positions)):
+            return False
+    return True
+
+
+def needs_multi_level_tiling(op: ComputeOp) -> bool:
+    """Some input misses two output axes, or one output axis and the op reduces: the
+    same input element is reused across iterations, so tiling pays."""
+    axes = [iv.var for iv in op.axis if iv.extent > 1]
+    for read in reads_of(op):
+        used = set().union(*(free_vars(i) for i in read.indices)) if read.indices else set()
+        missing = sum(1 for axis in axes if axis not in used)
+        if missing >= 2 or (missing >= 1 and op.reduce_axis):
+            return True
+    return False
+
+
+def is_elementwise_reader(consumer: ComputeOp, producer: Tensor) -> bool:
+    """``consumer`` reads ``producer`` only at its own indices, in order, without reducing."""
+    if consumer.reduce_axis or consumer.shape != producer.shape:
+        return False
+    axes = tuple(iv.var for iv in consumer.axis)
+    reads = [r for r in reads_of(consumer) if r.tensor is producer]
+    return bool(reads) and all(r.indices == axes for r in reads)
+
+
+def layout_free_reads(op: ComputeOp) -> list[int]:
+    """Indices (into ``op.input_tensors``) of the layout-free weights the op reads."""
+    free = op.attrs.get("layout_free_placeholders", [])
+    return [n for n, t in enumerate(op.input_tensors)
+            if isinstance(t.op, PlaceholderOp) and any(t is f for f in free)]

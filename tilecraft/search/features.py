@@ -1,0 +1,99 @@
+"""Features of candidates, computed for a whole population from its decisions.
+
+Every feature is named, and a task's columns are the union of its sketches' names, so a
+tile size of ``matmul.i`` means the same column in every sketch that samples it (a sketch
+without it leaves NaN, which the tree models treat as missing). Per candidate:
+- which sketch it comes from (one-hot);
+- log2 of every tile factor, and per tiled block and tile level the log2 product of its
+  spatial and of its reduction factors, and of everything inside that level (the tile's
+  footprint, which decides what stays in registers and caches);
+- the unroll step, the number of parallel loops and the log2 parallel extent, the log2
+  length of each vectorized loop, and each sampled compute location.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .space import Sketch
+
+
+def _level_groups(sketch: Sketch) -> dict[str, list[int]]:
+    """Feature name -> factor columns summed into it (per block, level and loop kind)."""
+    groups: dict[str, list[int]] = {}
+    for column, (slot_index, position) in enumerate(sketch.factor_columns):
+        slot = sketch.slots[slot_index]
+        block = slot.name.split(".")[0]
+        kind = "S" if slot.spatial else "R"
+        groups.setdefault(f"{block}.{kind}{position}", []).append(column)
+        for level in range(1, position + 1):
+            groups.setdefault(f"{block}.{kind}inside{level}", []).append(column)
+    return groups
+
+
+def feature_names(sketch: Sketch) -> list[str]:
+    names = [f"sketch={sketch.name}"]
+    for slot in sketch.slots:
+        if slot.role == "tile":
+            names += [f"{slot.name}.t{p}" for p in range(len(slot.domain[0]))]
+        else:
+            names.append(slot.name)
+        if slot.role == "parallel":
+            names.append(f"{slot.name}.extent")
+    names += list(_level_groups(sketch))
+    names += [f"{block}.vector" for block in sketch.vector_loops]
+    return names
+
+
+def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
+    """The features of ``rows`` (candidates of ``sketch``) in ``feature_names(sketch)`` order."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), len(sketch.slots))
+    logs = sketch.log_factors(rows)
+    columns = [np.ones(len(rows))]
+    column = 0
+    for index, slot in enumerate(sketch.slots):
+        if slot.role == "tile":
+            width = len(slot.domain[0])
+            columns += [logs[:, column + p] for p in range(width)]
+            column += width
+        elif slot.role == "unroll":
+            columns.append(np.log2(1 + np.asarray(slot.values, dtype=float)[rows[:, index]]))
+        elif slot.role == "parallel":
+            count = np.asarray(slot.values, dtype=float)[rows[:, index]]
+            columns.append(count)
+            extents = np.stack([f.evaluate(logs) for f in sketch.parallel_loops[index]], axis=1)
+            used = np.arange(extents.shape[1])[None, :] < count[:, None]
+            columns.append((extents * used).sum(axis=1))
+        else:
+            columns.append(rows[:, index].astype(float))
+    for group in _level_groups(sketch).values():
+        columns.append(logs[:, group].sum(axis=1))
+    for form in sketch.vector_loops.values():
+        columns.append(form.evaluate(logs))
+    return np.stack(columns, axis=1)
+
+
+class FeatureSpace:
+    """The union of the named features of a task's sketches."""
+
+    def __init__(self, sketches: list[Sketch]):
+        self.sketches = sketches
+        self.names: list[str] = []
+        self._positions: list[np.ndarray] = []
+        index: dict[str, int] = {}
+        for sketch in sketches:
+            positions = []
+            for name in feature_names(sketch):
+                if name not in index:
+                    index[name] = len(self.names)
+                    self.names.append(name)
+                positions.append(index[name])
+            self._positions.append(np.array(positions))
+
+    def features(self, sketch_index: int, rows: np.ndarray) -> np.ndarray:
+        out = np.full((len(rows), len(self.names)), np.nan)
+        for n, sketch in enumerate(self.sketches):  # other sketches' one-hot columns are 0
+            out[:, self._positions[n][0]] = 0.0
+        if len(rows):
+            out[:, self._positions[sketch_index]] = sketch_features(self.sketches[sketch_index], rows)
+        return out

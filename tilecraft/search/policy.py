@@ -1,0 +1,123 @@
+"""``SketchPolicy``: Ansor's search policy over a task's sketches.
+
+It owns what the search knows about one task: the sketches, the feature space, the cost
+model with the measurements it was trained on, the candidates already measured (never
+measured again) and the best ones (which seed each population).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..database.record import TuningRecord, trace_key
+from ..errors import ScheduleError
+from ..schedule.trace import Trace
+from .cost_model import CostModel, XGBModel
+from .evolution import Candidate, SearchParams, evolutionary_search
+from .features import FeatureSpace
+from .space import Sketch, generate_sketches
+
+JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
+
+
+class SketchPolicy:
+    def __init__(self, task, program_cost_model: CostModel | None = None, params: SearchParams | None = None,
+                 seed: int = 0, init_search_callbacks: Sequence = (), sketches: list[Sketch] | None = None):
+        self.task = task
+        self.sketches = sketches if sketches is not None else generate_sketches(task.compute_dag)
+        self.feature_space = FeatureSpace(self.sketches)
+        self.model = program_cost_model if program_cost_model is not None else XGBModel()
+        self.params = params or SearchParams()
+        self.rng = np.random.default_rng(seed)
+        self.min_parallel = JOBS_PER_CORE * task.target.num_cores
+        self.measured: set = set()
+        self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
+        self.best: list[tuple[float, Candidate]] = []
+        for callback in init_search_callbacks:
+            callback.apply(self)
+
+    def trace_of(self, candidate: Candidate) -> Trace:
+        return self.sketches[candidate.sketch].trace_of(candidate.row)
+
+    def features(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        rows = np.full((len(candidates), len(self.feature_space.names)), np.nan)
+        by_sketch: dict[int, list[int]] = {}
+        for position, candidate in enumerate(candidates):
+            by_sketch.setdefault(candidate.sketch, []).append(position)
+        for sketch, positions in by_sketch.items():
+            decisions = np.array([candidates[p].row for p in positions], dtype=np.int64)
+            rows[positions] = self.feature_space.features(sketch, decisions)
+        return rows
+
+    def next_batch(self, count: int) -> list[Candidate]:
+        """Up to ``count`` unmeasured candidates, the most promising by the model."""
+        def score(sketch: int, rows: np.ndarray) -> np.ndarray:
+            return self.model.predict(self.feature_space.features(sketch, rows))
+
+        seeds = [c for _, c in self.best]
+        chosen = evolutionary_search(self.sketches, score, count, self.measured, seeds, self.rng,
+                                     self.min_parallel, self.params)
+        if self.measured_traces:
+            chosen = [c for c in chosen if trace_key(self.trace_of(c)) not in self.measured_traces]
+        invalid = [c for c in chosen if not self._replays(c)]
+        if invalid:  # learned as failures, never measured (Ansor drops them when sampling)
+            self.update(invalid, [np.inf] * len(invalid))
+            chosen = [c for c in chosen if c.key not in self.measured]
+        return chosen
+
+    def _replays(self, candidate: Candidate) -> bool:
+        """Compute locations depend on each other (a block's consumer may itself be
+        inlined), so a candidate with several of them may not replay; check it here."""
+        sketch = self.sketches[candidate.sketch]
+        if sum(slot.role == "location" for slot in sketch.slots) < 2:
+            return True
+        try:
+            sketch.trace_of(candidate.row).replay(self.task.compute_dag)
+        except ScheduleError:
+            return False
+        return True
+
+    def update(self, candidates: Sequence[Candidate], costs: Sequence[float]) -> None:
+        """Record measured mean costs (inf for failures) and train the model on them."""
+        for candidate, cost in zip(candidates, costs):
+            self.measured.add(candidate.key)
+            if np.isfinite(cost):
+                self.best.append((float(cost), candidate))
+        self.best.sort(key=lambda e: e[0])
+        del self.best[self.params.population:]
+        if candidates:
+            self.model.update(self.features(candidates), np.asarray(costs, dtype=float))
+
+    def preload(self, records: Sequence[TuningRecord]) -> int:
+        """Mark what ``records`` measured and learn from it; returns how many records
+        matched a sketch of this task (the others are still never re-measured)."""
+        by_name = {sketch.name: n for n, sketch in enumerate(self.sketches)}
+        candidates, costs = [], []
+        for record in records:
+            trace = Trace.from_json(record.trace)
+            order = [by_name[record.sketch]] if record.sketch in by_name else range(len(self.sketches))
+            for index in order:
+                row = self.sketches[index].row_of(trace)
+                if row is not None:
+                    candidates.append(Candidate(index, tuple(int(v) for v in row)))
+                    costs.append(record.mean_cost)
+                    break
+            else:
+                self.measured_traces.add(trace_key(trace))
+        self.update(candidates, costs)
+        return len(candidates)
+
+
+class PreloadMeasuredStates:
+    """Ansor's init-search callback: mark every state in ``log`` as measured, seed the
+    population with the best and train the cost model on them."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def apply(self, policy: SketchPolicy) -> None:
+        from ..database.log import load_records
+
+        policy.preload(load_records(self.log, policy.task.workload_key, policy.task.target))

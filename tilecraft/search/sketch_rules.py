@@ -1,0 +1,204 @@
+"""Sketch rules: the high-level structures of a program, derived from its compute DAG.
+
+As in Ansor, the rules visit the stages from the last to the first. A rule looks at a
+draft and a stage and says whether it applies; applying returns new drafts and the stage
+to visit next. ``APPLY`` keeps trying later rules on the same draft (so a draft with and
+one without, say, a cache stage both survive); ``APPLY_AND_SKIP_REST`` stops there.
+Tile sizes are left to sampling steps (``sample_perfect_tile``): a sketch is a schedule
+whose trace has free decisions. ``SKETCH_RULES`` is the list users extend.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from ..schedule.schedule import Schedule
+from .access import is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling
+
+
+class Condition(enum.Enum):
+    SKIP = 0
+    APPLY = 1
+    APPLY_AND_SKIP_REST = 2
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A schedule under construction, with what the rules have done to it so far."""
+
+    sch: Schedule
+    tiled: frozenset[str] = frozenset()  # blocks with multi-level tiling
+    steps: tuple[str, ...] = ()  # rule applications, for the sketch's name
+
+    def stage(self, name: str):
+        return self.sch.state.stage(name)
+
+    def index(self, name: str) -> int:
+        return [s.name for s in self.sch.state.stages].index(name)
+
+    def derive(self, sch: Schedule, label: str, tiled: str | None = None) -> Draft:
+        return replace(self, sch=sch, steps=self.steps + (label,),
+                       tiled=self.tiled | {tiled} if tiled else self.tiled)
+
+
+@dataclass
+class SketchRule:
+    """Base of the rules; ``condition`` and ``apply`` are what a custom rule overrides."""
+
+    name: str = "rule"
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        raise NotImplementedError
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        raise NotImplementedError
+
+
+def _single_elementwise_consumer(draft: Draft, block: str):
+    stage = draft.stage(block)
+    consumers = draft.sch.state.consumers_of(block)
+    if len(consumers) == 1 and is_elementwise_reader(consumers[0].op, stage.tensor) and not consumers[0].attach:
+        return consumers[0]
+    return None
+
+
+def _needs_tiling(draft: Draft, block: str) -> bool:
+    stage = draft.stage(block)
+    return block not in draft.tiled and not stage.attach and needs_multi_level_tiling(stage.op)
+
+
+@dataclass
+class AlwaysInline(SketchRule):
+    name: str = "inline"
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        stage = draft.stage(block)
+        simple = not stage.is_output and draft.sch.state.consumers_of(block) and is_strictly_inlineable(stage.op)
+        return Condition.APPLY_AND_SKIP_REST if simple else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        sch.compute_inline(sch.get_block(block))
+        return [(draft.derive(sch, f"inline({block})"), draft.index(block) - 1)]
+
+
+@dataclass
+class AddCacheWrite(SketchRule):
+    """Accumulate in a local buffer that the next rule tiles and places in a copy-out loop."""
+
+    name: str = "cache_write"
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        wanted = _needs_tiling(draft, block) and _single_elementwise_consumer(draft, block) is None
+        return Condition.APPLY if wanted else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        sch.cache_write(sch.get_block(block), 0, "local")
+        return [(draft.derive(sch, "cache_write"), draft.index(block))]
+
+
+@dataclass
+class MultiLevelTiling(SketchRule):
+    name: str = "tile"
+    structure: str = "SSRSRS"
+    max_innermost_factor: int = 64
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        return Condition.APPLY_AND_SKIP_REST if _needs_tiling(draft, block) else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        multi_level_tile(sch, block, self.structure, self.max_innermost_factor)
+        return [(draft.derive(sch, "tile", tiled=block), draft.index(block) - 1)]
+
+
+@dataclass
+class MultiLevelTilingWithFusion(SketchRule):
+    """Tile, and compute the tile inside the matching tile loop of its element-wise
+    consumer at each of ``levels``, so the result is consumed while still in cache."""
+
+    name: str = "tile_fuse"
+    structure: str = "SSRSRS"
+    levels: tuple[int, ...] = (1, 2)
+    max_innermost_factor: int = 64
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        if not _needs_tiling(draft, block) or _single_elementwise_consumer(draft, block) is None:
+            return Condition.SKIP
+        cached = draft.sch.state.consumers_of(block)[0].name == f"{block}_local"
+        return Condition.APPLY_AND_SKIP_REST if cached else Condition.APPLY
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        results = []
+        for level in self.levels:
+            sch = draft.sch.copy()
+            consumer = _single_elementwise_consumer(draft, block).name
+            spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor)
+            c_block = sch.get_block(consumer)
+            c_loops = sch.get_loops(c_block)
+            pieces = [sch.split(loop, list(tiles[:level]) + [None]) for loop, tiles in zip(c_loops, spatial_tiles)]
+            sch.reorder(*[p[n] for n in range(level + 1) for p in pieces])
+            sch.compute_at(sch.get_block(block), pieces[-1][level - 1])
+            results.append((draft.derive(sch, f"fuse{level}", tiled=block), draft.index(block) - 1))
+        return results
+
+
+@dataclass
+class SkipStage(SketchRule):
+    name: str = "skip"
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        return Condition.APPLY
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        return [(draft, draft.index(block) - 1)]
+
+
+def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_factor: int):
+    """Split every spatial loop into the S levels and every reduction loop into the R
+    levels of ``structure`` with sampled perfect tiles, and order the pieces as it says.
+    Returns the sampled factors per spatial and per reduction loop."""
+    b = sch.get_block(block)
+    loops = sch.get_loops(b)
+    stage = sch.state.stage(block)
+    kinds = [stage.loop(loop.id).kind for loop in loops]
+    tiles, pieces = {"S": [], "R": []}, {"S": [], "R": []}
+    for loop, kind in zip(loops, kinds):
+        key = "S" if kind == "spatial" else "R"
+        factors = sch.sample_perfect_tile(loop, structure.count(key), max_innermost_factor)
+        tiles[key].append(factors)
+        pieces[key].append(sch.split(loop, factors))
+    order, used = [], {"S": 0, "R": 0}
+    for key in structure:
+        order += [p[used[key]] for p in pieces[key]]
+        used[key] += 1
+    sch.reorder(*order)
+    return tiles["S"], tiles["R"]
+
+
+SKETCH_RULES: list[SketchRule] = [
+    AlwaysInline(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage(),
+]
+
+
+def derive_drafts(sch: Schedule, rules: list[SketchRule] | None = None) -> list[Draft]:
+    """Every draft the rules derive, visiting stages from the last to the first."""
+    rules = SKETCH_RULES if rules is None else rules
+    pending = [(Draft(sch), len(sch.state.stages) - 1)]
+    done: list[Draft] = []
+    while pending:
+        draft, index = pending.pop()
+        if index < 0:
+            done.append(draft)
+            continue
+        block = draft.sch.state.stages[index].name
+        for rule in rules:
+            condition = rule.condition(draft, block)
+            if condition is Condition.SKIP:
+                continue
+            pending.extend(reversed(rule.apply(draft, block)))
+            if condition is Condition.APPLY_AND_SKIP_REST:
+                break
+    return done

@@ -1,0 +1,217 @@
+"""Sketches and their decision spaces: a candidate is a row of integers.
+
+A ``Sketch`` is a trace whose sampling steps are free. Each sampling step is a ``Slot``
+with a finite domain (every perfect tiling of a loop, the candidates of a categorical,
+the loops a block may be computed at); a candidate is one index per slot, so a whole
+population is an integer matrix that can be sampled, mutated, deduplicated and turned
+into features with NumPy, without replaying or lowering anything (DESIGN principle 1).
+Only the candidates chosen for measurement become traces again.
+
+Loop extents follow from tile sizes, so the analysis also records every interesting
+loop's extent as a linear form in the log2 tile factors: the parallel extent or the
+vector length of any candidate is then one matrix product.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..schedule.sampling import factorizations
+from ..schedule.schedule import Schedule
+from ..schedule.trace import Trace
+from ..te.dag import ComputeDAG
+
+
+@dataclass(frozen=True)
+class Slot:
+    step: int  # index of the sampling step in the sketch's trace
+    role: str  # tile | unroll | parallel | location | categorical
+    name: str  # what it decides, e.g. "matmul.i" or "matmul.unroll"
+    domain: tuple  # the decisions the step may record, in a fixed order
+    values: tuple = ()  # categorical: the value each decision stands for
+    spatial: bool = True  # tile: of a spatial loop
+
+
+@dataclass(frozen=True)
+class LogForm:
+    """log2(extent of a loop) = coef . log2(tile factors) + const."""
+
+    coef: tuple[tuple[int, float], ...]  # (factor column, coefficient)
+    const: float
+
+    def __add__(self, other: LogForm) -> LogForm:
+        merged: dict[int, float] = dict(self.coef)
+        for column, c in other.coef:
+            merged[column] = merged.get(column, 0.0) + c
+        return LogForm(tuple(sorted((k, v) for k, v in merged.items() if v)), self.const + other.const)
+
+    def scaled(self, factor: float) -> LogForm:
+        return LogForm(tuple((k, v * factor) for k, v in self.coef), self.const * factor)
+
+    def evaluate(self, log_factors: np.ndarray) -> np.ndarray:
+        out = np.full(len(log_factors), self.const)
+        for column, c in self.coef:
+            out += c * log_factors[:, column]
+        return out
+
+
+@dataclass
+class Sketch:
+    name: str
+    trace: Trace
+    slots: tuple[Slot, ...]
+    factor_columns: tuple[tuple[int, int], ...]  # (slot index, position) per log-factor column
+    parallel_loops: dict[int, tuple[LogForm, ...]]  # parallel slot -> leading loops' extents
+    vector_loops: dict[str, LogForm]  # block -> its innermost loop's extent
+    _index: list[dict] = field(default_factory=list, repr=False)
+    _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index = [{d: n for n, d in enumerate(slot.domain)} for slot in self.slots]
+        self._log_tables = {n: np.log2(np.asarray(slot.domain, dtype=float))
+                            for n, slot in enumerate(self.slots) if slot.role == "tile"}
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.array([len(slot.domain) for slot in self.slots], dtype=np.int64)
+
+    def index_of(self, slot: int, decision) -> int | None:
+        """Position of ``decision`` in the domain of ``slot``; None if it is not there."""
+        return self._index[slot].get(decision)
+
+    def decisions(self, row: Sequence[int]) -> dict[int, object]:
+        return {slot.step: slot.domain[int(i)] for slot, i in zip(self.slots, row)}
+
+    def trace_of(self, row: Sequence[int]) -> Trace:
+        return self.trace.with_decisions(self.decisions(row))
+
+    def row_of(self, trace: Trace) -> np.ndarray | None:
+        """The candidate a (recorded) trace stands for, or None if it is not of this sketch."""
+        if len(trace.steps) != len(self.trace.steps):
+            return None
+        row = []
+        for slot in self.slots:
+            index = self.index_of(len(row), trace.steps[slot.step].decision)
+            if index is None:
+                return None
+            row.append(index)
+        if trace.dumps() != self.trace_of(row).dumps():
+            return None
+        return np.array(row, dtype=np.int64)
+
+    def log_factors(self, rows: np.ndarray) -> np.ndarray:
+        """log2 of every tile factor of every candidate, one column per (slot, position)."""
+        out = np.zeros((len(rows), len(self.factor_columns)))
+        for column, (slot, position) in enumerate(self.factor_columns):
+            out[:, column] = self._log_tables[slot][rows[:, slot], position]
+        return out
+
+    def sample(self, rng: np.random.Generator, count: int, min_parallel: int) -> np.ndarray:
+        """Random candidates: tiles, unroll steps and locations uniform; the parallel
+        depth as Ansor's InitParallel picks it (the fewest outer loops with more than
+        ``min_parallel`` iterations)."""
+        rows = (rng.random((count, len(self.slots))) * self.sizes).astype(np.int64)
+        return self.fix_parallel(rows, min_parallel)
+
+    def fix_parallel(self, rows: np.ndarray, min_parallel: int) -> np.ndarray:
+        if not self.parallel_loops:
+            return rows
+        logs = self.log_factors(rows)
+        for slot, forms in self.parallel_loops.items():
+            cumulative = np.cumsum(np.stack([f.evaluate(logs) for f in forms], axis=1), axis=1)
+            enough = cumulative > math.log2(min_parallel)
+            rows[:, slot] = np.where(enough.any(axis=1), enough.argmax(axis=1), len(forms) - 1)
+        return rows
+
+
+def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
+    """Replay ``trace`` once and describe its sampling steps as slots."""
+    slots: list[Slot] = []
+    columns: list[tuple[int, int]] = []
+    forms: dict[int, LogForm] = {}  # loop id -> extent form
+    factor_of: dict[str, LogForm] = {}  # symbol of a sampled tile factor -> its form
+    block_names: dict[str, str] = {}
+    parallel: dict[int, tuple[LogForm, ...]] = {}
+    vector: dict[str, LogForm] = {}
+    slot_of_symbol: dict[str, int] = {}
+
+    def form_of(sch: Schedule, loop_id: int) -> LogForm:
+        if loop_id not in forms:
+            forms[loop_id] = LogForm((), math.log2(max(sch.state.stage_of_loop(loop_id).loop(loop_id).extent, 1)))
+        return forms[loop_id]
+
+    def observe(sch: Schedule, index: int, step, kwargs: dict, result) -> None:
+        kind = step.kind
+        if kind in ("get_block", "cache_write", "cache_read"):
+            block_names[step.outputs[0]] = result.name
+        elif kind == "sample_perfect_tile":
+            loop = sch.state.stage_of_loop(kwargs["loop"].id)
+            extent = loop.loop(kwargs["loop"].id).extent
+            domain = factorizations(extent, kwargs["n"], kwargs["max_innermost_factor"])
+            slots.append(Slot(index, "tile", f"{loop.name}.{loop.loop(kwargs['loop'].id).name}", domain,
+                              spatial=loop.loop(kwargs["loop"].id).kind == "spatial"))
+            for position, symbol in enumerate(step.outputs):
+                factor_of[symbol] = LogForm(((len(columns), 1.0),), 0.0)
+                columns.append((len(slots) - 1, position))
+        elif kind == "sample_categorical":
+            slot_of_symbol[step.outputs[0]] = len(slots)
+            slots.append(Slot(index, "categorical", f"categorical{index}", tuple(range(len(kwargs["candidates"]))),
+                              tuple(kwargs["candidates"])))
+        elif kind == "sample_compute_location":
+            block = kwargs["block"].name
+            domain = tuple(sch.compute_location_candidates(kwargs["block"]))
+            slots.append(Slot(index, "location", f"{block}.location", domain))
+        elif kind == "split":
+            parent = form_of(sch, kwargs["loop"].id)
+            known = [factor_of.get(getattr(f, "symbol", None)) if f is not None else None for f in kwargs["factors"]]
+            known = [k if k is not None or f is None else LogForm((), math.log2(int(f)))
+                     for k, f in zip(known, kwargs["factors"])]
+            rest = parent
+            for k in known:
+                if k is not None:
+                    rest = rest + k.scaled(-1.0)
+            for child, k in zip(result, known):
+                forms[child.id] = k if k is not None else rest
+        elif kind == "fuse":
+            total = LogForm((), 0.0)
+            for loop in kwargs["loops"]:
+                total = total + form_of(sch, loop.id)
+            forms[result.id] = total
+        elif kind == "annotate" and kwargs["ann_key"] in ("meta_schedule.parallel", "pragma_auto_unroll_max_step"):
+            symbol = getattr(dict(step.args).get("ann_val"), "symbol", None)
+            if symbol in slot_of_symbol:
+                slot_index = slot_of_symbol[symbol]
+                block = kwargs["block_or_loop"].name
+                role = "parallel" if kwargs["ann_key"] == "meta_schedule.parallel" else "unroll"
+                old = slots[slot_index]
+                slots[slot_index] = Slot(old.step, role, f"{block}.{role}", old.domain, old.values)
+                if role == "parallel":
+                    stage = sch.state.stage(block)
+                    count = len(old.values)
+                    parallel[slot_index] = tuple(form_of(sch, leaf) for leaf in stage.leaves[:count])
+        elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
+            block = kwargs["block_or_loop"].name
+            vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
+
+    trace.replay(dag, observe=observe)
+    return Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
+
+
+def generate_sketches(dag: ComputeDAG, rules: list | None = None) -> list[Sketch]:
+    """The sketches of ``dag``: every draft of the sketch rules, annotated; deterministic."""
+    from .annotation import annotate
+    from .sketch_rules import derive_drafts
+
+    sketches: dict[str, Sketch] = {}
+    for draft in derive_drafts(Schedule(dag, seed=0), rules):
+        trace = annotate(draft).trace
+        name = " ".join(draft.steps) or "default"
+        if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
+            while name in sketches:
+                name += "'"
+            sketches[name] = analyze(dag, trace, name)
+    return list(sketches.values())

@@ -1,0 +1,1 @@
+"""Tuning: the loop that searches, measures and records, and how it reports progress."""

@@ -1,0 +1,178 @@
+"""Tuning tasks: a workload on a target, tuned with measurements written to a log.
+
+Names follow Ansor (``register_workload``, ``SearchTask``, ``TuningOptions``,
+``apply_best``, ``print_best``), so the Ansor tutorial reads the same with ``tilecraft``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..database.log import load_best_record, load_records
+from ..errors import TilecraftError
+from ..measure import LocalBuilder, LocalRunner, MeasureInput
+from ..schedule.trace import Trace
+from ..target import Target
+from ..te.dag import ComputeDAG
+from .progress import ProgressReporter
+
+WORKLOADS: dict[str, Callable[..., Sequence]] = {}
+
+
+def register_workload(func: Callable[..., Sequence] | None = None, *, name: str | None = None):
+    """Register a function returning a workload's tensors, so that a task (and a log
+    record) can name it by function name and arguments."""
+
+    def register(f: Callable[..., Sequence]) -> Callable[..., Sequence]:
+        WORKLOADS[name or f.__name__] = f
+        return f
+
+    return register(func) if func is not None else register
+
+
+@dataclass
+class TuningOptions:
+    """How long and how to tune. ``early_stopping``: stop after this many trials without
+    a better candidate (None: never). ``verbose``: 0 silent, 1 a status line, 2 also a
+    line per round."""
+
+    num_measure_trials: int = 1000
+    num_measures_per_round: int = 64
+    early_stopping: int | None = None
+    builder: Any = None
+    runner: Any = None
+    measure_callbacks: Sequence[Callable] = ()
+    verbose: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_measure_trials < 0 or self.num_measures_per_round < 1:
+            raise ValueError("TuningOptions: num_measure_trials must be >= 0 and num_measures_per_round >= 1")
+
+
+@dataclass
+class TuningSummary:
+    """What one ``tune`` call did, and where its time went (seconds)."""
+
+    trials: int = 0
+    valid: int = 0
+    best_cost: float = float("inf")
+    search_secs: float = 0.0  # evolutionary search, features and prediction
+    model_secs: float = 0.0  # cost-model training
+    build_secs: float = 0.0
+    run_secs: float = 0.0
+    wall_secs: float = 0.0
+    errors: dict[str, int] = field(default_factory=dict)
+
+
+class SearchTask:
+    """A computation to tune on a target: ``func(*args)`` registered with
+    ``register_workload``, or a ``compute_dag`` given directly."""
+
+    def __init__(self, func: Callable | str | None = None, args: Sequence = (), compute_dag: ComputeDAG | None = None,
+                 workload_key: str | None = None, target: Target | str | None = None, desc: str = ""):
+        if (func is None) == (compute_dag is None):
+            raise TilecraftError("SearchTask needs either func= (a function registered with "
+                                 "tc.register_workload) and args=, or compute_dag=, not both or neither")
+        self.workload: dict | None = None
+        if func is not None:
+            name = func if isinstance(func, str) else getattr(func, "__name__", str(func))
+            if name not in WORKLOADS:
+                if callable(func):
+                    register_workload(func)
+                else:
+                    raise TilecraftError(f"no workload named {name!r} is registered; decorate its function with "
+                                         f"@tc.register_workload (registered: {', '.join(WORKLOADS) or 'none'})")
+            compute_dag = ComputeDAG(WORKLOADS[name](*args))
+            self.workload = {"func": name, "args": list(args)}
+            workload_key = workload_key or json.dumps([name, *args])
+        self.compute_dag = compute_dag
+        self.workload_key = workload_key or compute_dag.workload_key
+        self.target = target if isinstance(target, Target) else Target(target)
+        self.desc = desc or (self.workload["func"] if self.workload else "")
+
+    def __repr__(self) -> str:
+        return f"SearchTask({self.workload_key}, target={self.target})"
+
+    def tune(self, tuning_options: TuningOptions | None = None, search_policy=None,
+             resume_from: str | None = None) -> TuningSummary:
+        """Measure ``num_measure_trials`` candidates chosen by ``search_policy`` (a
+        ``SketchPolicy`` with an XGBoost model by default). ``resume_from``: a log whose
+        records warm the model and are never measured again."""
+        from ..search.policy import SketchPolicy
+
+        options = tuning_options or TuningOptions()
+        policy = search_policy or SketchPolicy(self)
+        if resume_from is not None:
+            policy.preload(load_records(resume_from, self.workload_key, self.target))
+        return _tune(self, policy, options)
+
+    def apply_best(self, log_file: str):
+        """The schedule of the best record in the whole log for this workload and target."""
+        record = load_best_record(log_file, self.workload_key, self.target)
+        return Trace.from_json(record.trace).replay(self.compute_dag)
+
+    def print_best(self, log_file: str) -> str:
+        """The best schedule as Python code."""
+        record = load_best_record(log_file, self.workload_key, self.target)
+        return Trace.from_json(record.trace).to_python()
+
+
+def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
+    builder = options.builder or LocalBuilder()
+    runner = options.runner or LocalRunner()
+    summary = TuningSummary()
+    started = time.perf_counter()
+    since_best = 0
+    flop = task.compute_dag.flop_count()
+    reporter = ProgressReporter(options.num_measure_trials, options.verbose, task_name=task.desc or task.workload_key)
+    try:
+        while summary.trials < options.num_measure_trials:
+            count = min(options.num_measures_per_round, options.num_measure_trials - summary.trials)
+            clock = time.perf_counter()
+            candidates = policy.next_batch(count)
+            summary.search_secs += time.perf_counter() - clock
+            if not candidates:
+                reporter.note("the search space is exhausted: every candidate it found was measured")
+                break
+            sketches = [policy.sketches[c.sketch].name for c in candidates]
+            inputs = [MeasureInput(task.compute_dag, task.target, policy.trace_of(c)) for c in candidates]
+            clock = time.perf_counter()
+            builds = builder.build(inputs)
+            summary.build_secs += time.perf_counter() - clock
+
+            def record(index: int, result) -> None:
+                for callback in options.measure_callbacks:
+                    callback(task, [inputs[index]], [result], sketches=[sketches[index]])
+                cost = result.mean_cost
+                reporter.update(flop / cost / 1e9 if result.is_valid else None,
+                                cost if result.is_valid else None, result.error_kind.value)
+
+            clock = time.perf_counter()
+            results = runner.run(inputs, builds, on_result=record)
+            summary.run_secs += time.perf_counter() - clock
+            clock = time.perf_counter()
+            policy.update(candidates, [r.mean_cost for r in results])
+            summary.model_secs += time.perf_counter() - clock
+            for result in results:
+                summary.trials += 1
+                if result.is_valid:
+                    summary.valid += 1
+                else:
+                    summary.errors[result.error_kind.value] = summary.errors.get(result.error_kind.value, 0) + 1
+                if result.mean_cost < summary.best_cost:
+                    summary.best_cost, since_best = result.mean_cost, 0
+                else:
+                    since_best += 1
+            reporter.note(f"round done: {summary.trials} trials, best {summary.best_cost * 1e3:.3f} ms")
+            if options.early_stopping is not None and since_best >= options.early_stopping:
+                reporter.note(f"early stopping: no better candidate in the last {since_best} trials")
+                break
+    finally:
+        reporter.close()
+        if options.runner is None:
+            runner.close()
+    summary.wall_secs = time.perf_counter() - started
+    return summary

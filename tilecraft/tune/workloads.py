@@ -1,0 +1,67 @@
+"""Built-in workloads, registered by name: what ``tilecraft tune NAME`` and the
+benchmarks tune. Each returns its tensors, inputs first and outputs last."""
+
+from __future__ import annotations
+
+from .. import ops, te
+from .task import register_workload
+
+
+@register_workload
+def matmul(N: int, L: int, M: int, dtype: str = "float32"):
+    """C = A @ B, with B a weight whose layout the tuner may choose (Ansor's tutorial)."""
+    A = te.placeholder((N, L), name="A", dtype=dtype)
+    B = te.placeholder((L, M), name="B", dtype=dtype)
+    k = te.reduce_axis((0, L), name="k")
+    C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
+                   attrs={"layout_free_placeholders": [B]})
+    return [A, B, C]
+
+
+@register_workload
+def matmul_add(N: int, L: int, M: int, dtype: str = "float32"):
+    """The Ansor tutorial's workload: a matmul and an element-wise add."""
+    A, B, product = matmul(N, L, M, dtype)
+    C = te.placeholder((N, M), name="C", dtype=dtype)
+    out = te.compute((N, M), lambda i, j: product[i, j] + C[i, j], name="out")
+    return [A, B, C, out]
+
+
+@register_workload
+def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32"):
+    X = te.placeholder((batch, in_features), name="X", dtype=dtype)
+    W = te.placeholder((out_features, in_features), name="W", dtype=dtype)
+    return [X, W, ops.dense(X, W)]
+
+
+@register_workload
+def batch_matmul(batch: int, N: int, L: int, M: int, dtype: str = "float32"):
+    A = te.placeholder((batch, N, L), name="A", dtype=dtype)
+    B = te.placeholder((batch, L, M), name="B", dtype=dtype)
+    return [A, B, ops.batch_matmul(A, B)]
+
+
+@register_workload
+def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, KW: int, stride: int = 1, padding: int = 0,
+           dtype: str = "float32"):
+    """NCHW convolution followed by a bias and ReLU, as in ResNet."""
+    data = te.placeholder((N, C, H, W), name="data", dtype=dtype)
+    kernel = te.placeholder((F, C, KH, KW), name="kernel", dtype=dtype)
+    bias = te.placeholder((F,), name="bias", dtype=dtype)
+    conv = ops.conv2d_nchw(data, kernel, stride=stride, padding=padding)
+    biased = te.compute(conv.shape, lambda n, f, y, x: conv[n, f, y, x] + bias[f], name="bias_add")
+    return [data, kernel, bias, ops.relu(biased)]
+
+
+@register_workload
+def softmax(rows: int, columns: int, dtype: str = "float32"):
+    x = te.placeholder((rows, columns), name="x", dtype=dtype)
+    return [x, ops.softmax(x)]
+
+
+@register_workload
+def layer_norm(rows: int, columns: int, dtype: str = "float32"):
+    x = te.placeholder((rows, columns), name="x", dtype=dtype)
+    gamma = te.placeholder((columns,), name="gamma", dtype=dtype)
+    beta = te.placeholder((columns,), name="beta", dtype=dtype)
+    return [x, gamma, beta, ops.layer_norm(x, gamma, beta)]
