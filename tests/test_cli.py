@@ -8,7 +8,7 @@ import pytest
 import tilecraft as tc
 from tilecraft import te
 from tilecraft.cli import COMMANDS, build_parser, main
-from tilecraft.database import TuningRecord, trace_key
+from tilecraft.database import TuningRecord, load_records, trace_key
 
 TARGET = str(tc.Target("llvm -isa=avx2 -num-cores=4 -l2-bytes=1048576 -l3-bytes=33554432 -march=haswell"))
 MATMUL = {"func": "matmul", "args": [16, 16, 16]}
@@ -99,7 +99,23 @@ def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, m
 
 
 def test_every_command_is_registered_and_one_is_required(capsys):
-    assert [c.__name__ for c in COMMANDS] == ["add_best_command", "add_report_command"]
+    assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([])
     assert exit_info.value.code == 2
+
+
+def test_tune_command_tunes_and_resumes(tmp_path, capsys):
+    log = tmp_path / "mm.json"
+    argv = ["tune", "matmul", "--shape", "16,16,16", "--trials", "2", "--per-round", "2", "--log", str(log),
+            "--verbose", "0"]
+    assert main(argv) == 0
+    assert main(argv) == 0  # resumes: two more, none measured twice
+    records = load_records(log)
+    assert len(records) == 4 and len({r.trace_json for r in records}) == 4
+    assert "best of the whole log" in capsys.readouterr().out
+
+
+def test_tune_command_rejects_a_bad_shape(tmp_path, capsys):
+    assert main(["tune", "matmul", "--shape", "16,x", "--log", str(tmp_path / "x.json")]) == 2
+    assert "must be integers" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The ``tilecraft`` command line.
 
+    tilecraft tune NAME --shape 1024,1024,1024 [--trials N] [--log LOG]  tune a built-in workload
     tilecraft best LOG [--workload KEY] [--target TARGET]     what a log holds, and the best schedules
     tilecraft report LOG [-o report.png] [--workload KEY]      best-so-far GFLOPS by trial and by time
 
@@ -20,9 +21,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .database import (NoValidRecordError, TuningRecord, WorkloadSummary, canonical_target,
+from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadSummary, canonical_target,
                        iter_records, load_best_record, summarize, workload_label)
 from .errors import TilecraftError
+from .tune.task import WORKLOADS, SearchTask, TuningOptions
 
 PLOT_INSTALL_HINT = "pip install 'tilecraft[plot]'"
 
@@ -49,6 +51,46 @@ def build_parser() -> argparse.ArgumentParser:
     for add_command in COMMANDS:
         add_command(subparsers)
     return parser
+
+
+# -- tilecraft tune -------------------------------------------------------------------
+
+def add_tune_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "tune", help="tune a built-in workload and append every measurement to a log",
+        description="Tune a registered workload on this machine. The log is resumed when it exists: what it "
+                    "holds warms the cost model and is never measured again.")
+    command.add_argument("workload", choices=sorted(WORKLOADS), metavar="WORKLOAD",
+                         help=f"one of: {', '.join(sorted(WORKLOADS))}")
+    command.add_argument("--shape", required=True, help="the workload's integer arguments, comma-separated "
+                                                        "(matmul: N,L,M; conv2d: N,C,H,W,F,KH,KW,stride,pad)")
+    command.add_argument("--dtype", default="float32")
+    command.add_argument("--trials", type=int, default=1000, help="measurements to make (default 1000)")
+    command.add_argument("--per-round", type=int, default=64, help="measurements per search round (default 64)")
+    command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
+    command.add_argument("--target", help="target string (default: this machine)")
+    command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    command.set_defaults(run=run_tune)
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    try:
+        shape = [int(part) for part in args.shape.split(",") if part.strip()]
+    except ValueError:
+        raise CommandError(f"--shape {args.shape!r} must be integers separated by commas, e.g. 1024,1024,1024")
+    try:
+        task = SearchTask(func=args.workload, args=(*shape, args.dtype), target=args.target)
+    except TypeError as error:
+        raise CommandError(f"--shape {args.shape!r} does not fit workload {args.workload}: {error}") from None
+    log = Path(args.log or f"{args.workload}.json")
+    resume = str(log) if log.exists() else None
+    options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
+                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
+    task.tune(options, resume_from=resume)
+    best = load_best_record(log, task.workload_key, task.target)
+    print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
+          f"see it with: tilecraft best {log}")
+    return 0
 
 
 # -- tilecraft best -------------------------------------------------------------------
@@ -244,7 +286,7 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 # The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
-COMMANDS: tuple[Callable[[Any], None], ...] = (add_best_command, add_report_command)
+COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command)
 
 
 if __name__ == "__main__":

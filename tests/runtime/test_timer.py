@@ -34,16 +34,21 @@ def test_results_are_seconds_per_call_one_per_repeat(clock):
     assert clock.calls == 1 + 4 * 3  # one untimed warm-up
 
 
-def test_min_repeat_ms_grows_number_towards_the_target(clock):
+def test_min_repeat_ms_adds_calls_until_the_target(clock):
     result = time_callable(clock.kernel(1e-3), number=1, repeat=2, min_repeat_ms=10)
     assert result.results == pytest.approx((1e-3, 1e-3))
-    # 1 ms is too short: number becomes 10/1 + 1 = 11, which then carries to the next repeat.
-    assert clock.calls == 1 + (1 + 11) + 11
+    # 1 ms is too short: 10 more calls make 11 ms; the second repeat starts at 11 calls.
+    assert clock.calls == 1 + (1 + 10) + 11
 
 
-def test_min_repeat_ms_at_least_doubles_number(clock):
-    time_callable(clock.kernel(1e-3), number=4, repeat=1, min_repeat_ms=5)
-    assert clock.calls == 1 + 4 + 8
+def test_a_short_first_batch_is_kept_not_thrown_away(clock):
+    result = time_callable(clock.kernel(1e-3), number=4, repeat=1, min_repeat_ms=5.5)
+    assert clock.calls == 1 + 4 + 2 and result.results == pytest.approx((1e-3,))
+
+
+def test_warmup_can_be_skipped(clock):
+    time_callable(clock.kernel(1e-3), number=3, repeat=1, warmup=False)
+    assert clock.calls == 3
 
 
 def test_flush_runs_before_every_call_and_is_not_timed(clock):

@@ -97,7 +97,7 @@ class Module:
         return module
 
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
-                       enable_cpu_cache_flush: bool = False) -> Callable[..., ProfileResult]:
+                       enable_cpu_cache_flush: bool = False, warmup: bool = True) -> Callable[..., ProfileResult]:
         """``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,
         before timing). Arrays are passed as to ``module(...)``."""
 
@@ -105,7 +105,7 @@ class Module:
             buffers, _ = self._prepare(arrays, out)
             call = functools.partial(self._entry, *[buffer.ctypes.data for buffer in buffers])
             flush = cache_flusher(2 * Target.host().l3_bytes) if enable_cpu_cache_flush else None
-            return time_callable(call, number, repeat, min_repeat_ms, flush)
+            return time_callable(call, number, repeat, min_repeat_ms, flush, warmup)
 
         return evaluate
 

@@ -50,23 +50,29 @@ class ProfileResult:
 
 
 def time_callable(fn: Callable[[], object], number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
-                  flush: Callable[[], object] | None = None) -> ProfileResult:
-    """Time ``fn()``; ``flush``, when given, runs untimed before every timed call."""
+                  flush: Callable[[], object] | None = None, warmup: bool = True) -> ProfileResult:
+    """Time ``fn()``; ``flush``, when given, runs untimed before every timed call. The
+    untimed first call can be skipped (``warmup=False``) when the caller just ran ``fn``."""
     for name, value, least in (("number", number, 1), ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0)):
         if value < least:
             raise ValueError(f"time_callable: {name}={value} must be >= {least}")
-    fn()
+    if warmup:
+        fn()
     results = []
     for _ in range(repeat):
-        duration_secs = 0.0
+        # At least ``number`` calls and ``min_repeat_ms``. Unlike TVM, which restarts with a
+        # larger number when a batch is too short, later batches add to the first: the
+        # same accuracy, without throwing away up to half of a tuner's measuring time.
+        total_secs, calls, batch = 0.0, 0, number
         while True:
-            duration_secs = _run(fn, number, flush)
-            if duration_secs * 1e3 >= min_repeat_ms:
+            total_secs += _run(fn, batch, flush)
+            calls += batch
+            if total_secs * 1e3 >= min_repeat_ms:
                 break
-            # As TVM: aim straight for min_repeat_ms, and at least grow (here: double).
-            per_call_ms = max(duration_secs * 1e3 / number, 1e-6)
-            number = max(int(min_repeat_ms / per_call_ms) + 1, 2 * number)
-        results.append(duration_secs / number)
+            per_call_ms = max(total_secs * 1e3 / calls, 1e-6)
+            batch = int((min_repeat_ms - total_secs * 1e3) / per_call_ms) + 1
+        results.append(total_secs / calls)
+        number = calls  # the next repeats start at the size that was enough
     return ProfileResult(tuple(results))
 
 
