@@ -27,6 +27,7 @@ from .database import RecordToFile, load_best_record, load_records
 from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
 from .search.cost_model import LightGBMModel, RandomModel, XGBModel
 from .search.policy import PreloadMeasuredStates, SketchPolicy
+from .search.space import ScheduleFn
 from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
 from .tune.task import SearchTask, TuningOptions, register_workload
 
@@ -34,5 +35,5 @@ __all__ = [
     "te", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
     "ScheduleError", "TargetError", "TeError", "TilecraftError", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
-    "PreloadMeasuredStates", "SketchPolicy", "SearchTask", "TuningOptions", "register_workload", "workloads",
+    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TuningOptions", "register_workload", "workloads",
 ]

@@ -53,6 +53,7 @@ def test_matmul_sketch_structure():
     dag = tc.ComputeDAG(WORKLOADS["matmul"](64, 64, 64))
     fuse2 = generate_sketches(dag)[2]
     kinds = [step.kind for step in fuse2.trace.steps]
-    assert kinds.count("sample_perfect_tile") == 3 and "cache_write" in kinds and "rewrite_layout" in kinds
+    assert kinds.count("sample_tile") == 2 and kinds.count("sample_perfect_tile") == 1  # spatial may pad
+    assert "cache_write" in kinds and "rewrite_layout" in kinds
     assert [slot.role for slot in fuse2.slots] == ["tile", "tile", "tile", "unroll", "parallel"]
     assert [len(slot.domain[0]) for slot in fuse2.slots[:3]] == [4, 4, 2]

@@ -71,6 +71,10 @@ def test_ansor_spelling_of_resume(tmp_path, runner):
     assert len(policy.measured) == 6 and policy.model.num_samples == 6
     batch = policy.next_batch(8)
     assert not {c.key for c in batch} & policy.measured
+    model = tc.XGBModel()
+    model.update_from_file(str(log))  # trains the model only, as in Ansor
+    policy = tc.SketchPolicy(task, model)
+    assert model.num_samples == 6 and not policy.measured
 
 
 def test_apply_best_says_why_nothing_matches(tmp_path, runner):
@@ -126,3 +130,25 @@ def test_sigkill_loses_at_most_the_candidate_in_flight(tmp_path, runner):
     after = load_records(log)
     assert len(after) == len(before) + 6
     assert len({trace_key(r.trace) for r in after}) == len(after)
+
+
+def test_a_users_schedule_function_is_searched(tmp_path, runner):
+    def tiled(sch):  # MetaSchedule style: primitives with sampled decisions
+        block = sch.get_block("matmul")
+        i, j, k = sch.get_loops(block)
+        i0, i1 = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=8))
+        j0, j1 = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=16))
+        sch.reorder(i0, j0, k, i1, j1)
+        sch.parallel(i0)
+        sch.vectorize(j1)
+        sch.annotate(i0, "pragma_auto_unroll_max_step", sch.sample_categorical([0, 64], [0.5, 0.5]))
+
+    task = matmul_task()
+    log = tmp_path / "fn.json"
+    policy = tc.SketchPolicy(task, space=tc.ScheduleFn(tiled))
+    assert [s.role for s in policy.sketches[0].slots] == ["tile", "tile", "unroll"]
+    task.tune(quick_options(log, 6, runner=runner), search_policy=policy)
+    records = load_records(log)
+    assert len(records) == 6 and {r.sketch for r in records} == {"tiled"} and all(r.is_valid for r in records)
+    inputs = task.compute_dag.random_inputs()
+    np.testing.assert_allclose(tc.build(task.apply_best(log))(*inputs), inputs[0] @ inputs[1], rtol=1e-4)

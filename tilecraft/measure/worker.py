@@ -75,7 +75,9 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
         # Fresh inputs: a kernel that writes into an input must not corrupt the cached reference.
         buffers = {arg.name: poisoned(reference[arg.name]) if arg.is_output else reference[arg.name].copy()
                    for arg in args if arg.name not in packed}
+        started = time.perf_counter()
         module(*buffers.values())
+        first_call_ms = (time.perf_counter() - started) * 1e3
         stage = "checking the outputs"
         for arg in args:
             if arg.is_output:
@@ -83,7 +85,10 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
                 if message is not None:
                     return {"error_kind": "wrong_answer", "error_msg": message}
         stage = "timing the kernel"
-        timer = module.time_evaluator(request["number"], request["repeat"], request["min_repeat_ms"],
+        # A call that alone lasts min_repeat_ms needs no batch of `number` to be timed well,
+        # and random candidates can be slow: time one call per repeat then, not `number`.
+        number = 1 if first_call_ms >= max(request["min_repeat_ms"], 1.0) else request["number"]
+        timer = module.time_evaluator(number, request["repeat"], request["min_repeat_ms"],
                                       request["flush"], warmup=False)  # the checked call warmed it up
         return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
     except Exception as error:  # noqa: BLE001 - every failure of a candidate is a reply

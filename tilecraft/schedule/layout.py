@@ -67,12 +67,9 @@ def _leaf_strides(stage: Stage, root_extents: dict[int, int]) -> dict[int, tuple
         if isinstance(relation, Fuse):
             raise ScheduleError(f"rewrite_layout: block {stage.name} fuses loops; rewrite the layout before fusing")
         root, stride, extent = placement[relation.parent]
-        inner = math.prod(relation.factors)
-        if extent % inner:
-            raise ScheduleError(f"rewrite_layout: block {stage.name} splits a loop of extent {extent} by "
-                                f"{list(relation.factors)}, which does not divide it; a packed layout needs "
-                                "perfect tiles")
-        extents = (extent // inner,) + relation.factors
+        # A split that does not divide pads the outer piece; the packed buffer is then a
+        # little larger than the weight, and the padding is never read.
+        extents = (-(-extent // math.prod(relation.factors)),) + relation.factors
         for position, (child, child_extent) in enumerate(zip(relation.children, extents)):
             placement[child] = (root, stride * math.prod(extents[position + 1:]), child_extent)
     return placement

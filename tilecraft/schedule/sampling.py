@@ -6,6 +6,8 @@ import functools
 
 import numpy as np
 
+PADDED_SHARE = 0.5  # of random tilings, the share that pads the loop (when it can be padded)
+
 
 @functools.lru_cache(maxsize=4096)
 def factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
@@ -25,7 +27,34 @@ def divisors(n: int) -> tuple[int, ...]:
     return tuple(sorted(set(small + [n // d for d in small])))
 
 
+@functools.lru_cache(maxsize=4096)
+def padded_factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """Tilings whose innermost factor does not divide ``extent``: the extent is rounded up
+    to a multiple of it and the partial last tile is guarded. A 1024-row matmul gets its
+    6-row register tiles this way."""
+    results = []
+    for inner in range(2, min(max_innermost, extent) + 1):
+        if extent % inner:
+            padded = -(-extent // inner)
+            results += [rest + (inner,) for rest in factorizations(padded, parts - 1, padded)]
+    return tuple(results)
+
+
 def sample_perfect_tile(rng: np.random.Generator, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
     """A factorization drawn uniformly from all of them (Ansor's InitFillTileSize)."""
     choices = factorizations(extent, parts, max_innermost)
     return choices[int(rng.integers(len(choices)))]
+
+
+@functools.lru_cache(maxsize=4096)
+def tile_factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
+    """The decisions of ``sample_tile``: perfect tilings first, then padded ones."""
+    return factorizations(extent, parts, max_innermost) + padded_factorizations(extent, parts, max_innermost)
+
+
+def sample_tile(rng: np.random.Generator, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
+    """A perfect tiling or, as often, a padded one, each uniformly among its kind."""
+    padded = padded_factorizations(extent, parts, max_innermost)
+    if padded and rng.random() < PADDED_SHARE:
+        return padded[int(rng.integers(len(padded)))]
+    return sample_perfect_tile(rng, extent, parts, max_innermost)

@@ -560,6 +560,26 @@ class Schedule:
                      rvs, decision)
         return rvs
 
+    def sample_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
+                    decision: Sequence[int] | None = None) -> list[ExprRV]:
+        """Like ``sample_perfect_tile``, but the innermost factor may also not divide the
+        extent: the factors then multiply to the extent rounded up to a multiple of it,
+        and the split guards the partial last tile (``sampling.padded_factorizations``)."""
+        stage, target = self._loop(loop)
+        if decision is None:
+            decision = sampling.sample_tile(self.rng, target.extent, n, max_innermost_factor)
+        decision = tuple(int(d) for d in decision)
+        if decision not in sampling.tile_factorizations(target.extent, n, max_innermost_factor):
+            raise ScheduleError(
+                f"sample_tile of loop {target.name} (extent {target.extent}): decision {list(decision)} must be "
+                f"{n} factors, the innermost at most {max_innermost_factor}, multiplying to {target.extent} or "
+                f"to {target.extent} rounded up to a multiple of the innermost"
+            )
+        rvs = [ExprRV(d, self._symbol("v")) for d in decision]
+        self._record("sample_tile", {"loop": loop, "n": n, "max_innermost_factor": max_innermost_factor},
+                     rvs, decision)
+        return rvs
+
     def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],
                            decision: int | None = None) -> ExprRV:
         candidates, probs = [int(c) for c in candidates], [float(p) for p in probs]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from ..errors import ScheduleError
 
-SAMPLING_STEPS = ("sample_perfect_tile", "sample_categorical", "sample_compute_location")
+SAMPLING_STEPS = ("sample_perfect_tile", "sample_tile", "sample_categorical", "sample_compute_location")
 VARIADIC_STEPS = ("fuse", "reorder")  # take their loops positionally: sch.fuse(l1, l2)
 
 
@@ -88,7 +88,7 @@ class Step:
         call = f"sch.{self.kind}({', '.join(args)})"
         if not self.outputs:
             return call
-        if self.kind in ("get_loops", "split", "sample_perfect_tile") :
+        if self.kind in ("get_loops", "split", "sample_perfect_tile", "sample_tile"):
             return f"{', '.join(self.outputs)}{',' if len(self.outputs) == 1 else ''} = {call}"
         return f"{self.outputs[0]} = {call}"
 

@@ -99,6 +99,11 @@ class CostModel(abc.ABC):
     def update(self, features: np.ndarray, costs: np.ndarray) -> None:
         """Add measured candidates and retrain if the model decides it is time."""
 
+    def update_from_file(self, log: str | os.PathLike) -> None:
+        """Ansor's spelling: learn from the records of ``log``. Features come from a task's
+        sketches, so the records are read when a ``SketchPolicy`` adopts this model."""
+        self.pending_logs = getattr(self, "pending_logs", []) + [log]
+
     @abc.abstractmethod
     def predict(self, features: np.ndarray) -> np.ndarray:
         """One float64 score per row, higher = predicted faster."""

@@ -11,22 +11,25 @@ from typing import Sequence
 
 import numpy as np
 
+from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
 from ..errors import ScheduleError
 from ..schedule.trace import Trace
 from .cost_model import CostModel, XGBModel
 from .evolution import Candidate, SearchParams, evolutionary_search
 from .features import FeatureSpace
-from .space import Sketch, generate_sketches
+from .space import ScheduleFn, generate_sketches
 
 JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
 
 
 class SketchPolicy:
+    """``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules."""
+
     def __init__(self, task, program_cost_model: CostModel | None = None, params: SearchParams | None = None,
-                 seed: int = 0, init_search_callbacks: Sequence = (), sketches: list[Sketch] | None = None):
+                 seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None):
         self.task = task
-        self.sketches = sketches if sketches is not None else generate_sketches(task.compute_dag)
+        self.sketches = space.generate(task.compute_dag) if space is not None else generate_sketches(task.compute_dag)
         self.feature_space = FeatureSpace(self.sketches)
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()
@@ -35,6 +38,9 @@ class SketchPolicy:
         self.measured: set = set()
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []
+        for log in getattr(self.model, "pending_logs", ()):  # XGBModel().update_from_file(log)
+            self.preload(load_records(log, task.workload_key, task.target), mark_measured=False)
+        self.model.pending_logs = []
         for callback in init_search_callbacks:
             callback.apply(self)
 
@@ -79,20 +85,22 @@ class SketchPolicy:
             return False
         return True
 
-    def update(self, candidates: Sequence[Candidate], costs: Sequence[float]) -> None:
+    def update(self, candidates: Sequence[Candidate], costs: Sequence[float], mark_measured: bool = True) -> None:
         """Record measured mean costs (inf for failures) and train the model on them."""
-        for candidate, cost in zip(candidates, costs):
-            self.measured.add(candidate.key)
-            if np.isfinite(cost):
-                self.best.append((float(cost), candidate))
-        self.best.sort(key=lambda e: e[0])
-        del self.best[self.params.population:]
+        if mark_measured:
+            for candidate, cost in zip(candidates, costs):
+                self.measured.add(candidate.key)
+                if np.isfinite(cost):
+                    self.best.append((float(cost), candidate))
+            self.best.sort(key=lambda e: e[0])
+            del self.best[self.params.population:]
         if candidates:
             self.model.update(self.features(candidates), np.asarray(costs, dtype=float))
 
-    def preload(self, records: Sequence[TuningRecord]) -> int:
+    def preload(self, records: Sequence[TuningRecord], mark_measured: bool = True) -> int:
         """Mark what ``records`` measured and learn from it; returns how many records
-        matched a sketch of this task (the others are still never re-measured)."""
+        matched a sketch of this task (the others are still never re-measured).
+        ``mark_measured=False`` only trains the model."""
         by_name = {sketch.name: n for n, sketch in enumerate(self.sketches)}
         candidates, costs = [], []
         for record in records:
@@ -105,8 +113,9 @@ class SketchPolicy:
                     costs.append(record.mean_cost)
                     break
             else:
-                self.measured_traces.add(trace_key(trace))
-        self.update(candidates, costs)
+                if mark_measured:
+                    self.measured_traces.add(trace_key(trace))
+        self.update(candidates, costs, mark_measured)
         return len(candidates)
 
 
@@ -118,6 +127,4 @@ class PreloadMeasuredStates:
         self.log = log
 
     def apply(self, policy: SketchPolicy) -> None:
-        from ..database.log import load_records
-
         policy.preload(load_records(self.log, policy.task.workload_key, policy.task.target))

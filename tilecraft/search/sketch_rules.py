@@ -167,7 +167,10 @@ def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_fa
     tiles, pieces = {"S": [], "R": []}, {"S": [], "R": []}
     for loop, kind in zip(loops, kinds):
         key = "S" if kind == "spatial" else "R"
-        factors = sch.sample_perfect_tile(loop, structure.count(key), max_innermost_factor)
+        # Spatial tiles may pad the loop (a 6-row register tile of 1024 rows); a padded
+        # reduction would put a guard in the innermost loop, so those stay perfect.
+        sample = sch.sample_tile if key == "S" else sch.sample_perfect_tile
+        factors = sample(loop, structure.count(key), max_innermost_factor)
         tiles[key].append(factors)
         pieces[key].append(sch.split(loop, factors))
     order, used = [], {"S": 0, "R": 0}

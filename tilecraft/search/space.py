@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from ..schedule.sampling import factorizations
-from ..schedule.schedule import Schedule
+from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
+from ..schedule.schedule import BlockRV, Schedule
 from ..schedule.trace import Trace
 from ..te.dag import ComputeDAG
 
@@ -34,6 +34,7 @@ class Slot:
     domain: tuple  # the decisions the step may record, in a fixed order
     values: tuple = ()  # categorical: the value each decision stands for
     spatial: bool = True  # tile: of a spatial loop
+    perfect: int = 0  # tile: how many decisions, first in the domain, divide the loop exactly
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,12 @@ class Sketch:
         depth as Ansor's InitParallel picks it (the fewest outer loops with more than
         ``min_parallel`` iterations)."""
         rows = (rng.random((count, len(self.slots))) * self.sizes).astype(np.int64)
+        for n, slot in enumerate(self.slots):
+            if slot.role == "tile" and slot.perfect < len(slot.domain):  # as sampling.sample_tile
+                padded = rng.random(count) < PADDED_SHARE
+                low = np.where(padded, slot.perfect, 0)
+                high = np.where(padded, len(slot.domain), slot.perfect)
+                rows[:, n] = low + (rng.random(count) * (high - low)).astype(np.int64)
         return self.fix_parallel(rows, min_parallel)
 
     def fix_parallel(self, rows: np.ndarray, min_parallel: int) -> np.ndarray:
@@ -148,12 +155,14 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
         kind = step.kind
         if kind in ("get_block", "cache_write", "cache_read"):
             block_names[step.outputs[0]] = result.name
-        elif kind == "sample_perfect_tile":
-            loop = sch.state.stage_of_loop(kwargs["loop"].id)
-            extent = loop.loop(kwargs["loop"].id).extent
-            domain = factorizations(extent, kwargs["n"], kwargs["max_innermost_factor"])
-            slots.append(Slot(index, "tile", f"{loop.name}.{loop.loop(kwargs['loop'].id).name}", domain,
-                              spatial=loop.loop(kwargs["loop"].id).kind == "spatial"))
+        elif kind in ("sample_perfect_tile", "sample_tile"):
+            stage = sch.state.stage_of_loop(kwargs["loop"].id)
+            loop = stage.loop(kwargs["loop"].id)
+            perfect = factorizations(loop.extent, kwargs["n"], kwargs["max_innermost_factor"])
+            domain = perfect if kind == "sample_perfect_tile" else tile_factorizations(
+                loop.extent, kwargs["n"], kwargs["max_innermost_factor"])
+            slots.append(Slot(index, "tile", f"{stage.name}.{loop.name}", domain, spatial=loop.kind == "spatial",
+                              perfect=len(perfect)))
             for position, symbol in enumerate(step.outputs):
                 factor_of[symbol] = LogForm(((len(columns), 1.0),), 0.0)
                 columns.append((len(slots) - 1, position))
@@ -185,7 +194,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
             symbol = getattr(dict(step.args).get("ann_val"), "symbol", None)
             if symbol in slot_of_symbol:
                 slot_index = slot_of_symbol[symbol]
-                block = kwargs["block_or_loop"].name
+                target = kwargs["block_or_loop"]
+                block = target.name if isinstance(target, BlockRV) else sch.state.stage_of_loop(target.id).name
                 role = "parallel" if kwargs["ann_key"] == "meta_schedule.parallel" else "unroll"
                 old = slots[slot_index]
                 slots[slot_index] = Slot(old.step, role, f"{block}.{role}", old.domain, old.values)
@@ -199,6 +209,22 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
 
     trace.replay(dag, observe=observe)
     return Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
+
+
+class ScheduleFn:
+    """A user's stochastic schedule function as the search space, MetaSchedule style:
+    ``fn(sch)`` applies primitives and sampling steps (``sch.sample_perfect_tile(...)``);
+    it runs once, and its trace, replayed with other decisions, gives every candidate.
+    So the steps must not depend on the sampled values (no Python ``if`` on them)."""
+
+    def __init__(self, fn: Callable[[Schedule], None], name: str | None = None):
+        self.fn = fn
+        self.name = name or getattr(fn, "__name__", "schedule_fn")
+
+    def generate(self, dag: ComputeDAG) -> list[Sketch]:
+        sch = Schedule(dag, seed=0)
+        self.fn(sch)
+        return [analyze(dag, sch.trace, self.name)]
 
 
 def generate_sketches(dag: ComputeDAG, rules: list | None = None) -> list[Sketch]:
