@@ -110,7 +110,7 @@ class MultiLevelTiling(SketchRule):
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
-        multi_level_tile(sch, block, self.structure, self.max_innermost_factor)
+        multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=False)
         return [(draft.derive(sch, "tile", tiled=block), draft.index(block) - 1)]
 
 
@@ -135,7 +135,7 @@ class MultiLevelTilingWithFusion(SketchRule):
         for level in self.levels:
             sch = draft.sch.copy()
             consumer = _single_elementwise_consumer(draft, block).name
-            spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor)
+            spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=True)
             c_block = sch.get_block(consumer)
             c_loops = sch.get_loops(c_block)
             pieces = [sch.split(loop, list(tiles[:level]) + [None]) for loop, tiles in zip(c_loops, spatial_tiles)]
@@ -156,10 +156,15 @@ class SkipStage(SketchRule):
         return [(draft, draft.index(block) - 1)]
 
 
-def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_factor: int):
+def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_factor: int, padded: bool):
     """Split every spatial loop into the S levels and every reduction loop into the R
-    levels of ``structure`` with sampled perfect tiles, and order the pieces as it says.
-    Returns the sampled factors per spatial and per reduction loop."""
+    levels of ``structure`` with sampled tiles, and order the pieces as it says.
+    Returns the sampled factors per spatial and per reduction loop.
+
+    ``padded``: spatial tiles may also pad their loop (a 6-row register tile of 1024
+    rows). Only for a block computed inside its consumer's tiles: there a partial tile
+    is shifted to end at the border and stays guard-free, while a block at the root
+    would test the border in its innermost loop. Reduction tiles are always perfect."""
     b = sch.get_block(block)
     loops = sch.get_loops(b)
     stage = sch.state.stage(block)
@@ -167,9 +172,7 @@ def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_fa
     tiles, pieces = {"S": [], "R": []}, {"S": [], "R": []}
     for loop, kind in zip(loops, kinds):
         key = "S" if kind == "spatial" else "R"
-        # Spatial tiles may pad the loop (a 6-row register tile of 1024 rows); a padded
-        # reduction would put a guard in the innermost loop, so those stay perfect.
-        sample = sch.sample_tile if key == "S" else sch.sample_perfect_tile
+        sample = sch.sample_tile if key == "S" and padded else sch.sample_perfect_tile
         factors = sample(loop, structure.count(key), max_innermost_factor)
         tiles[key].append(factors)
         pieces[key].append(sch.split(loop, factors))
