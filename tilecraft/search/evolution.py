@@ -94,13 +94,19 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
     return chosen
 
 
+def rows_by_sketch(candidates: Sequence[Candidate]) -> dict[int, tuple[list[int], np.ndarray]]:
+    """Sketch index -> (positions in ``candidates``, their decision rows): what batched
+    scoring and features work on."""
+    positions: dict[int, list[int]] = {}
+    for position, candidate in enumerate(candidates):
+        positions.setdefault(candidate.sketch, []).append(position)
+    return {sketch: (where, np.array([candidates[p].row for p in where], dtype=np.int64))
+            for sketch, where in positions.items()}
+
+
 def _score(sketches: Sequence[Sketch], score: Scorer, population: list[Candidate]) -> np.ndarray:
     scores = np.empty(len(population))
-    by_sketch: dict[int, list[int]] = {}
-    for position, candidate in enumerate(population):
-        by_sketch.setdefault(candidate.sketch, []).append(position)
-    for sketch, positions in by_sketch.items():
-        rows = np.array([population[p].row for p in positions], dtype=np.int64)
+    for sketch, (positions, rows) in rows_by_sketch(population).items():
         scores[positions] = score(sketch, rows)
     return scores
 

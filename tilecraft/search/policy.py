@@ -16,7 +16,7 @@ from ..database.record import TuningRecord, trace_key
 from ..errors import ScheduleError
 from ..schedule.trace import Trace
 from .cost_model import CostModel, XGBModel
-from .evolution import Candidate, SearchParams, evolutionary_search
+from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
 from .space import ScheduleFn, generate_sketches
 
@@ -49,11 +49,7 @@ class SketchPolicy:
 
     def features(self, candidates: Sequence[Candidate]) -> np.ndarray:
         rows = np.full((len(candidates), len(self.feature_space.names)), np.nan)
-        by_sketch: dict[int, list[int]] = {}
-        for position, candidate in enumerate(candidates):
-            by_sketch.setdefault(candidate.sketch, []).append(position)
-        for sketch, positions in by_sketch.items():
-            decisions = np.array([candidates[p].row for p in positions], dtype=np.int64)
+        for sketch, (positions, decisions) in rows_by_sketch(candidates).items():
             rows[positions] = self.feature_space.features(sketch, decisions)
         return rows
 

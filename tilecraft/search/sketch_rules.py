@@ -10,6 +10,7 @@ whose trace has free decisions. ``SKETCH_RULES`` is the list users extend.
 
 from __future__ import annotations
 
+import abc
 import enum
 from dataclasses import dataclass, replace
 
@@ -43,16 +44,18 @@ class Draft:
 
 
 @dataclass
-class SketchRule:
-    """Base of the rules; ``condition`` and ``apply`` are what a custom rule overrides."""
+class SketchRule(abc.ABC):
+    """Base of the rules; ``condition`` and ``apply`` are what a custom rule defines."""
 
     name: str = "rule"
 
+    @abc.abstractmethod
     def condition(self, draft: Draft, block: str) -> Condition:
-        raise NotImplementedError
+        """Whether the rule applies to ``block`` of ``draft``, and whether later rules may too."""
 
+    @abc.abstractmethod
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
-        raise NotImplementedError
+        """The derived drafts, each with the index of the stage to visit next."""
 
 
 def _single_elementwise_consumer(draft: Draft, block: str):
