@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tilecraft.errors import BuildError
-from tilecraft.runtime import ArgSpec, Module, PackSpec, ProfileResult, compile_c
+from tilecraft.runtime import ArgSpec, Module, PackSpec, ProfileResult, aligned_empty, compile_c
 from tilecraft.target import Target
 
 N = 1000
@@ -179,6 +179,19 @@ def test_packed_weights_are_packed_once_when_bound(matvec):
     bound(np.ones(4, dtype=np.float32), y)
     np.testing.assert_allclose(y, np.ones(4) @ w)
     assert pack_calls(matvec) == 1
+
+
+@pytest.mark.parametrize("shape, dtype", [((3,), "float16"), ((1000, 7), "float32"), ((1 << 20,), "float64"), ((5,), "int8")])
+def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
+    array = aligned_empty(shape, dtype)
+    assert array.shape == shape and array.dtype == np.dtype(dtype) and array.flags.c_contiguous
+    assert array.ctypes.data % 64 == 0
+
+
+def test_allocated_outputs_and_packed_weights_start_on_a_cache_line(matvec):
+    bound = matvec.bind_weights(w=np.ones((4, 3), dtype=np.float32))
+    assert all(packed.ctypes.data % 64 == 0 for packed in bound._bound.values())
+    assert bound(np.ones(4, dtype=np.float32)).ctypes.data % 64 == 0
 
 
 def test_bound_weights_are_a_snapshot(matvec):

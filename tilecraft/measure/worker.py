@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime.module import ArgSpec, Module, PackSpec
+from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from .result import error_line
 
 # (rtol, atol as a fraction of max |expected|) by dtype; integers and bools must match exactly.
@@ -73,7 +73,7 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
         module = module.bind_weights(**{name: reference[name] for name in packed})
         stage = "running the kernel"
         # Fresh inputs: a kernel that writes into an input must not corrupt the cached reference.
-        buffers = {arg.name: poisoned(reference[arg.name]) if arg.is_output else reference[arg.name].copy()
+        buffers = {arg.name: aligned_copy(poisoned(reference[arg.name]) if arg.is_output else reference[arg.name])
                    for arg in args if arg.name not in packed}
         started = time.perf_counter()
         module(*buffers.values())
@@ -114,6 +114,14 @@ def compare(name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
     return (f"output {name!r} differs from the NumPy reference: max abs error {error[index]:.3g} at index "
             f"{tuple(int(i) for i in index)} (expected {_format(expected[index])}, got {_format(got[index])}); "
             f"{int((~good).sum())} of {got.size} elements are outside the tolerance ({tolerance})")
+
+
+def aligned_copy(array: np.ndarray) -> np.ndarray:
+    """A copy on a cache line, as a deployed model's buffers are: timings must not depend
+    on where malloc happened to put the array."""
+    copy = aligned_empty(array.shape, array.dtype)
+    copy[...] = array
+    return copy
 
 
 def poisoned(expected: np.ndarray) -> np.ndarray:

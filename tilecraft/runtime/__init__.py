@@ -8,7 +8,7 @@ compare across tools.
 """
 
 from .compiler import compile_c
-from .module import ArgSpec, Module, PackSpec
+from .module import ArgSpec, Module, PackSpec, aligned_empty
 from .timer import ProfileResult, time_callable
 
-__all__ = ["compile_c", "ArgSpec", "Module", "PackSpec", "ProfileResult", "time_callable"]
+__all__ = ["compile_c", "ArgSpec", "Module", "PackSpec", "aligned_empty", "ProfileResult", "time_callable"]
