@@ -22,6 +22,7 @@ from .errors import TargetError
 
 ISAS = ("avx512", "avx2", "neon", "scalar")
 _VECTOR_BYTES = {"avx512": 64, "avx2": 32, "neon": 16, "scalar": 0}
+_VECTOR_REGISTERS = {"avx512": 32, "avx2": 16, "neon": 32, "scalar": 16}
 # The -march used when a string picks an ISA other than the host's without naming a CPU.
 _DEFAULT_MARCH = {"avx512": "skylake-avx512", "avx2": "haswell", "neon": "armv8-a", "scalar": ""}
 _MCPU_ISA = {
@@ -91,6 +92,11 @@ class Target:
     def vector_lanes(self, dtype: str) -> int:
         """How many ``dtype`` elements fit in one SIMD register (1 without SIMD)."""
         return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+
+    @property
+    def vector_registers(self) -> int:
+        """How many SIMD registers the ISA has (general registers without SIMD)."""
+        return _VECTOR_REGISTERS.get(self.isa, 16)
 
     def cflags(self) -> list[str]:
         """gcc flags for a shared library of this target. No -ffast-math: results must

@@ -68,8 +68,29 @@ class MutateTileSize(MutationRule):
         return None
 
 
+@dataclass
+class MutateRegisterTile(MutationRule):
+    """Re-draw one block's register tile among the shapes that fill the registers."""
+
+    name: str = "register_tile"
+    role: str = "tile"
+    weight: float = 0.10
+
+    def slots(self, sketch: Sketch) -> list[int]:
+        return [tile.slots[0] for tile in sketch.register_tiles]
+
+    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+        if not sketch.register_tiles:
+            return None
+        tile = sketch.register_tiles[int(rng.integers(len(sketch.register_tiles)))]
+        out = row.copy()
+        out[list(tile.slots)] = tile.draw(rng, 1)[0]
+        return out
+
+
 MUTATION_RULES: list[MutationRule] = [
     MutateTileSize(),
+    MutateRegisterTile(),
     MutationRule("auto_unroll", "unroll", 0.04),
     MutationRule("compute_location", "location", 0.05),
     MutationRule("parallel", "parallel", 0.01),

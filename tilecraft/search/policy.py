@@ -29,7 +29,8 @@ class SketchPolicy:
     def __init__(self, task, program_cost_model: CostModel | None = None, params: SearchParams | None = None,
                  seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None):
         self.task = task
-        self.sketches = space.generate(task.compute_dag) if space is not None else generate_sketches(task.compute_dag)
+        self.sketches = (space.generate(task.compute_dag, task.target) if space is not None
+                         else generate_sketches(task.compute_dag, target=task.target))
         self.feature_space = FeatureSpace(self.sketches)
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()

@@ -24,6 +24,7 @@ from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorization
 from ..schedule.schedule import BlockRV, Schedule
 from ..schedule.trace import Trace
 from ..te.dag import ComputeDAG
+from .register_tile import apply_register_tiles, find_register_tiles
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Sketch:
     factor_columns: tuple[tuple[int, int], ...]  # (slot index, position) per log-factor column
     parallel_loops: dict[int, tuple[LogForm, ...]]  # parallel slot -> leading loops' extents
     vector_loops: dict[str, LogForm]  # block -> its innermost loop's extent
+    register_tiles: tuple = ()  # RegisterTile per block that accumulates in registers (needs a target)
     _index: list[dict] = field(default_factory=list, repr=False)
     _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -112,9 +114,10 @@ class Sketch:
         return out
 
     def sample(self, rng: np.random.Generator, count: int, min_parallel: int) -> np.ndarray:
-        """Random candidates: tiles, unroll steps and locations uniform; the parallel
-        depth as Ansor's InitParallel picks it (the fewest outer loops with more than
-        ``min_parallel`` iterations)."""
+        """Random candidates: tiles, unroll steps and locations uniform, but for a share
+        of register tiles that fit the registers; the parallel depth as Ansor's
+        InitParallel picks it (the fewest outer loops with more than ``min_parallel``
+        iterations)."""
         rows = (rng.random((count, len(self.slots))) * self.sizes).astype(np.int64)
         for n, slot in enumerate(self.slots):
             if slot.role == "tile" and slot.perfect < len(slot.domain):  # as sampling.sample_tile
@@ -122,7 +125,7 @@ class Sketch:
                 low = np.where(padded, slot.perfect, 0)
                 high = np.where(padded, len(slot.domain), slot.perfect)
                 rows[:, n] = low + (rng.random(count) * (high - low)).astype(np.int64)
-        return self.fix_parallel(rows, min_parallel)
+        return self.fix_parallel(apply_register_tiles(self, rows, rng), min_parallel)
 
     def fix_parallel(self, rows: np.ndarray, min_parallel: int) -> np.ndarray:
         if not self.parallel_loops:
@@ -135,8 +138,9 @@ class Sketch:
         return rows
 
 
-def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
-    """Replay ``trace`` once and describe its sampling steps as slots."""
+def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
+    """Replay ``trace`` once and describe its sampling steps as slots (and, given the
+    target, its register tiles)."""
     slots: list[Slot] = []
     columns: list[tuple[int, int]] = []
     forms: dict[int, LogForm] = {}  # loop id -> extent form
@@ -208,7 +212,10 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str) -> Sketch:
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
 
     trace.replay(dag, observe=observe)
-    return Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
+    sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
+    if target is not None:
+        sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.dtype for t in dag.compute_ops}, target)
+    return sketch
 
 
 class ScheduleFn:
@@ -221,13 +228,13 @@ class ScheduleFn:
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "schedule_fn")
 
-    def generate(self, dag: ComputeDAG) -> list[Sketch]:
+    def generate(self, dag: ComputeDAG, target=None) -> list[Sketch]:
         sch = Schedule(dag, seed=0)
         self.fn(sch)
-        return [analyze(dag, sch.trace, self.name)]
+        return [analyze(dag, sch.trace, self.name, target)]
 
 
-def generate_sketches(dag: ComputeDAG, rules: list | None = None) -> list[Sketch]:
+def generate_sketches(dag: ComputeDAG, rules: list | None = None, target=None) -> list[Sketch]:
     """The sketches of ``dag``: every draft of the sketch rules, annotated; deterministic."""
     from .annotation import annotate
     from .sketch_rules import derive_drafts
@@ -239,5 +246,5 @@ def generate_sketches(dag: ComputeDAG, rules: list | None = None) -> list[Sketch
         if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
             while name in sketches:
                 name += "'"
-            sketches[name] = analyze(dag, trace, name)
+            sketches[name] = analyze(dag, trace, name, target)
     return list(sketches.values())

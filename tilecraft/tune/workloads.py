@@ -54,6 +54,19 @@ def conv2d(N: int, C: int, H: int, W: int, F: int, KH: int, KW: int, stride: int
 
 
 @register_workload
+def conv2d_nhwc(N: int, H: int, W: int, C: int, F: int, KH: int, KW: int, stride: int = 1, padding: int = 0,
+                dtype: str = "float32"):
+    """NHWC convolution (HWIO kernel) followed by a bias and ReLU: the layout in which
+    output channels are the contiguous, vectorizable axis."""
+    data = te.placeholder((N, H, W, C), name="data", dtype=dtype)
+    kernel = te.placeholder((KH, KW, C, F), name="kernel", dtype=dtype)
+    bias = te.placeholder((F,), name="bias", dtype=dtype)
+    conv = ops.conv2d_nhwc(data, kernel, stride=stride, padding=padding)
+    biased = te.compute(conv.shape, lambda n, y, x, f: conv[n, y, x, f] + bias[f], name="bias_add")
+    return [data, kernel, bias, ops.relu(biased)]
+
+
+@register_workload
 def softmax(rows: int, columns: int, dtype: str = "float32"):
     x = te.placeholder((rows, columns), name="x", dtype=dtype)
     return [x, ops.softmax(x)]

@@ -1,0 +1,80 @@
+"""Register tiles: drawn shapes fit the target's registers, and such candidates are correct."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.errors import ScheduleError
+from tilecraft.search.mutation import MutateRegisterTile
+from tilecraft.search.space import generate_sketches
+from tilecraft.tune.task import WORKLOADS
+
+AVX2 = tc.Target("llvm -mcpu=core-avx2 -num-cores=2")
+AVX512 = tc.Target("llvm -mcpu=skylake-avx512 -num-cores=2")
+
+
+def fits(shape, lanes, registers):
+    vectors = shape[0] // lanes
+    accumulators = vectors * int(np.prod(shape[1:]))
+    return shape[0] % lanes == 0 and accumulators + vectors + 1 <= registers and 2 * accumulators >= registers - 1 - vectors
+
+
+def test_vector_registers_follow_the_isa():
+    assert AVX2.vector_registers == 16 and AVX512.vector_registers == 32
+
+
+@pytest.mark.parametrize("target, lanes", [(AVX2, 8), (AVX512, 16)])
+def test_matmul_register_tiles_fill_the_registers(target, lanes):
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](1024, 1024, 1024))
+    sketch = next(s for s in generate_sketches(dag, target=target) if s.name.startswith("cache_write"))
+    (tile,) = sketch.register_tiles
+    assert [sketch.slots[s].name for s in tile.slots] == ["matmul.j", "matmul.i"]
+    assert all(fits(shape, lanes, target.vector_registers) for shape in tile.shapes.tolist())
+    if target is AVX2:
+        assert [16, 6] in tile.shapes.tolist()  # the BLIS-style 6 x 16 micro-kernel (padded rows)
+    rows = tile.draw(np.random.default_rng(0), 200)
+    for row in rows:
+        shape = [sketch.slots[s].domain[i][-1] for s, i in zip(tile.slots, row)]
+        assert fits(shape, lanes, target.vector_registers)
+
+
+def test_half_the_random_population_gets_register_tiles_and_mutation_draws_one():
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](512, 512, 512))
+    sketch = next(s for s in generate_sketches(dag, target=AVX2) if s.name.startswith("cache_write"))
+    (tile,) = sketch.register_tiles
+    rows = sketch.sample(np.random.default_rng(1), 2000, 32)
+    share = np.mean([fits([sketch.slots[s].domain[row[s]][-1] for s in tile.slots], 8, 16) for row in rows])
+    assert 0.45 < share < 0.75  # half drawn to fit, plus the uniform draws that fit by chance
+    rng = np.random.default_rng(2)
+    for row in rows[:20]:
+        child = MutateRegisterTile().mutate(sketch, row, rng)
+        assert fits([sketch.slots[s].domain[child[s]][-1] for s in tile.slots], 8, 16)
+        assert (np.delete(child, tile.slots) == np.delete(row, tile.slots)).all()
+
+
+def test_no_register_tiles_without_a_target_or_a_reduction():
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](64, 64, 64))
+    assert all(not s.register_tiles for s in generate_sketches(dag))
+    softmax = tc.ComputeDAG(WORKLOADS["softmax"](16, 40))
+    assert all(not s.register_tiles for s in generate_sketches(softmax, target=AVX2))
+
+
+@pytest.mark.parametrize("workload, args", [("matmul", (30, 24, 40)), ("conv2d_nhwc", (1, 9, 9, 8, 24, 3, 3, 1, 1))])
+def test_register_tiled_candidates_match_numpy(workload, args, kernel_cache):
+    dag = tc.ComputeDAG(WORKLOADS[workload](*args))
+    inputs = dag.random_inputs()
+    expected = dag.evaluate_numpy(inputs)
+    rng = np.random.default_rng(3)
+    checked = 0
+    for sketch in generate_sketches(dag, target=tc.Target.host()):
+        for tile in sketch.register_tiles:
+            rows = sketch.sample(rng, 4, 32)
+            rows[:, list(tile.slots)] = tile.draw(rng, 4)
+            for row in rows:
+                try:
+                    sch = sketch.trace_of(row).replay(dag)
+                except ScheduleError:  # a sampled compute location the tiles made invalid
+                    continue
+                np.testing.assert_allclose(tc.build(sch, tc.Target.host())(*inputs), expected[0], rtol=1e-4, atol=1e-4)
+                checked += 1
+    assert checked >= 8
