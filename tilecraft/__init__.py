@@ -16,7 +16,7 @@ Map of the package:
   tune/       SearchTask, TuningOptions and the tuning loop, progress display
 """
 
-from . import te
+from . import frontend, te
 from .build import build
 from .errors import BuildError, LoweringError, ScheduleError, TargetError, TeError, TilecraftError
 from .ir.lower import lower
@@ -32,7 +32,7 @@ from .tune import workloads  # registers the built-in workloads (matmul, conv2d,
 from .tune.task import SearchTask, TuningOptions, register_workload
 
 __all__ = [
-    "te", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
+    "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
     "ScheduleError", "TargetError", "TeError", "TilecraftError", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
     "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TuningOptions", "register_workload", "workloads",

@@ -11,17 +11,21 @@ ComputeDAG requires.
 """
 
 from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw
-from .elementwise import add, cast, clip, divide, gelu, multiply, relu, sigmoid, silu, subtract, tanh
+from .elementwise import (
+    abs, add, cast, clip, divide, erf, exp, gelu, log, multiply, negative, power, relu, sigmoid, silu, sqrt, subtract,
+    tanh, truncate_divide,
+)
 from .linalg import batch_matmul, dense, matmul
 from .nn import avg_pool2d, batch_norm_inference, global_avg_pool2d, layer_norm, log_softmax, max_pool2d, softmax
 from .reduction import max, mean, min, sum
-from .transform import concat, pad, reshape, transpose
+from .transform import broadcast_to, concat, pad, reshape, strided_slice, take, transpose
 
 __all__ = [
     "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw",
-    "add", "cast", "clip", "divide", "gelu", "multiply", "relu", "sigmoid", "silu", "subtract", "tanh",
+    "abs", "add", "cast", "clip", "divide", "erf", "exp", "gelu", "log", "multiply", "negative", "power", "relu",
+    "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide",
     "batch_matmul", "dense", "matmul",
     "avg_pool2d", "batch_norm_inference", "global_avg_pool2d", "layer_norm", "log_softmax", "max_pool2d", "softmax",
     "max", "mean", "min", "sum",
-    "concat", "pad", "reshape", "transpose",
+    "broadcast_to", "concat", "pad", "reshape", "strided_slice", "take", "transpose",
 ]

@@ -1,4 +1,4 @@
-"""Data movement: transpose, reshape, concatenation and padding, as pure index arithmetic.
+"""Data movement: transpose, reshape, concatenation, padding, slicing, gathering and broadcasting.
 
 Each is one compute whose body only reads its input at computed indices, so the scheduler
 can inline it; padding guards its read with ``te.if_then_else`` and never reads out of bounds.
@@ -13,7 +13,7 @@ from .. import te
 from ..errors import TeError
 from ..te.expr import Expr
 from ..te.tensor import Tensor
-from .common import check_tensor, compute_nd, normalize_axis
+from .common import broadcast_read, broadcast_shape, check_tensor, compute_nd, normalize_axis
 
 _INT32_LIMIT = 2**31 - 1
 
@@ -134,3 +134,52 @@ def pad(
 
     shape = [b + s + a for b, s, a in zip(before, x.shape, after)]
     return compute_nd(shape, body, name)
+
+
+def strided_slice(x: Tensor, begin: Sequence[int], end: Sequence[int], strides: Sequence[int] | None = None,
+                  axes: Sequence[int] | None = None, name: str = "strided_slice") -> Tensor:
+    """``x[begin:end:stride]`` on each of ``axes`` (the first ``len(begin)`` when None), bounds clamped as in
+    Python slicing; a negative stride walks backwards."""
+    check_tensor(x, "strided_slice")
+    axes = list(range(len(begin))) if axes is None else [normalize_axis(a, x.ndim, "strided_slice") for a in axes]
+    strides = [1] * len(axes) if strides is None else list(strides)
+    if not len(begin) == len(end) == len(strides) == len(axes) or len(set(axes)) != len(axes) or 0 in strides:
+        raise TeError(f"strided_slice: begin {begin!r}, end {end!r}, strides {strides!r} and axes {axes!r} must "
+                      "have one entry per distinct axis, and no stride may be 0")
+    starts, steps, shape = [0] * x.ndim, [1] * x.ndim, list(x.shape)
+    for axis, b, e, s in zip(axes, begin, end, strides):
+        starts[axis], stop, steps[axis] = slice(int(b), int(e), int(s)).indices(x.shape[axis])
+        shape[axis] = len(range(starts[axis], stop, steps[axis]))
+        if shape[axis] == 0:
+            raise TeError(f"strided_slice: {b}:{e}:{s} selects nothing from axis {axis} of {x.name} {x.shape}; "
+                          "te tensors cannot be empty")
+    return compute_nd(shape, lambda idx: x[tuple(
+        i * step + start if (start, step) != (0, 1) else i for i, start, step in zip(idx, starts, steps))], name)
+
+
+def take(data: Tensor, indices: Tensor, axis: int = 0, name: str = "take") -> Tensor:
+    """``numpy.take(data, indices, axis)`` (ONNX Gather): the output has ``indices``' dims in place of ``axis``;
+    a negative index counts from the end. The read's index is the run-time value of ``indices``."""
+    check_tensor(data, "take", what="data")
+    check_tensor(indices, "take", what="indices")
+    if indices.dtype not in ("int32", "int64"):
+        raise TeError(f"take: indices {indices.name} has dtype {indices.dtype}; cast it to int32 or int64")
+    axis = normalize_axis(axis, data.ndim, "take")
+    extent, k = data.shape[axis], indices.ndim
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        position = indices[idx[axis:axis + k]]
+        position = te.if_then_else(position < 0, position + extent, position)
+        return data[idx[:axis] + (position,) + idx[axis + k:]]
+
+    return compute_nd(data.shape[:axis] + indices.shape + data.shape[axis + 1:], body, name)
+
+
+def broadcast_to(x: Tensor, shape: Sequence[int], name: str = "broadcast_to") -> Tensor:
+    """``numpy.broadcast_to``: ``x`` repeated along its size-1 and missing leading dims."""
+    check_tensor(x, "broadcast_to")
+    shape = tuple(int(n) for n in shape)
+    if broadcast_shape(x.shape, shape, "broadcast_to") != shape:
+        raise TeError(f"broadcast_to: {x.name} {x.shape} cannot be broadcast to {shape}; the target must be "
+                      "at least as large in every dimension")
+    return compute_nd(shape, lambda idx: broadcast_read(x, idx), name)

@@ -1,0 +1,65 @@
+"""The whole ONNX backend node-test suite through tilecraft's importer and graph runner.
+
+    python benchmarks/onnx_node_tests.py [--out benchmarks/results/onnx_node_tests.json]
+
+Prints how many cases pass, fail and are refused as unsupported (with the failing names and
+a count of refusals by reason), and writes them as JSON. The cases and their judging are
+those of tests/frontend/node_cases.py; pytest runs the cases of the supported operators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "frontend"))
+from node_cases import FAIL, PASS, UNSUPPORTED, collect_cases, run_case  # noqa: E402
+
+
+def _reasons(message: str) -> list[str]:
+    """The unsupported operators of a refusal's table, or its first line without node and input names."""
+    rows = message.splitlines()[2:-1]
+    if message.startswith("the model uses") and rows:
+        return sorted({f"operator {row.split()[1]}" for row in rows})
+    return [re.sub(r"node \S+ |input \S+ ", "", message.splitlines()[0]).split("; change the model")[0][:100]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/onnx_node_tests.json"))
+    args = parser.parse_args()
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the generators overflow casts and divide by zero on purpose
+        cases = collect_cases(supported_only=False)
+        results = {case.name: run_case(case) for case in cases}
+    by_status = {status: sorted(name for name, (got, _) in results.items() if got == status)
+                 for status in (PASS, FAIL, UNSUPPORTED)}
+    reasons = collections.Counter(reason for status, message in results.values() if status == UNSUPPORTED
+                                  for reason in _reasons(message))
+    print(f"{len(cases)} node tests in {time.perf_counter() - start:.0f} s: {len(by_status[PASS])} pass, "
+          f"{len(by_status[FAIL])} fail, {len(by_status[UNSUPPORTED])} unsupported")
+    for name in by_status[FAIL]:
+        print(f"  FAIL {name}: {results[name][1][:160]}")
+    print("most common reasons for unsupported (a case may have several):")
+    for reason, count in reasons.most_common(25):
+        print(f"  {count:4d}  {reason}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "counts": {status: len(names) for status, names in by_status.items()},
+        "failures": {name: results[name][1] for name in by_status[FAIL]},
+        "unsupported": {name: results[name][1].splitlines()[0] for name in by_status[UNSUPPORTED]},
+        "unsupported_reasons": dict(reasons.most_common()),
+        "passed": by_status[PASS],
+    }, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""The ONNX backend node tests (``onnx.backend.test.case.node``) run through from_onnx and run_reference.
+
+The onnx wheel ships the generators of the node tests, not their data directories, so the
+cases are made by importing the generator modules: each ``expect(...)`` records a model
+with its inputs and expected outputs (the same data ``backend-test-tools generate-data``
+writes as ``model.onnx`` and ``test_data_set_0``).
+
+Many cases feed a shape, axes or pads as a run-time input; tilecraft needs those at import,
+as a model exported for inference has them (initializers). Such an input, named by a
+``RuntimeInputError``, or any empty input, is bound to the case's data as an initializer
+and the import retried: the operator is then checked with exactly the case's values.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import numpy as np
+
+from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx
+from tilecraft.frontend.onnx_ops import CONVERTERS
+from tilecraft.graph import run_reference
+
+PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
+
+
+def collect_cases(supported_only: bool) -> list:
+    """The node test cases, of every operator or only of those in ``CONVERTERS`` (faster: fewer modules)."""
+    import onnx.backend.test.case.node as package
+
+    wanted = {op.lower() for op in CONVERTERS}
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.ispkg and (not supported_only or module.name.replace("_", "") in wanted):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+    return list(package._NodeTestCases)
+
+
+def run_case(case) -> tuple[str, str]:
+    """(status, message) of one case: unsupported is the importer's clear refusal, never a pass."""
+    import onnx.numpy_helper
+
+    inputs, expected = ([onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
+                        for values in case.data_sets[0])
+    initializers = {t.name for t in case.model.graph.initializer}
+    feeds = dict(zip([i.name for i in case.model.graph.input if i.name not in initializers], inputs))
+    try:
+        graph, bound = _import(case.model, feeds)
+    except UnsupportedOperatorError as error:
+        return UNSUPPORTED, str(error)
+    except Exception as error:  # noqa: BLE001 - every other failure is reported, with its type
+        return FAIL, f"{type(error).__name__}: {error}"
+    try:
+        outputs = run_reference(graph, {name: value for name, value in feeds.items() if name not in bound})
+    except Exception as error:  # noqa: BLE001
+        return FAIL, f"{type(error).__name__}: {error}"
+    for info, want in zip(case.model.graph.output, expected):
+        got = outputs[info.name]
+        if got.shape != np.shape(want) or got.dtype != np.asarray(want).dtype:
+            return FAIL, f"output {info.name}: got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
+        if not np.allclose(got, want, rtol=max(case.rtol, 1e-3), atol=max(case.atol, 1e-5), equal_nan=True):
+            return FAIL, f"output {info.name}: max abs error {np.max(np.abs(got.astype(float) - want)):.3g}"
+    return PASS, ""
+
+
+def _import(model, feeds: dict[str, np.ndarray]):
+    """The graph of ``model``, with the inputs it needs at import bound to their values; (graph, bound names)."""
+    import onnx.numpy_helper
+
+    bound = {name for name, value in feeds.items() if isinstance(value, np.ndarray) and value.size == 0}
+    while True:
+        frozen = model.__class__()
+        frozen.CopyFrom(model)
+        frozen.graph.initializer.extend(onnx.numpy_helper.from_array(feeds[name], name) for name in sorted(bound))
+        try:
+            return from_onnx(frozen), bound
+        except RuntimeInputError as error:
+            if error.input not in feeds or error.input in bound:
+                raise
+            bound.add(error.input)

@@ -1,0 +1,123 @@
+"""The graph IR, its builder (shape inference, constant folding), the passes and the NumPy runner; no ONNX needed."""
+
+import math
+
+import numpy as np
+import pytest
+
+from tilecraft.errors import TeError
+from tilecraft.graph import OPERATORS, eliminate_dead_code, fold_batch_norm, fuse_gelu, run_reference
+from tilecraft.graph.builder import GraphBuilder
+from tilecraft.graph.operators import build_alone
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def test_every_operator_has_a_fusion_pattern():
+    assert {op.pattern for op in OPERATORS.values()} <= {
+        "heavy", "elementwise", "broadcast", "injective", "reduction", "opaque"}
+    assert OPERATORS["conv2d"].pattern == "heavy" and OPERATORS["reshape"].pattern == "injective"
+
+
+def test_builder_infers_shapes_from_the_operators_and_folds_constant_nodes(rng):
+    g = GraphBuilder()
+    x = g.add_input("x", (2, 6), "float32")
+    w = g.add_constant("w", rng.standard_normal((6, 4)).astype("float32"))
+    wt = g.emit("transpose", [w], {"axes": (1, 0)}, "w_t")           # constant in, constant out: folded
+    y = g.emit("dense", [x, wt], {}, "fc", output="y")
+    graph = g.finish([y])
+    assert [n.op for n in graph.nodes] == ["dense"] and graph.is_constant(wt)
+    assert graph.values["y"].shape == (2, 4) and graph.values["y"].dtype == "float32"
+    np.testing.assert_array_equal(graph.constants[wt], graph.constants["w"].T)
+    text = str(graph)
+    assert "graph(x: float32[2, 6]) -> (y)" in text and "y: float32[2, 4] = dense(x, w_t_transpose*)" in text
+
+
+def test_weights_are_layout_free_placeholders(rng):
+    g = GraphBuilder()
+    x = g.add_input("x", (1, 3, 8, 8), "float32")
+    k = g.add_constant("k", rng.standard_normal((4, 3, 3, 3)).astype("float32"))
+    y = g.emit("conv2d", [x, k], {"padding": 1}, "conv", output="y")
+    graph = g.finish([y])
+    placeholders, out = build_alone(graph.nodes[0], graph.values)
+    assert out.op.attrs["layout_free_placeholders"] == [placeholders["k"]]
+
+
+def test_run_reference_names_a_wrong_input():
+    g = GraphBuilder()
+    y = g.emit("relu", [g.add_input("x", (3,), "float32")], {}, "relu", output="y")
+    graph = g.finish([y])
+    with pytest.raises(TeError, match=r"inputs are \['x'\] but got \['z'\]"):
+        run_reference(graph, {"z": np.zeros(3, "float32")})
+    with pytest.raises(TeError, match=r"input x must be float32\[3\] but got float64\[3\]"):
+        run_reference(graph, {"x": np.zeros(3)})
+
+
+def conv_bn_graph(rng, conv_op, with_bias, extra_consumer=False):
+    g = GraphBuilder()
+    x = g.add_input("x", (1, 4, 6, 6), "float32")
+    kernel_shape = {"conv2d": (8, 4, 3, 3), "depthwise_conv2d": (4, 2, 3, 3), "conv2d_transpose": (4, 8, 3, 3)}
+    k = g.add_constant("k", rng.standard_normal(kernel_shape[conv_op]).astype("float32"))
+    out = g.emit(conv_op, [x, k], {}, "conv")
+    if with_bias:
+        out = g.emit("add", [out, g.add_constant("b", rng.standard_normal((8, 1, 1)).astype("float32"))], {}, "bias")
+    params = [g.add_constant(n, (rng.random(8) + 0.5).astype("float32")) for n in ("gamma", "beta", "mean", "var")]
+    y = g.emit("batch_norm", [out, *params], {"epsilon": 1e-3}, "bn", output="y")
+    outputs = [y, g.emit("relu", [out], {}, "other", output="y2")] if extra_consumer else [y]
+    return g.finish(outputs)
+
+
+@pytest.mark.parametrize("conv_op, with_bias", [("conv2d", True), ("conv2d", False), ("depthwise_conv2d", True),
+                                                ("conv2d_transpose", False)])
+def test_fold_batch_norm_into_the_convolution(rng, conv_op, with_bias):
+    graph = conv_bn_graph(rng, conv_op, with_bias)
+    x = {"x": rng.standard_normal((1, 4, 6, 6)).astype("float32")}
+    folded = eliminate_dead_code(fold_batch_norm(graph))
+    assert [n.op for n in folded.nodes] == [conv_op, "add"]
+    assert set(folded.constants) == {"conv_folded_weight", "conv_folded_bias"}
+    np.testing.assert_allclose(run_reference(folded, x)["y"], run_reference(graph, x)["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_batch_norm_stays_when_the_convolution_output_is_read_elsewhere(rng):
+    graph = conv_bn_graph(rng, "conv2d", True, extra_consumer=True)
+    assert "batch_norm" in [n.op for n in fold_batch_norm(graph).nodes]
+
+
+@pytest.mark.parametrize("form", ["div_then_half_last", "mul_then_half_first"])
+def test_fuse_gelu_recognises_the_erf_form(rng, form):
+    g = GraphBuilder()
+    x = g.add_input("x", (3, 5), "float32")
+
+    def scalar(name, value):
+        return g.add_constant(name, np.array(value, "float32"))
+
+    if form == "div_then_half_last":  # as torch exports F.gelu: x * (1 + erf(x / sqrt 2)) * 0.5
+        scaled = g.emit("divide", [x, scalar("sqrt2", math.sqrt(2))], {}, "div")
+        plus = g.emit("add", [g.emit("erf", [scaled], {}, "erf"), scalar("one", 1.0)], {}, "add")
+        y = g.emit("multiply", [g.emit("multiply", [x, plus], {}, "mul"), scalar("half", 0.5)], {}, "out", "y")
+    else:  # as BERT writes it: x * 0.5 * (1 + erf(x * (1 / sqrt 2)))
+        half = g.emit("multiply", [x, scalar("half", 0.5)], {}, "half")
+        scaled = g.emit("multiply", [scalar("inv", 1 / math.sqrt(2)), x], {}, "scale")
+        plus = g.emit("add", [scalar("one", 1.0), g.emit("erf", [scaled], {}, "erf")], {}, "add")
+        y = g.emit("multiply", [half, plus], {}, "out", "y")
+    graph = g.finish([y])
+    fused = eliminate_dead_code(fuse_gelu(graph))
+    assert [(n.op, n.inputs, n.output) for n in fused.nodes] == [("gelu", ("x",), "y")] and not fused.constants
+    feed = {"x": rng.standard_normal((3, 5)).astype("float32") * 3}
+    np.testing.assert_allclose(run_reference(fused, feed)["y"], run_reference(graph, feed)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_eliminate_dead_code_keeps_only_what_the_outputs_need(rng):
+    g = GraphBuilder()
+    x = g.add_input("x", (4,), "float32")
+    unused = g.add_constant("unused", np.ones(4, "float32"))
+    dead = g.emit("add", [x, unused], {}, "dead")
+    g.emit("relu", [dead], {}, "dead_too")
+    y = g.emit("sigmoid", [x], {}, "live", output="y")
+    graph = eliminate_dead_code(g.finish([y]))
+    assert [n.name for n in graph.nodes] == ["live"] and not graph.constants
+    assert set(graph.values) == {"x", "y"} and [v.name for v in graph.inputs] == ["x"]
+    assert graph.producer("y").name == "live" and graph.consumers("x") == graph.nodes

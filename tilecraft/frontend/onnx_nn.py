@@ -1,0 +1,230 @@
+"""Converters of the ONNX neural-network operators: convolutions, pooling, normalisation, Gemm, MatMul, softmax.
+
+Convolution biases become an ``add`` of a [F, 1, 1] constant after the convolution, the
+form ``passes.fold_batch_norm`` folds into; a constant right-hand side of Gemm and MatMul
+becomes a ``dense`` weight (layout-free, packable ahead of time); a batched MatMul is a
+``batch_matmul`` between reshapes. Only 2-D (NCHW) convolutions and pools are supported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ..ops.common import broadcast_shape
+from .onnx import Importer, OnnxNode
+
+Converter = Callable[[Importer, OnnxNode], None]
+
+
+def _softmax(op: str) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        shape = ctx.shape(node.inputs[0])
+        axis = node.attrs.get("axis", -1 if node.opset >= 13 else 1) % len(shape)
+        if node.opset >= 13 or axis == len(shape) - 1:
+            return ctx.emit_for(node, op, node.inputs[:1], {"axis": axis})
+        flat = ctx.reshape(node.inputs[0], (math.prod(shape[:axis]), math.prod(shape[axis:])), f"{node.name}_2d")
+        out = ctx.emit(op, [flat], {"axis": 1}, node.name)
+        ctx.alias(node.outputs[0], ctx.reshape(out, shape, f"{node.name}_nd"))
+
+    return convert
+
+
+def _broadcast_param(ctx: Importer, name: str, shape: tuple[int, ...], hint: str) -> str:
+    return name if ctx.shape(name) == shape else ctx.emit("broadcast_to", [name], {"shape": shape}, hint)
+
+
+def _layer_norm(ctx: Importer, node: OnnxNode) -> None:
+    x, shape = node.inputs[0], ctx.shape(node.inputs[0])
+    axis, epsilon = node.attrs.get("axis", -1) % len(shape), node.attrs.get("epsilon", 1e-5)
+    axes, norm_shape = tuple(range(axis, len(shape))), shape[axis:]
+    scale = _broadcast_param(ctx, node.inputs[1], norm_shape, f"{node.name}_scale")
+    bias = _broadcast_param(ctx, node.input(2), norm_shape, f"{node.name}_bias") if node.input(2) else \
+        ctx.add_constant(ctx.fresh_value(f"{node.name}_zero_bias"), np.zeros(norm_shape, ctx.values[x].dtype))
+    ctx.emit_for(node, "layer_norm", [x, scale, bias], {"axis": axes, "epsilon": epsilon})
+    if any(node.outputs[1:]):  # the statistics, as the training graph reads them
+        mean = ctx.emit("mean", [x], {"axis": axes, "keepdims": True}, f"{node.name}_mean",
+                        output=node.outputs[1] or None)
+        deviation = ctx.emit("subtract", [x, mean], {}, f"{node.name}_deviation")
+        square = ctx.emit("multiply", [deviation, deviation], {}, f"{node.name}_square")
+        variance = ctx.emit("mean", [square], {"axis": axes, "keepdims": True}, f"{node.name}_variance")
+        shifted = ctx.emit("add", [variance, ctx.scalar(epsilon, variance)], {}, f"{node.name}_shifted")
+        std = ctx.emit("sqrt", [shifted], {}, f"{node.name}_std")
+        if len(node.outputs) > 2 and node.outputs[2]:
+            ctx.emit("reciprocal", [std], {}, f"{node.name}_inv_std", output=node.outputs[2])
+
+
+def _batch_norm(ctx: Importer, node: OnnxNode) -> None:
+    if node.attrs.get("training_mode", 0) or any(node.outputs[1:]):
+        raise node.unsupported("training mode (the running statistics outputs)")
+    if node.attrs.get("spatial", 1) != 1:
+        raise node.unsupported("spatial=0")
+    ctx.emit_for(node, "batch_norm", node.inputs[:5], {"epsilon": node.attrs.get("epsilon", 1e-5), "axis": 1})
+
+
+def _window_pads(node: OnnxNode, sizes, kernel, strides, dilations) -> tuple[int, int, int, int]:
+    """``(top, left, bottom, right)`` from ``pads`` or ``auto_pad``."""
+    auto_pad = node.attrs.get("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", "VALID"):
+        pads = node.attrs.get("pads", [0] * 4) if auto_pad == "NOTSET" else [0] * 4
+        return tuple(int(p) for p in pads)  # type: ignore[return-value]
+    begin, end = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        begin.append(total // 2 if auto_pad == "SAME_UPPER" else total - total // 2)
+        end.append(total - begin[-1])
+    return (*begin, *end)  # type: ignore[return-value]
+
+
+def _spatial_2d(ctx: Importer, node: OnnxNode, what: str) -> tuple[int, ...]:
+    shape = ctx.shape(node.inputs[0])
+    if len(shape) != 4:
+        raise node.unsupported(f"a {len(shape) - 2}-D {what} (only 2-D, NCHW)")
+    return shape
+
+
+def _with_bias(ctx: Importer, node: OnnxNode, op: str, inputs: list[str], attrs: dict) -> None:
+    """``op`` then, for a bias input 2, an ``add`` of the bias as [F, 1, 1] (the form BatchNorm folds into)."""
+    if not node.input(2):
+        return ctx.emit_for(node, op, inputs, attrs)
+    out = ctx.emit(op, inputs, attrs, node.name)
+    bias = ctx.reshape(node.input(2), (ctx.shape(node.input(2))[0], 1, 1), f"{node.name}_bias_3d")
+    ctx.emit("add", [out, bias], {}, f"{node.name}_bias", output=node.outputs[0])
+
+
+def _conv(ctx: Importer, node: OnnxNode) -> None:
+    shape = _spatial_2d(ctx, node, "convolution")
+    weight = node.inputs[1]
+    filters, _, *kernel = ctx.shape(weight)
+    strides, dilations = tuple(node.attrs.get("strides", (1, 1))), tuple(node.attrs.get("dilations", (1, 1)))
+    attrs = {"stride": strides, "padding": _window_pads(node, shape[2:], kernel, strides, dilations),
+             "dilation": dilations}
+    groups = node.attrs.get("group", 1)
+    if 1 < groups == shape[1] and ctx.shape(weight)[1] == 1:  # one input channel per group: depthwise
+        weight = ctx.reshape(weight, (groups, filters // groups, *kernel), f"{node.name}_depthwise_kernel")
+        return _with_bias(ctx, node, "depthwise_conv2d", [node.inputs[0], weight], attrs)
+    _with_bias(ctx, node, "conv2d", [node.inputs[0], weight], {**attrs, "groups": groups})
+
+
+def _conv_transpose(ctx: Importer, node: OnnxNode) -> None:
+    shape = _spatial_2d(ctx, node, "transposed convolution")
+    kernel = ctx.shape(node.inputs[1])[2:]
+    if node.attrs.get("group", 1) != 1 or any(d != 1 for d in node.attrs.get("dilations", (1, 1))):
+        raise node.unsupported("a grouped or dilated transposed convolution")
+    strides = tuple(node.attrs.get("strides", (1, 1)))
+    extra = tuple(node.attrs.get("output_padding", (0, 0)))
+    auto_pad, target = node.attrs.get("auto_pad", "NOTSET"), node.attrs.get("output_shape")
+    if target is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = target[-2:] if target is not None else [n * s for n, s in zip(shape[2:], strides)]
+        totals = [s * (n - 1) + e + k - t for s, n, e, k, t in zip(strides, shape[2:], extra, kernel, target)]
+        extra = tuple(e + max(-t, 0) for e, t in zip(extra, totals))  # a larger output: more output_padding
+        totals = [max(t, 0) for t in totals]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
+        pads = (*begin, *(t - b for t, b in zip(totals, begin)))
+    else:
+        pads = tuple(node.attrs.get("pads", (0,) * 4)) if auto_pad == "NOTSET" else (0,) * 4
+    if min(pads) < 0 or any(e >= s for e, s in zip(extra, strides)):
+        raise node.unsupported(f"pads {pads} with output_padding {extra} and strides {strides}")
+    _with_bias(ctx, node, "conv2d_transpose", node.inputs[:2],
+               {"stride": strides, "padding": pads, "output_padding": extra})
+
+
+def _pool(op: str) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        shape = _spatial_2d(ctx, node, "pooling")
+        if len(node.outputs) > 1 and node.outputs[1]:
+            raise node.unsupported("the Indices output")
+        kernel, strides = tuple(node.attrs["kernel_shape"]), tuple(node.attrs.get("strides", (1, 1)))
+        if any(d != 1 for d in node.attrs.get("dilations", (1, 1))):
+            raise node.unsupported("dilated pooling")
+        top, left, bottom, right = _window_pads(node, shape[2:], kernel, strides, (1, 1))
+        include_pad = bool(node.attrs.get("count_include_pad", 0))
+        if node.attrs.get("ceil_mode", 0):  # ceil mode = more padding at the end, unless a window would start there
+            ends = []
+            for size, k, s, lo, hi in zip(shape[2:], kernel, strides, (top, left), (bottom, right)):
+                count = -(-(size + lo + hi - k) // s) + 1
+                count -= (count - 1) * s >= size + lo
+                ends.append(hi + max((count - 1) * s + k - (size + lo + hi), 0))
+            if include_pad and (ends[0], ends[1]) != (bottom, right):
+                raise node.unsupported("ceil_mode with count_include_pad")
+            bottom, right = ends
+        if max(top, bottom) >= kernel[0] or max(left, right) >= kernel[1]:
+            raise node.unsupported(f"padding {(top, left, bottom, right)} as large as the kernel {kernel}")
+        attrs = {"kernel": kernel, "stride": strides, "padding": (top, left, bottom, right)}
+        if op == "avg_pool2d":
+            attrs["count_include_pad"] = include_pad
+        ctx.emit_for(node, op, node.inputs[:1], attrs)
+
+    return convert
+
+
+def _global_pool(op: str) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        rank = len(ctx.shape(node.inputs[0]))
+        if op == "mean" and rank == 4:
+            return ctx.emit_for(node, "global_avg_pool2d", node.inputs[:1])
+        ctx.emit_for(node, op, node.inputs[:1], {"axis": tuple(range(2, rank)), "keepdims": True})
+
+    return convert
+
+
+def _gemm(ctx: Importer, node: OnnxNode) -> None:
+    a, b, c = node.inputs[0], node.inputs[1], node.input(2)
+    if node.attrs.get("transA", 0):
+        a = ctx.emit("transpose", [a], {"axes": (1, 0)}, f"{node.name}_transpose_a")
+    if b in ctx.constants:  # a weight: dense reads it as [out, in], marked layout-free
+        weight = b if node.attrs.get("transB", 0) else ctx.emit("transpose", [b], {"axes": (1, 0)}, f"{node.name}_w")
+        out = ctx.emit("dense", [a, weight], {}, node.name)
+    else:
+        out = ctx.emit("matmul", [a, b], {"transpose_b": bool(node.attrs.get("transB", 0))}, node.name)
+    alpha, beta = node.attrs.get("alpha", 1.0), node.attrs.get("beta", 1.0)
+    if alpha != 1.0:
+        out = ctx.emit("multiply", [out, ctx.scalar(alpha, out)], {}, f"{node.name}_alpha")
+    if c and beta != 0.0:
+        if beta != 1.0:
+            c = ctx.emit("multiply", [c, ctx.scalar(beta, c)], {}, f"{node.name}_beta")
+        out = ctx.emit("add", [out, c], {}, f"{node.name}_bias")
+    ctx.alias(node.outputs[0], out)
+
+
+def _batched(ctx: Importer, x: str, batch: tuple[int, ...], name: str) -> str:
+    """``x`` [..., M, K] as [batch, M, K] for batch_matmul; a batch of ones stays 1 and broadcasts."""
+    shape = ctx.shape(x)
+    if math.prod(shape[:-2]) == 1:
+        return ctx.reshape(x, (1, *shape[-2:]), name)
+    if shape[:-2] != batch:
+        x = ctx.emit("broadcast_to", [x], {"shape": (*batch, *shape[-2:])}, f"{name}_broadcast")
+    return ctx.reshape(x, (math.prod(batch), *shape[-2:]), name)
+
+
+def _matmul(ctx: Importer, node: OnnxNode) -> None:
+    """NumPy matmul: [.., M, K] x [K, N] is one dense (or matmul) over the flattened rows, else batch_matmul."""
+    a, b = node.inputs[:2]
+    a_shape, b_shape = ctx.shape(a), ctx.shape(b)
+    a = ctx.reshape(a, (1, *a_shape), f"{node.name}_a2d") if len(a_shape) == 1 else a
+    b = ctx.reshape(b, (*b_shape, 1), f"{node.name}_b2d") if len(b_shape) == 1 else b
+    (*a_batch, m, k), (*b_batch, _, n) = ctx.shape(a), ctx.shape(b)
+    batch = broadcast_shape(a_batch, b_batch, "MatMul")
+    result = (*batch, *([m] if len(a_shape) > 1 else []), *([n] if len(b_shape) > 1 else []))
+    if len(b_batch) == 0:
+        rows = ctx.reshape(a, (math.prod(batch) * m, k), f"{node.name}_rows")
+        if b in ctx.constants:
+            weight = ctx.emit("transpose", [b], {"axes": (1, 0)}, f"{node.name}_w")
+            out = ctx.emit("dense", [rows, weight], {}, node.name)
+        else:
+            out = ctx.emit("matmul", [rows, b], {}, node.name)
+    else:
+        out = ctx.emit("batch_matmul", [_batched(ctx, a, batch, f"{node.name}_a3d"),
+                                        _batched(ctx, b, batch, f"{node.name}_b3d")], {}, node.name)
+    ctx.alias(node.outputs[0], ctx.reshape(out, result, f"{node.name}_result"))
+
+
+NN_CONVERTERS: dict[str, Converter] = {
+    "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
+    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "Gemm": _gemm, "MatMul": _matmul,
+    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("max"),
+}

@@ -1,0 +1,254 @@
+"""The ONNX operators tilecraft imports: ``CONVERTERS`` maps an op type to its converter.
+
+A converter reads one ``OnnxNode`` and emits tilecraft nodes through the ``Importer``
+(``emit`` infers shapes and folds constant nodes), naming the node's ONNX outputs with
+its last emit or an alias. This module holds the element-wise, shape and data-movement
+operators; ``onnx_nn`` the neural-network ones. Opset differences are handled where they
+arise: inputs that were attributes in older opsets (Split, Squeeze, Unsqueeze, Reduce*,
+Slice, Pad, Clip). Inputs that act as attributes (shapes, axes, pads, bounds) must be
+constants, else the import stops with a ``RuntimeInputError`` naming the input.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..ops.common import broadcast_shape
+from ..te.dtype import DTYPES, is_float
+from .onnx import Importer, OnnxNode, checked_array
+from .onnx_nn import NN_CONVERTERS
+
+Converter = Callable[[Importer, OnnxNode], None]
+
+
+def _axes(node: OnnxNode, ctx: Importer, since: int, what: str = "axes") -> tuple[int, ...] | None:
+    """Axes given as an attribute before opset ``since``, as a constant input from it on; None when absent."""
+    axes = ctx.constant(node, 1, what) if node.opset >= since else node.attrs.get("axes")
+    return None if axes is None or len(axes) == 0 else tuple(int(a) for a in np.ravel(axes))
+
+
+def _unary(op: str) -> Converter:
+    return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:1])
+
+
+def _binary(op: str) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        dtype = ctx.values[node.inputs[0]].dtype
+        integer_division = op == "divide" and not is_float(dtype)  # ONNX's truncates, te's floors
+        out = ctx.emit("truncate_divide" if integer_division else op, node.inputs[:2], {}, node.name)
+        if ctx.values[out].dtype != dtype:  # Pow of an int by a float keeps the int type
+            out = ctx.emit("cast", [out], {"dtype": dtype}, f"{node.name}_cast")
+        ctx.alias(node.outputs[0], out)
+
+    return convert
+
+
+def _cast(ctx: Importer, node: OnnxNode) -> None:
+    import onnx
+
+    dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])).name
+    if dtype not in DTYPES:
+        raise node.unsupported(f"casting to {dtype}")
+    ctx.emit_for(node, "cast", node.inputs[:1], {"dtype": dtype})
+
+
+def _clip(ctx: Importer, node: OnnxNode) -> None:
+    if node.opset < 11:
+        bounds = [node.attrs.get("min"), node.attrs.get("max")]
+    else:
+        bounds = [ctx.constant(node, i, "clip bound") for i in (1, 2)]
+    kind = float if is_float(ctx.values[node.inputs[0]].dtype) else int
+    a_min, a_max = (None if b is None or not np.isfinite(b) else kind(np.asarray(b).item()) for b in bounds)
+    if a_min is not None and a_max is not None and a_min > a_max:
+        a_min = a_max  # min(max(x, a_min), a_max) is a_max everywhere
+    ctx.emit_for(node, "clip", node.inputs[:1], {"a_min": a_min, "a_max": a_max})
+
+
+def _gelu(ctx: Importer, node: OnnxNode) -> None:
+    ctx.emit_for(node, "gelu", node.inputs[:1], {"approximate": node.attrs.get("approximate", "none")})
+
+
+def _constant(ctx: Importer, node: OnnxNode) -> None:
+    (key, value), = node.attrs.items()
+    kinds = {"value": None, "value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+             "value_ints": np.int64}
+    if key not in kinds:
+        raise node.unsupported(f"a constant given as {key}")
+    ctx.add_constant(node.outputs[0], checked_array(np.asarray(value, kinds[key]), node.outputs[0]))
+
+
+def _shape_of(ctx: Importer, node: OnnxNode) -> None:
+    shape = ctx.shape(node.inputs[0])
+    start, end = node.attrs.get("start", 0), node.attrs.get("end", len(shape))
+    ctx.add_constant(node.outputs[0], np.array(shape[start:end], np.int64))
+
+
+def _size(ctx: Importer, node: OnnxNode) -> None:
+    ctx.add_constant(node.outputs[0], np.array(math.prod(ctx.shape(node.inputs[0])), np.int64))
+
+
+def _constant_of_shape(ctx: Importer, node: OnnxNode) -> None:
+    value = node.attrs.get("value", np.zeros(1, np.float32))
+    shape = tuple(int(n) for n in ctx.constant(node, 0, "shape"))
+    ctx.add_constant(node.outputs[0], checked_array(np.full(shape, value.reshape(()), value.dtype), node.outputs[0]))
+
+
+def _expand(ctx: Importer, node: OnnxNode) -> None:
+    x = node.inputs[0]
+    shape = broadcast_shape(ctx.shape(x), [int(n) for n in ctx.constant(node, 1, "shape")], "Expand")
+    if shape == ctx.shape(x):
+        return ctx.alias(node.outputs[0], x)
+    ctx.emit_for(node, "broadcast_to", [x], {"shape": shape})
+
+
+def _identity(ctx: Importer, node: OnnxNode) -> None:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise node.unsupported("the mask output of Dropout")
+    training = ctx.constant(node, 2, "training mode") if node.op_type == "Dropout" and node.opset >= 12 else None
+    if training is not None and training.item():
+        raise node.unsupported("training mode")
+    ctx.alias(node.outputs[0], node.inputs[0])
+
+
+def _reshape_to(ctx: Importer, node: OnnxNode, shape: Sequence[int]) -> None:
+    ctx.alias(node.outputs[0], ctx.reshape(node.inputs[0], shape, node.name))
+
+
+def _reshape_op(ctx: Importer, node: OnnxNode) -> None:
+    shape = ctx.shape(node.inputs[0])
+    target = [int(n) for n in ctx.constant(node, 1, "shape")]
+    if not node.attrs.get("allowzero", 0):
+        target = [shape[d] if n == 0 else n for d, n in enumerate(target)]
+    if -1 in target:
+        known = math.prod(n for n in target if n != -1)
+        target[target.index(-1)] = math.prod(shape) // known if known else 0
+    if 0 in target:
+        raise node.unsupported(f"reshaping to the empty shape {target}")
+    _reshape_to(ctx, node, target)
+
+
+def _flatten(ctx: Importer, node: OnnxNode) -> None:
+    shape = ctx.shape(node.inputs[0])
+    axis = node.attrs.get("axis", 1)
+    axis += len(shape) if axis < 0 else 0
+    _reshape_to(ctx, node, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+
+
+def _squeeze(ctx: Importer, node: OnnxNode) -> None:
+    shape = ctx.shape(node.inputs[0])
+    axes = _axes(node, ctx, 13)
+    axes = {a % len(shape) for a in axes} if axes is not None else {d for d, n in enumerate(shape) if n == 1}
+    if any(shape[a] != 1 for a in axes):
+        raise node.unsupported(f"squeezing axes {sorted(axes)} of a value of shape {shape} that are not 1")
+    _reshape_to(ctx, node, [n for d, n in enumerate(shape) if d not in axes])
+
+
+def _unsqueeze(ctx: Importer, node: OnnxNode) -> None:
+    shape = list(ctx.shape(node.inputs[0]))
+    axes = _axes(node, ctx, 13) or ()
+    rank = len(shape) + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        shape.insert(axis, 1)
+    _reshape_to(ctx, node, shape)
+
+
+def _transpose(ctx: Importer, node: OnnxNode) -> None:
+    rank = len(ctx.shape(node.inputs[0]))
+    ctx.emit_for(node, "transpose", node.inputs[:1], {"axes": tuple(node.attrs.get("perm", range(rank)[::-1]))})
+
+
+def _concat(ctx: Importer, node: OnnxNode) -> None:
+    ctx.emit_for(node, "concat", node.inputs, {"axis": node.attrs["axis"]})
+
+
+def _split(ctx: Importer, node: OnnxNode) -> None:
+    x = node.inputs[0]
+    shape = ctx.shape(x)
+    axis = node.attrs.get("axis", 0) % len(shape)
+    sizes = ctx.constant(node, 1, "split") if node.opset >= 13 else node.attrs.get("split")
+    count = len(node.outputs)
+    if sizes is None or len(sizes) == 0:
+        chunk = -(-shape[axis] // count) if "num_outputs" in node.attrs else shape[axis] // count
+        sizes = [chunk] * (count - 1) + [shape[axis] - chunk * (count - 1)]
+    if 0 in sizes:
+        raise node.unsupported("an empty part")
+    begin = 0
+    for output, size in zip(node.outputs, (int(s) for s in sizes)):
+        if output:
+            ctx.emit("strided_slice", [x], {"begin": (begin,), "end": (begin + size,), "axes": (axis,)},
+                     f"{node.name}_{output}", output=output)
+        begin += size
+
+
+def _slice(ctx: Importer, node: OnnxNode) -> None:
+    if node.opset < 10:
+        starts, ends, axes, steps = (node.attrs.get(k) for k in ("starts", "ends", "axes", "steps"))
+    else:
+        starts, ends, axes, steps = (ctx.constant(node, i, "slice bound") for i in (1, 2, 3, 4))
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    shape = ctx.shape(node.inputs[0])
+    if any(not range(*slice(int(b), int(e), int(s)).indices(shape[int(a)]))
+           for b, e, s, a in zip(starts, ends, steps, axes)):
+        raise node.unsupported("an empty slice")
+    ctx.emit_for(node, "strided_slice", node.inputs[:1], {
+        "begin": tuple(int(v) for v in starts), "end": tuple(int(v) for v in ends),
+        "strides": tuple(int(v) for v in steps), "axes": tuple(int(v) for v in axes)})
+
+
+def _gather(ctx: Importer, node: OnnxNode) -> None:
+    ctx.emit_for(node, "take", node.inputs[:2], {"axis": node.attrs.get("axis", 0)})
+
+
+def _pad(ctx: Importer, node: OnnxNode) -> None:
+    x = node.inputs[0]
+    rank = len(ctx.shape(x))
+    if node.opset < 11:
+        pads, value, axes = node.attrs["pads"], node.attrs.get("value", 0.0), None
+    else:
+        pads, value, axes = (ctx.constant(node, i, "pad argument") for i in (1, 2, 3))
+    mode = node.attrs.get("mode", "constant")
+    if mode != "constant":
+        raise node.unsupported(f"mode {mode!r} (only 'constant')")
+    axes = [int(a) % rank for a in (range(rank) if axes is None else axes)]
+    before, after = [0] * rank, [0] * rank
+    for k, axis in enumerate(axes):
+        before[axis], after[axis] = int(pads[k]), int(pads[k + len(axes)])
+    if min(before + after) < 0:
+        raise node.unsupported("negative pads (cropping)")
+    kind = float if is_float(ctx.values[x].dtype) else int
+    fill = kind(0 if value is None else np.asarray(value).item())
+    ctx.emit_for(node, "pad", [x], {"pad_before": tuple(before), "pad_after": tuple(after), "pad_value": fill})
+
+
+def _reduce(op: str, axes_input_since: int) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        x = node.inputs[0]
+        axes = _axes(node, ctx, axes_input_since)
+        if axes is None and node.attrs.get("noop_with_empty_axes", 0):
+            return ctx.alias(node.outputs[0], x)
+        if op == "mean" and not is_float(ctx.values[x].dtype):
+            raise node.unsupported(f"the mean of {ctx.values[x].dtype} values")
+        ctx.emit_for(node, op, [x], {"axis": axes, "keepdims": bool(node.attrs.get("keepdims", 1))})
+
+    return convert
+
+
+CONVERTERS: dict[str, Converter] = {
+    **{onnx_op: _unary(op) for onnx_op, op in {
+        "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
+        "Exp": "exp", "Log": "log", "Abs": "abs", "Neg": "negative"}.items()},
+    **{onnx_op: _binary(op) for onnx_op, op in {
+        "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power"}.items()},
+    "Cast": _cast, "Clip": _clip, "Gelu": _gelu,
+    "Constant": _constant, "Shape": _shape_of, "Size": _size, "ConstantOfShape": _constant_of_shape, "Expand": _expand,
+    "Identity": _identity, "Dropout": _identity,
+    "Reshape": _reshape_op, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
+    "Transpose": _transpose, "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather, "Pad": _pad,
+    "ReduceSum": _reduce("sum", 13), "ReduceMean": _reduce("mean", 18), "ReduceMax": _reduce("max", 18),
+    "ReduceMin": _reduce("min", 18),
+    **NN_CONVERTERS,
+}

@@ -1,0 +1,147 @@
+"""Graph rewrites for inference: each takes a Graph and returns a new one computing the same outputs.
+
+``simplify`` runs them in order: BatchNorm folded into the convolution before it (one
+heavy node instead of a heavy node and a per-channel affine pass), the erf form of GELU
+that exporters emit recognised as one ``gelu`` node, then dead nodes and constants removed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from .ir import Graph, Node, Value
+
+_CONV_CHANNEL_AXIS = {"conv2d": 0, "depthwise_conv2d": None, "conv2d_transpose": 1}
+"""The kernel axis of each convolution's output channels (depthwise: its first two axes together)."""
+
+
+def simplify(graph: Graph) -> Graph:
+    return eliminate_dead_code(fuse_gelu(fold_batch_norm(graph)))
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """Only the nodes, constants and values that the outputs depend on."""
+    live = set(graph.outputs)
+    nodes = []
+    for node in reversed(graph.nodes):
+        if node.output in live:
+            nodes.append(node)
+            live.update(node.inputs)
+    live.update(v.name for v in graph.inputs)
+    return Graph(graph.inputs, graph.outputs, nodes[::-1], {k: v for k, v in graph.constants.items() if k in live},
+                 {k: v for k, v in graph.values.items() if k in live})
+
+
+def _single_consumer(graph: Graph, name: str) -> Node | None:
+    consumers = graph.consumers(name)
+    return consumers[0] if len(consumers) == 1 and name not in graph.outputs else None
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """``batch_norm(conv(x, W) [+ b])`` -> ``conv(x, W * s) + (b - mean) * s + beta``, s = gamma / sqrt(var + eps).
+
+    Applies when the convolution's weight and the norm's parameters are constants and nothing
+    else reads the convolution's output; the bias becomes an ``add`` of an [F, 1, 1] constant.
+    """
+    graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
+    for norm in [n for n in graph.nodes if n.op == "batch_norm" and n.attrs.get("axis", 1) == 1]:
+        found = _conv_before(graph, norm)
+        if found is None or not all(graph.is_constant(p) for p in norm.inputs[1:]):
+            continue
+        conv, bias_add = found
+        gamma, beta, mean, var = (graph.constants[p].astype(np.float64) for p in norm.inputs[1:])
+        scale = gamma / np.sqrt(var + norm.attrs.get("epsilon", 1e-5))
+        weight = graph.constants[conv.inputs[1]]
+        axis = _CONV_CHANNEL_AXIS[conv.op]
+        shape = [1] * weight.ndim
+        if axis is None:
+            shape[:2] = weight.shape[:2]
+        else:
+            shape[axis] = weight.shape[axis]
+        bias = graph.constants[bias_add.inputs[1]].reshape(-1) if bias_add else np.zeros_like(scale)
+        new_weight = _add_constant(graph, f"{conv.name}_folded_weight",
+                                   (weight * scale.reshape(shape)).astype(weight.dtype))
+        new_bias = _add_constant(graph, f"{conv.name}_folded_bias",
+                                 ((bias - mean) * scale + beta).reshape(-1, 1, 1).astype(weight.dtype))
+        index = graph.nodes.index(conv)
+        graph.nodes[index] = replace(conv, inputs=(conv.inputs[0], new_weight, *conv.inputs[2:]))
+        if bias_add:
+            graph.nodes.remove(bias_add)
+        graph.nodes[graph.nodes.index(norm)] = Node("add", (conv.output, new_bias), norm.output, {}, norm.name)
+    return graph
+
+
+def _conv_before(graph: Graph, norm: Node) -> tuple[Node, Node | None] | None:
+    """The convolution feeding ``norm`` (through a constant bias ``add``), read by nothing else."""
+    producer = graph.producer(norm.inputs[0])
+    bias_add = None
+    if producer is not None and producer.op == "add" and graph.is_constant(producer.inputs[1]):
+        bias_add, producer = producer, graph.producer(producer.inputs[0])
+        channels = tuple(graph.values[bias_add.inputs[1]].shape)
+        if producer is None or channels[-3:] != (graph.values[producer.output].shape[1], 1, 1) or \
+                math.prod(channels[:-3]) != 1 or _single_consumer(graph, bias_add.output) is not norm:
+            return None
+    if producer is None or producer.op not in _CONV_CHANNEL_AXIS or not graph.is_constant(producer.inputs[1]):
+        return None
+    if _single_consumer(graph, producer.output) is not (bias_add or norm):
+        return None
+    return producer, bias_add
+
+
+def fuse_gelu(graph: Graph) -> Graph:
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))`` in the orders exporters emit (``/ sqrt(2)`` or ``* (1 / sqrt(2))``,
+    the 0.5 on ``x`` or on the product) -> ``gelu(x)``; the pieces die unless something else reads them."""
+    nodes = list(graph.nodes)
+    for erf in (n for n in graph.nodes if n.op == "erf"):
+        x = _gelu_input(graph, erf)
+        one_plus = next((n for n in graph.consumers(erf.output)
+                         if n.op == "add" and _is_scalar(graph, _other(n, erf.output), 1.0)), None)
+        final = _gelu_product(graph, x, one_plus.output) if x and one_plus else None
+        if final is not None:
+            nodes[nodes.index(final)] = Node("gelu", (x,), final.output, {"approximate": "none"}, final.name)
+    return Graph(graph.inputs, graph.outputs, nodes, graph.constants, graph.values)
+
+
+def _other(node: Node, name: str) -> str | None:
+    """The other operand of a binary ``node`` that reads ``name``."""
+    a, b = node.inputs
+    return b if a == name else a if b == name else None
+
+
+def _is_scalar(graph: Graph, name: str | None, value: float) -> bool:
+    array = graph.constants.get(name) if name else None
+    return array is not None and array.size == 1 and math.isclose(float(array.reshape(())), value, rel_tol=1e-4)
+
+
+def _gelu_input(graph: Graph, erf: Node) -> str | None:
+    scaled = graph.producer(erf.inputs[0])
+    if scaled is not None and scaled.op == "divide" and _is_scalar(graph, scaled.inputs[1], math.sqrt(2)):
+        return scaled.inputs[0]
+    if scaled is not None and scaled.op == "multiply":
+        return next((x for x in scaled.inputs if _is_scalar(graph, _other(scaled, x), 1 / math.sqrt(2))), None)
+    return None
+
+
+def _gelu_product(graph: Graph, x: str, one_plus: str) -> Node | None:
+    for product in (n for n in graph.consumers(one_plus) if n.op == "multiply"):
+        factor = _other(product, one_plus)
+        if factor == x:
+            return next((n for n in graph.consumers(product.output)
+                         if n.op == "multiply" and _is_scalar(graph, _other(n, product.output), 0.5)), None)
+        half = graph.producer(factor)
+        if half is not None and half.op == "multiply" and _is_scalar(graph, _other(half, x), 0.5):
+            return product
+    return None
+
+
+def _add_constant(graph: Graph, hint: str, array: np.ndarray) -> str:
+    name, k = hint, 0
+    while name in graph.values:
+        k += 1
+        name = f"{hint}_{k}"
+    graph.constants[name] = array
+    graph.values[name] = Value(name, array.shape, array.dtype.name)
+    return name
