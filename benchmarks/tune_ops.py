@@ -25,6 +25,7 @@ import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.measure.worker import aligned_copy
 from tilecraft.runtime import aligned_empty
+from tilecraft.runtime.peak import peak_gflops
 from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.metrics import peak_at_k, recall_at_k
 from tilecraft.search.policy import SketchPolicy
@@ -199,18 +200,23 @@ def main():
     repeat, min_ms = (3, 50) if options.quick else (7, 300)
     log_dir = options.out.parent / "tune_logs"
     log_dir.mkdir(parents=True, exist_ok=True)
+    peak = peak_gflops()
+    print(f"measured fp32 FMA peak: {peak:.0f} GFLOPS", flush=True)
     rows = []
     for name in names:
         rows.append(run(name, options.trials, log_dir, repeat, min_ms))
         print(f"  {name}: done", flush=True)
 
     fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    print(f"\n{'workload':<24} {'tilecraft':>9} {'NumPy':>8} {'PyTorch':>8} {'tc/NumPy':>8} {'tune s':>7} "
-          f"{'search':>6} {'build':>6} {'run':>6} {'tr/min':>6} {'peak@32':>7}   (GFLOPS; shares of tuning time)")
+    print(f"\n{'workload':<24} {'tilecraft':>9} {'%peak':>5} {'NumPy':>8} {'PyTorch':>8} {'tc/NumPy':>8} "
+          f"{'tc/torch':>8} {'tune s':>7} {'search':>6} {'build':>6} {'run':>6} {'tr/min':>6} {'peak@32':>7}"
+          "   (GFLOPS; shares of tuning time)")
     for r in rows:
         rank = r["ranking"]["peak@32"] if r["ranking"] else None
-        print(f"{r['workload']:<24} {r['tilecraft_gflops']:9.1f} {r['numpy_gflops']:8.1f} "
-              f"{fmt(r['torch_gflops'], '8.1f'):>8} {r['tilecraft_gflops'] / r['numpy_gflops']:7.2f}x "
+        vs_torch = r["tilecraft_gflops"] / r["torch_gflops"] if r["torch_gflops"] else None
+        print(f"{r['workload']:<24} {r['tilecraft_gflops']:9.1f} {r['tilecraft_gflops'] / peak:5.0%} "
+              f"{r['numpy_gflops']:8.1f} {fmt(r['torch_gflops'], '8.1f'):>8} "
+              f"{r['tilecraft_gflops'] / r['numpy_gflops']:7.2f}x {fmt(vs_torch, '7.2f'):>7}x "
               f"{r['tuning_wall_secs']:7.0f} {r['share_search_model']:6.0%} {r['share_build']:6.0%} "
               f"{r['share_run']:6.0%} {r['trials_per_minute']:6.0f} {fmt(rank, '7.2f'):>7}"
               f"{'' if r['correct'] else '  WRONG'}")
@@ -219,7 +225,7 @@ def main():
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps({
         "machine": {"platform": platform.platform(), "target": str(tc.Target.host()), "numpy": np.__version__,
-                    "torch": torch.__version__ if torch else None},
+                    "torch": torch.__version__ if torch else None, "fma_peak_gflops": peak},
         "trials": options.trials, "workloads": rows}, indent=2))
     print(f"wrote {options.out}")
     return 0 if all(r["correct"] for r in rows) else 1

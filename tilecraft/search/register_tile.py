@@ -29,6 +29,7 @@ class RegisterTile:
     """The tile slots of one block whose innermost factors form its register tile."""
 
     block: str
+    lanes: int
     slots: tuple[int, ...]  # the block's spatial tile slots, the vectorized one first
     shapes: np.ndarray  # every register-filling tile: innermost factor per slot, one row each
     by_inner: tuple[dict[int, np.ndarray], ...]  # per slot: innermost factor -> its decisions
@@ -46,18 +47,25 @@ class RegisterTile:
 
 def _filling_shapes(by_inner: list[dict], lanes: int, registers: int) -> np.ndarray:
     """Innermost factors (vectorized slot first) whose accumulators fill between half
-    and all of the registers left beside one vector per column and a broadcast."""
-    shapes = []
+    and all of the registers left beside one weight vector per column, a broadcast and a
+    spare (or any that fit, when the loops are too short for that). Widths are a
+    power of two vectors, so packed weight rows stay whole or halved cache lines
+    (3 vectors, 96 bytes, made every other load straddle two lines: 5x slower)."""
+    shapes, fill = [], []
     for width in sorted(by_inner[0]):
         vectors = width // lanes
-        if width % lanes or vectors > MAX_VECTORS:
+        if width % lanes or vectors > MAX_VECTORS or vectors & (vectors - 1):
             continue
-        budget = (registers - 1 - vectors) // vectors  # accumulator rows that fit
+        free = registers - 2 - vectors
         partial = [((width,), 1)]
         for table in by_inner[1:]:
-            partial = [(shape + (v,), rows * v) for shape, rows in partial for v in sorted(table) if rows * v <= budget]
-        shapes += [shape for shape, rows in partial if 2 * rows * vectors >= registers - 1 - vectors]
-    return np.array(shapes, dtype=np.int64).reshape(len(shapes), len(by_inner))
+            partial = [(shape + (v,), rows * v) for shape, rows in partial for v in sorted(table)
+                       if rows * v * vectors <= free]
+        shapes += [shape for shape, _ in partial]
+        fill += [2 * rows * vectors / free for _, rows in partial]
+    fill = np.array(fill)
+    keep = fill >= 1 if (fill >= 1).any() else fill > 0
+    return np.array(shapes, dtype=np.int64)[keep].reshape(int(keep.sum()), len(by_inner))
 
 
 def find_register_tiles(sketch, dtypes: dict[str, str], target) -> tuple[RegisterTile, ...]:
@@ -78,9 +86,10 @@ def find_register_tiles(sketch, dtypes: dict[str, str], target) -> tuple[Registe
             for index, factors in enumerate(sketch.slots[n].domain):
                 table.setdefault(factors[-1], []).append(index)
             by_inner.append({v: np.array(i) for v, i in table.items()})
-        shapes = _filling_shapes(by_inner, target.vector_lanes(dtypes.get(block, "float32")), target.vector_registers)
+        lanes = target.vector_lanes(dtypes.get(block, "float32"))
+        shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
         if len(shapes):
-            tiles.append(RegisterTile(block, tuple(spatial), shapes, tuple(by_inner)))
+            tiles.append(RegisterTile(block, lanes, tuple(spatial), shapes, tuple(by_inner)))
     return tuple(tiles)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 from ..database.log import load_best_record, load_records
 from ..errors import TilecraftError
 from ..measure import LocalBuilder, LocalRunner, MeasureInput
+from ..runtime.peak import peak_gflops
 from ..schedule.trace import Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
@@ -127,7 +128,8 @@ def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
     started = time.perf_counter()
     since_best = 0
     flop = task.compute_dag.flop_count()
-    reporter = ProgressReporter(options.num_measure_trials, options.verbose, task_name=task.desc or task.workload_key)
+    peak = peak_gflops(task.target) if options.verbose else None
+    reporter = ProgressReporter(options.num_measure_trials, options.verbose, peak, task.desc or task.workload_key)
     try:
         while summary.trials < options.num_measure_trials:
             count = min(options.num_measures_per_round, options.num_measure_trials - summary.trials)

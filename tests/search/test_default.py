@@ -1,0 +1,34 @@
+"""The default schedule: correct for every built-in workload, and register-tiled where it can be."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.search.default import default_schedule
+from tilecraft.tune.task import WORKLOADS
+
+SMALL = {
+    "matmul": (30, 40, 48), "matmul_add": (32, 16, 32), "dense": (1, 64, 40), "batch_matmul": (3, 16, 8, 24),
+    "conv2d": (1, 8, 10, 10, 16, 3, 3, 1, 1), "conv2d_nhwc": (1, 9, 9, 8, 24, 3, 3, 2, 1), "softmax": (16, 40),
+    "layer_norm": (16, 40),
+}
+
+
+@pytest.mark.parametrize("workload", sorted(SMALL))
+def test_default_schedule_matches_numpy(workload, kernel_cache):
+    dag = tc.ComputeDAG(WORKLOADS[workload](*SMALL[workload]))
+    inputs = dag.random_inputs()
+    func = tc.build(default_schedule(dag, tc.Target.host()), tc.Target.host())
+    np.testing.assert_allclose(func(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target, tile", [("llvm -mcpu=core-avx2 -num-cores=2", (6, 16)),
+                                          ("llvm -mcpu=skylake-avx512 -num-cores=2", (6, 64))])
+def test_matmul_gets_the_register_tile_with_most_fmas_per_load_inside_a_local_buffer(target, tile):
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](1024, 1024, 1024))
+    sch = default_schedule(dag, tc.Target(target))
+    steps = {s.kind for s in sch.trace.steps}
+    assert "cache_write" in steps
+    decisions = [d for d in sch.trace.decisions.values() if isinstance(d, tuple) and len(d) == 4]
+    assert tuple(d[-1] for d in decisions) == tile
+    assert all(d[1] == d[2] == 1 for d in decisions)  # middle levels 1: the outer loops carry the rest

@@ -1,0 +1,73 @@
+"""A sound schedule without tuning, for a subgraph that no tuning log covers.
+
+It is a candidate of the DAG's own sketches whose decisions come from rules instead of
+search: the register tile that holds the most accumulators for the least padding, the
+innermost reduction loop as long as the tile limit allows, every middle tile level 1 so
+the outer loops carry the rest (and the parallelism), auto-unroll 512, and every free
+block computed at the root.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..schedule.sampling import divisors
+from ..schedule.schedule import ROOT, Schedule
+from ..target import Target
+from ..te.dag import ComputeDAG
+from .policy import JOBS_PER_CORE
+from .space import Sketch, generate_sketches
+
+UNROLL_STEP = 512  # unrolls a whole register tile (its vector loop counts every lane)
+
+
+def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
+    """The rule-made candidate of the best sketch that replays: the most register tiles,
+    then tiles that accumulate in a local buffer inside their consumer's tile."""
+    ranked, errors = [], []
+    for n, sketch in enumerate(generate_sketches(dag, target=target)):
+        try:
+            sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * target.num_cores)).replay(dag)
+        except ScheduleError as error:
+            errors.append(f"{sketch.name}: {error}")
+            continue
+        local = all(sch.state.stage(tile.block).attach is not None for tile in sketch.register_tiles)
+        ranked.append(((-len(sketch.register_tiles), not local, n), sch))
+    if not ranked:
+        raise ScheduleError("no sketch gave a default schedule: " + "; ".join(errors))
+    return min(ranked, key=lambda entry: entry[0])[1]
+
+
+def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
+    inner = {}
+    for tile in sketch.register_tiles:
+        inner.update(zip(tile.slots, _best_shape(sketch, tile)))
+    row = np.zeros(len(sketch.slots), dtype=np.int64)
+    for n, slot in enumerate(sketch.slots):
+        if slot.role == "tile":
+            extent, parts = math.prod(slot.domain[0]), len(slot.domain[0])
+            wanted = [inner.get(n, 1)] if slot.spatial else sorted(divisors(extent), reverse=True)
+            row[n] = next(index for index in (sketch.index_of(n, (-(-extent // last),) + (1,) * (parts - 2) + (last,))
+                                              for last in wanted + [1]) if index is not None)
+        elif slot.role == "unroll":
+            row[n] = slot.values.index(UNROLL_STEP) if UNROLL_STEP in slot.values else len(slot.values) - 1
+        elif slot.role == "location":
+            row[n] = slot.domain.index(ROOT)
+    return sketch.fix_parallel(row[None], min_parallel)[0]
+
+
+def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
+    """The register tile with the most FMAs per load (accumulators over broadcasts plus
+    weight vectors per reduction step), discounted by the padding it needs; a width that
+    divides its loop first, since a padded last tile reads packed weights by gathering."""
+    extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
+
+    def value(shape):
+        vectors, rows = shape[0] // tile.lanes, math.prod(shape[1:])
+        padding = math.prod(-(-e // f) * f / e for e, f in zip(extents, shape))
+        return extents[0] % shape[0] == 0, vectors * rows / (vectors + rows) / padding
+
+    return max((tuple(int(v) for v in shape) for shape in tile.shapes), key=value)
