@@ -12,8 +12,10 @@ first 70% of the measurements ranks the last 30% (a-peak@32, recall@16).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -29,9 +31,6 @@ from tilecraft.runtime.peak import peak_gflops
 from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.metrics import peak_at_k, recall_at_k
 from tilecraft.search.policy import SketchPolicy
-
-sys.path.insert(0, str(Path(__file__).parent))
-from hand_schedules import time_fn  # noqa: E402
 
 try:
     import torch
@@ -168,15 +167,40 @@ def time_best(name, log, repeat, min_ms):
     # On cache lines, as the runtime allocates a model's buffers; NumPy gives 16 bytes.
     free = [aligned_copy(x) for a, x in zip(module.args, inputs) if a.name not in packed]
     outputs = [aligned_empty(a.shape, a.dtype) for a in module.args if a.is_output]
-    tc_secs = time_fn(lambda: bound(*free, *outputs), repeat, min_ms)
-    np_secs = time_fn(lambda: numpy_fn(*inputs), repeat, min_ms)
-    torch_secs = None
+    systems = {"tilecraft": lambda: bound(*free, *outputs), "numpy": lambda: numpy_fn(*inputs)}
     if torch is not None and torch_fn is not None:
         tensors = [torch.from_numpy(x) for x in inputs]
-        with torch.no_grad():
-            torch_secs = time_fn(lambda: torch_fn(*tensors), repeat, min_ms)
-    return {"correct": correct, "tilecraft_gflops": flop / tc_secs / 1e9, "numpy_gflops": flop / np_secs / 1e9,
-            "torch_gflops": flop / torch_secs / 1e9 if torch_secs else None}
+        systems["torch"] = lambda: torch_fn(*tensors)
+    with torch.no_grad() if torch is not None else contextlib.nullcontext():
+        secs = interleaved_times(systems, repeat, min_ms)
+    return {"correct": correct, **{f"{name}_gflops": flop / secs[name] / 1e9 if name in secs else None
+                                   for name in ("tilecraft", "numpy", "torch")}}
+
+
+def interleaved_times(systems, repeat, min_ms):
+    """Median seconds per call of each system over ``repeat`` rounds that time every system
+    once (a batch of at least ``min_ms``), so that a noisy spell of this shared machine
+    slows all of them alike instead of whichever happened to be running."""
+    numbers = {}
+    for name, fn in systems.items():
+        fn()
+        number, elapsed = 1, 0.0
+        while elapsed * 1e3 < min_ms:
+            number = max(2 * number, int(number * min_ms / max(elapsed * 1e3, 1e-3)) + 1) if elapsed else 1
+            started = time.perf_counter()
+            for _ in range(number):
+                fn()
+            elapsed = time.perf_counter() - started
+        numbers[name] = number
+    rounds = {name: [] for name in systems}
+    for _ in range(repeat):
+        for name, fn in systems.items():
+            time.sleep(0.05)  # let the previous system's spinning threads go to sleep
+            started = time.perf_counter()
+            for _ in range(numbers[name]):
+                fn()
+            rounds[name].append((time.perf_counter() - started) / numbers[name])
+    return {name: statistics.median(times) for name, times in rounds.items()}
 
 
 def main():

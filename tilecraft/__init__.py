@@ -29,11 +29,12 @@ from .search.cost_model import LightGBMModel, RandomModel, XGBModel
 from .search.policy import PreloadMeasuredStates, SketchPolicy
 from .search.space import ScheduleFn
 from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
+from .tune.scheduler import TaskScheduler
 from .tune.task import SearchTask, TuningOptions, register_workload
 
 __all__ = [
     "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
     "ScheduleError", "TargetError", "TeError", "TilecraftError", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
-    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TuningOptions", "register_workload", "workloads",
+    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions", "register_workload", "workloads",
 ]

@@ -127,45 +127,19 @@ def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
     summary = TuningSummary()
     started = time.perf_counter()
     since_best = 0
-    flop = task.compute_dag.flop_count()
     peak = peak_gflops(task.target) if options.verbose else None
     reporter = ProgressReporter(options.num_measure_trials, options.verbose, peak, task.desc or task.workload_key)
     try:
         while summary.trials < options.num_measure_trials:
             count = min(options.num_measures_per_round, options.num_measure_trials - summary.trials)
-            clock = time.perf_counter()
-            candidates = policy.next_batch(count)
-            summary.search_secs += time.perf_counter() - clock
-            if not candidates:
+            best_before = summary.best_cost
+            results = tune_round(task, policy, count, builder, runner, options.measure_callbacks, summary, reporter)
+            if not results:
                 reporter.note("the search space is exhausted: every candidate it found was measured")
                 break
-            sketches = [policy.sketches[c.sketch].name for c in candidates]
-            inputs = [MeasureInput(task.compute_dag, task.target, policy.trace_of(c)) for c in candidates]
-            clock = time.perf_counter()
-            builds = builder.build(inputs)
-            summary.build_secs += time.perf_counter() - clock
-
-            def record(index: int, result) -> None:
-                for callback in options.measure_callbacks:
-                    callback(task, [inputs[index]], [result], sketches=[sketches[index]])
-                cost = result.mean_cost
-                reporter.update(flop / cost / 1e9 if result.is_valid else None,
-                                cost if result.is_valid else None, result.error_kind.value)
-
-            clock = time.perf_counter()
-            results = runner.run(inputs, builds, on_result=record)
-            summary.run_secs += time.perf_counter() - clock
-            clock = time.perf_counter()
-            policy.update(candidates, [r.mean_cost for r in results])
-            summary.model_secs += time.perf_counter() - clock
             for result in results:
-                summary.trials += 1
-                if result.is_valid:
-                    summary.valid += 1
-                else:
-                    summary.errors[result.error_kind.value] = summary.errors.get(result.error_kind.value, 0) + 1
-                if result.mean_cost < summary.best_cost:
-                    summary.best_cost, since_best = result.mean_cost, 0
+                if result.mean_cost < best_before:
+                    best_before, since_best = result.mean_cost, 0
                 else:
                     since_best += 1
             reporter.note(f"round done: {summary.trials} trials, best {summary.best_cost * 1e3:.3f} ms")
@@ -178,3 +152,43 @@ def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
             runner.close()
     summary.wall_secs = time.perf_counter() - started
     return summary
+
+
+def tune_round(task: SearchTask, policy, count: int, builder, runner, callbacks: Sequence[Callable],
+               summary: TuningSummary, reporter: ProgressReporter) -> list:
+    """Search, build and measure up to ``count`` candidates of ``task`` and learn from
+    them; each result reaches ``callbacks`` and ``reporter`` as it arrives, and
+    ``summary`` counts them. An empty list when the search space is exhausted."""
+    flop = task.compute_dag.flop_count()
+    clock = time.perf_counter()
+    candidates = policy.next_batch(count)
+    summary.search_secs += time.perf_counter() - clock
+    if not candidates:
+        return []
+    sketches = [policy.sketches[c.sketch].name for c in candidates]
+    inputs = [MeasureInput(task.compute_dag, task.target, policy.trace_of(c)) for c in candidates]
+    clock = time.perf_counter()
+    builds = builder.build(inputs)
+    summary.build_secs += time.perf_counter() - clock
+
+    def record(index: int, result) -> None:
+        for callback in callbacks:
+            callback(task, [inputs[index]], [result], sketches=[sketches[index]])
+        cost = result.mean_cost
+        reporter.update(flop / cost / 1e9 if result.is_valid else None,
+                        cost if result.is_valid else None, result.error_kind.value)
+
+    clock = time.perf_counter()
+    results = runner.run(inputs, builds, on_result=record)
+    summary.run_secs += time.perf_counter() - clock
+    clock = time.perf_counter()
+    policy.update(candidates, [r.mean_cost for r in results])
+    summary.model_secs += time.perf_counter() - clock
+    for result in results:
+        summary.trials += 1
+        if result.is_valid:
+            summary.valid += 1
+        else:
+            summary.errors[result.error_kind.value] = summary.errors.get(result.error_kind.value, 0) + 1
+        summary.best_cost = min(summary.best_cost, result.mean_cost)
+    return results

@@ -1,0 +1,84 @@
+"""The task scheduler: warm-up, the gradient's choice, round-robin, one log, resuming."""
+
+import math
+
+import pytest
+
+import tilecraft as tc
+from tilecraft.database import load_records, trace_key
+from tilecraft.tune.scheduler import TaskScheduler
+
+
+@pytest.fixture(scope="module")
+def runner():
+    with tc.LocalRunner(number=2, repeat=1, min_repeat_ms=0) as r:
+        yield r
+
+
+def tasks():
+    return [tc.SearchTask(func="matmul", args=(16, 16, 16), target=tc.Target.host()),
+            tc.SearchTask(func="matmul", args=(32, 8, 24), target=tc.Target.host()),
+            tc.SearchTask(func="softmax", args=(8, 24), target=tc.Target.host())]
+
+
+def options(log, trials, runner):
+    return tc.TuningOptions(num_measure_trials=trials, num_measures_per_round=4, runner=runner,
+                            measure_callbacks=[tc.RecordToFile(log)], verbose=0)
+
+
+def test_warm_up_covers_every_task_then_one_log_holds_all(tmp_path, runner):
+    log = tmp_path / "model.json"
+    scheduler = TaskScheduler(tasks(), [1, 2, 3])
+    objective = scheduler.tune(options(log, 20, runner))
+    records = load_records(log)
+    assert len(records) == 20
+    keys = {r.workload_key for r in records}
+    assert keys == {s.task.workload_key for s in scheduler.states}
+    assert objective == pytest.approx(sum(w * s.best for w, s in zip([1, 2, 3], scheduler.states)))
+    assert all(math.isfinite(s.best) for s in scheduler.states)
+    assert sum(s.summary.trials for s in scheduler.states) == 20
+
+
+def test_resuming_skips_warm_up_and_never_remeasures(tmp_path, runner):
+    log = tmp_path / "model.json"
+    TaskScheduler(tasks()[:2]).tune(options(log, 8, runner))
+    first = {trace_key(r.trace) for r in load_records(log)}
+    resumed = TaskScheduler(tasks()[:2], load_log_file=str(log))
+    assert all(len(s.best_after_round) == 1 for s in resumed.states)  # the log's best, no warm-up needed
+    resumed.tune(options(log, 8, runner))
+    keys = [trace_key(r.trace) for r in load_records(log)]
+    assert len(keys) == 16 and len(set(keys)) == 16 and first < set(keys)
+
+
+class NoPolicy:
+    """Stands in for a search policy where only the choice of task is tested."""
+
+
+def scheduler_with_history(histories, weights, **kw):
+    scheduler = TaskScheduler(tasks()[:len(histories)], weights, policy_factory=lambda task, n: NoPolicy(), **kw)
+    for state, history in zip(scheduler.states, histories):
+        state.best_after_round = list(history)
+    return scheduler
+
+
+def test_gradient_prefers_the_task_that_still_improves_weighs_most_or_costs_most():
+    stalled, still_improving = [4e-3, 4e-3, 4e-3, 4e-3], [8e-3, 6e-3, 5e-3, 4e-3]
+    assert scheduler_with_history([stalled, still_improving], [1, 1])._pick() == 1  # backward term
+    assert scheduler_with_history([still_improving, still_improving], [1, 5])._pick() == 1  # weight
+    assert scheduler_with_history([[1e-3] * 4, [9e-3] * 4], [1, 1])._pick() == 1  # forward: the slow one
+
+
+def test_round_robin_cycles_and_done_tasks_are_skipped():
+    scheduler = scheduler_with_history([[1e-3], [1e-3], [1e-3]], [1, 1, 1], strategy="round-robin")
+    scheduler.states[1].done = "space exhausted"
+    assert [scheduler._pick() for _ in range(4)] == [0, 2, 0, 2]
+
+
+def test_custom_objective_and_bad_arguments():
+    scheduler = scheduler_with_history([[2e-3], [1e-3]], [1, 1], objective_func=max)
+    assert scheduler.objective() == 2e-3
+    assert scheduler._partial(0) == pytest.approx(1.0) and scheduler._partial(1) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="round-robin"):
+        TaskScheduler(tasks(), strategy="greedy")
+    with pytest.raises(ValueError, match="one per task"):
+        TaskScheduler(tasks(), [1, 2])

@@ -1,0 +1,204 @@
+"""TaskScheduler: one tuning budget shared by the tasks of a model (Ansor's §6).
+
+The objective is the model's latency, the sum of weight x best latency over the tasks
+(or a user's ``objective_func`` of the best latencies). After a warm-up round for every
+task (skipped for tasks the log already covers), each round goes to the task whose next
+round is expected to lower the objective most. Its gradient mixes the improvement of its
+last ``backward_window_size`` rounds (backward) with an optimistic forecast (forward: the
+best of "one more round helps as much as the average round did" and "it reaches ``beta``
+times the throughput of similar tasks"), ``alpha`` weighing history against optimism;
+similar tasks share an operator name and a FLOP count within a golden-ratio bucket. A task
+stops when it has nothing valid after warm-up, its space is exhausted, or it has not
+improved for ``per_task_early_stopping`` trials. ``strategy="round-robin"`` just cycles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from ..database.log import load_records
+from ..measure import LocalBuilder, LocalRunner
+from .progress import ProgressReporter
+from .task import SearchTask, TuningOptions, TuningSummary, tune_round
+
+STRATEGIES = ("gradient", "round-robin")
+
+
+@dataclass
+class _TaskState:
+    task: SearchTask
+    weight: float
+    policy: object
+    summary: TuningSummary = field(default_factory=TuningSummary)
+    best_after_round: list[float] = field(default_factory=list)
+    since_improvement: int = 0
+    done: str = ""  # why the task gets no more rounds
+
+    def __post_init__(self) -> None:
+        self.flop = self.task.compute_dag.flop_count()
+        self.tag = (self.task.desc.split(" ")[0], int(math.log(max(self.flop, 1.0)) / math.log(1.618)))
+
+    @property
+    def best(self) -> float:
+        return self.best_after_round[-1] if self.best_after_round else math.inf
+
+
+class TaskScheduler:
+    """Ansor's names: ``TaskScheduler(tasks, task_weights, objective_func=None,
+    strategy="gradient", load_log_file=None, alpha=0.2, beta=2, backward_window_size=3)``
+    then ``.tune(TuningOptions(...), per_task_early_stopping=None)``."""
+
+    def __init__(self, tasks: Sequence[SearchTask], task_weights: Sequence[float] | None = None,
+                 objective_func: Callable[[list[float]], float] | None = None, strategy: str = "gradient",
+                 load_log_file: str | None = None, alpha: float = 0.2, beta: float = 2.0,
+                 backward_window_size: int = 3, seed: int = 0, policy_factory: Callable | None = None):
+        if strategy not in STRATEGIES:
+            raise ValueError(f"TaskScheduler strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
+        if not tasks:
+            raise ValueError("TaskScheduler needs at least one task")
+        weights = list(task_weights) if task_weights is not None else [1.0] * len(tasks)
+        if len(weights) != len(tasks):
+            raise ValueError(f"TaskScheduler: {len(tasks)} tasks but {len(weights)} task_weights; give one per task")
+        from ..search.policy import SketchPolicy
+
+        make_policy = policy_factory or (lambda task, n: SketchPolicy(task, seed=seed + n))
+        self.states = [_TaskState(task, float(w), make_policy(task, n)) for n, (task, w) in
+                       enumerate(zip(tasks, weights))]
+        self.objective_func = objective_func
+        self.strategy, self.alpha, self.beta, self.window = strategy, alpha, beta, backward_window_size
+        self.rng = np.random.default_rng(seed)
+        self._next_robin = 0
+        if load_log_file is not None:
+            for state in self.states:
+                records = load_records(load_log_file, state.task.workload_key, state.task.target)
+                if records:
+                    state.policy.preload(records)
+                    state.best_after_round.append(min(r.mean_cost for r in records))
+
+    def objective(self, costs: Sequence[float] | None = None) -> float:
+        costs = [s.best for s in self.states] if costs is None else list(costs)
+        if self.objective_func is not None:
+            return float(self.objective_func(costs))
+        return sum(s.weight * c for s, c in zip(self.states, costs))
+
+    def tune(self, tuning_options: TuningOptions | None = None,
+             per_task_early_stopping: int | None = None) -> float:
+        """Spend ``num_measure_trials`` over the tasks; returns the objective (seconds)."""
+        options = tuning_options or TuningOptions()
+        builder = options.builder or LocalBuilder()
+        runner = options.runner or LocalRunner()
+        reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model")
+        trials, since_better, best_objective = 0, 0, self.objective()
+        try:
+            while trials < options.num_measure_trials:
+                index = self._pick()
+                if index is None:
+                    reporter.note("every task is done")
+                    break
+                state = self.states[index]
+                reporter.task_name = f"task {index + 1}/{len(self.states)} {state.task.desc}"
+                count = min(options.num_measures_per_round, options.num_measure_trials - trials)
+                results = self._round(state, count, builder, runner, options.measure_callbacks, reporter,
+                                      per_task_early_stopping)
+                trials += len(results)
+                objective = self.objective()
+                since_better = 0 if objective < best_objective else since_better + len(results)
+                best_objective = min(best_objective, objective)
+                reporter.note(f"round of {state.task.desc}: best {state.best * 1e3:.3f} ms; "
+                              f"objective {objective * 1e3:.3f} ms")
+                if options.early_stopping is not None and since_better >= options.early_stopping:
+                    reporter.note(f"early stopping: the objective has not improved in {since_better} trials")
+                    break
+        finally:
+            reporter.close()
+            if options.runner is None:
+                runner.close()
+        if options.verbose:
+            Console().print(self.table())
+        return self.objective()
+
+    def table(self) -> Table:
+        table = Table(title=f"Tasks (objective {self.objective() * 1e3:.3f} ms)")
+        for column in ("task", "weight", "trials", "best ms", "weighted ms", "state"):
+            table.add_column(column, justify="left" if column in ("task", "state") else "right")
+        for state in self.states:
+            best = "-" if math.isinf(state.best) else f"{state.best * 1e3:.3f}"
+            weighted = "-" if math.isinf(state.best) else f"{state.weight * state.best * 1e3:.3f}"
+            table.add_row(state.task.desc, f"{state.weight:g}", str(state.summary.trials), best, weighted,
+                          state.done or "tuning")
+        return table
+
+    # -- one round --------------------------------------------------------------------
+
+    def _round(self, state: _TaskState, count: int, builder, runner, callbacks, reporter,
+               per_task_early_stopping: int | None) -> list:
+        before = state.best
+        summary = state.summary
+        objective_reporter = _ObjectiveReporter(reporter, self, state)
+        results = tune_round(state.task, state.policy, count, builder, runner, callbacks, summary, objective_reporter)
+        state.best_after_round.append(min(before, summary.best_cost))
+        state.since_improvement = 0 if state.best < before else state.since_improvement + len(results)
+        if not results:
+            state.done = "space exhausted"
+        elif math.isinf(state.best):
+            state.done = "nothing valid after warm-up"
+        elif per_task_early_stopping is not None and state.since_improvement >= per_task_early_stopping:
+            state.done = f"no improvement in {state.since_improvement} trials"
+        return results
+
+    def _pick(self) -> int | None:
+        alive = [n for n, s in enumerate(self.states) if not s.done]
+        if not alive:
+            return None
+        fresh = [n for n in alive if not self.states[n].best_after_round]
+        if fresh:  # warm-up: one round for every task the log does not cover
+            return fresh[0]
+        if self.strategy == "round-robin":
+            later = [n for n in alive if n >= self._next_robin] or alive
+            self._next_robin = later[0] + 1
+            return later[0]
+        gradients = np.array([self._gradient(n) for n in alive])
+        best = np.flatnonzero(gradients == gradients.min())
+        return alive[int(best[self.rng.integers(len(best))])]
+
+    def _gradient(self, n: int) -> float:
+        """d objective / d round of task ``n`` (negative: the round is expected to help)."""
+        state = self.states[n]
+        history, rounds, best = state.best_after_round, len(state.best_after_round), state.best
+        backward = (history[-1] - history[-1 - self.window]) / self.window if rounds > self.window else 0.0
+        similar = [s.flop / s.best for s in self.states if s.tag == state.tag and math.isfinite(s.best)]
+        optimistic = self.beta * state.flop / max(similar) if similar else best
+        forward = min(best - best / rounds, optimistic) - best
+        return self._partial(n) * (self.alpha * backward + (1 - self.alpha) * forward)
+
+    def _partial(self, n: int) -> float:
+        """d objective / d best latency of task ``n``: its weight, or numerically for an objective_func."""
+        if self.objective_func is None:
+            return self.states[n].weight
+        costs = [s.best for s in self.states]
+        delta = 1e-4 * costs[n]
+        shifted = costs.copy()
+        shifted[n] -= delta
+        return (self.objective(costs) - self.objective(shifted)) / delta
+
+
+class _ObjectiveReporter:
+    """The shared reporter, told the model's objective instead of one task's latency."""
+
+    def __init__(self, reporter: ProgressReporter, scheduler: TaskScheduler, state: _TaskState):
+        self.reporter, self.scheduler, self.state = reporter, scheduler, state
+
+    def update(self, result_gflops, latency_secs, error_kind) -> None:
+        costs = [s.best for s in self.scheduler.states]
+        index = self.scheduler.states.index(self.state)
+        if latency_secs is not None:
+            costs[index] = min(costs[index], latency_secs)
+        objective = self.scheduler.objective(costs)
+        self.reporter.update(None, objective if math.isfinite(objective) else None, error_kind)
+
