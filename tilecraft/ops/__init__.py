@@ -10,7 +10,7 @@ ComputeDAG requires.
     y = ops.relu(ops.conv2d_nchw(x, w, stride=1, padding=1))
 """
 
-from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw
+from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw, depthwise_conv2d_nhwc
 from .elementwise import (
     abs, add, cast, clip, divide, erf, exp, gelu, log, multiply, negative, power, relu, sigmoid, silu, sqrt, subtract,
     tanh, truncate_divide,
@@ -21,7 +21,7 @@ from .reduction import max, mean, min, sum
 from .transform import broadcast_to, concat, pad, reshape, strided_slice, take, transpose
 
 __all__ = [
-    "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw",
+    "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc",
     "abs", "add", "cast", "clip", "divide", "erf", "exp", "gelu", "log", "multiply", "negative", "power", "relu",
     "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide",
     "batch_matmul", "dense", "matmul",

@@ -124,6 +124,32 @@ def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, paddin
     return te.compute((N, C * M, OH, OW), body, name=name, attrs=layout_free(kernel))
 
 
+def depthwise_conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,
+                          dilation: Pair = 1, name: str = "depthwise_conv2d") -> Tensor:
+    """data [N, H, W, C], kernel [KH, KW, C, M] (M: channel multiplier) -> [N, OH, OW, C*M]:
+    the NHWC form of ``depthwise_conv2d_nchw``, channels contiguous for vectorization."""
+    op = "depthwise_conv2d_nhwc"
+    check_tensor(data, op, 4, "data")
+    check_tensor(kernel, op, 4, "kernel")
+    same_dtype(data, kernel, op)
+    N, H, W, C = data.shape
+    KH, KW, KC, M = kernel.shape
+    if KC != C:
+        raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {C} channels of data "
+                      f"{data.name} {data.shape} as its third dimension")
+    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation, op)
+    padded = pad(data, (0, top, left, 0), (0, bottom, right, 0), name=f"{name}_pad") if any(
+        (top, left, bottom, right)) else data
+    ry, rx = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
+
+    def body(n, y, x, c):
+        channel, multiple = (c, 0) if M == 1 else (c // M, c % M)
+        value = padded[n, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw), channel]
+        return te.sum(value * kernel[ry, rx, channel, multiple], axis=[ry, rx])
+
+    return te.compute((N, OH, OW, C * M), body, name=name, attrs=layout_free(kernel))
+
+
 def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,
                           output_padding: Pair = 0, name: str = "conv2d_transpose") -> Tensor:
     """data [N, Ci, H, W], kernel [Ci, Co, KH, KW] (IOHW) -> [N, Co, OH, OW], OH = (H-1)*s - pads + KH + out_pad.

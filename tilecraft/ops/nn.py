@@ -23,54 +23,78 @@ from .transform import pad
 Pair = int | tuple[int, int]
 
 
-def _pool_setup(data: Tensor, kernel: Pair, stride: Pair, padding, op: str):
+LAYOUTS = ("NCHW", "NHWC")
+
+
+def _check_layout(layout: str, op: str) -> None:
+    if layout not in LAYOUTS:
+        raise TeError(f"{op}: layout {layout!r} is not supported; use one of {', '.join(LAYOUTS)}")
+
+
+def _in_layout(layout: str, n, c, y, x) -> tuple:
+    """An (n, c, y, x) position as an index into a tensor of ``layout``."""
+    return (n, c, y, x) if layout == "NCHW" else (n, y, x, c)
+
+
+def _nchw(layout: str, index: tuple) -> tuple:
+    """An index into a tensor of ``layout`` as (n, c, y, x)."""
+    return index if layout == "NCHW" else (index[0], index[3], index[1], index[2])
+
+
+def _pool_setup(data: Tensor, kernel: Pair, stride: Pair, padding, op: str, layout: str):
     check_tensor(data, op, 4, "data")
+    _check_layout(layout, op)
     (kh, kw), (sh, sw) = pair(kernel, op, "kernel"), pair(stride, op, "stride")
     pads = padding4(padding, op)
     top, left, bottom, right = pads
     if max(top, bottom) >= kh or max(left, right) >= kw:
         raise TeError(f"{op}: padding {padding!r} must be smaller than the kernel {kernel!r} on every side")
-    _, _, H, W = data.shape
+    N, C, H, W = _nchw(layout, data.shape)
     oh, ow = (H + top + bottom - kh) // sh + 1, (W + left + right - kw) // sw + 1
     if oh <= 0 or ow <= 0:
         raise TeError(f"{op}: the kernel {kernel!r} is larger than the padded input {data.name} {data.shape}")
-    return (kh, kw), (sh, sw), pads, (oh, ow)
+    return (kh, kw), (sh, sw), pads, _in_layout(layout, N, C, oh, ow)
 
 
-def _padded(data: Tensor, pads: tuple[int, int, int, int], value: int | float, name: str) -> Tensor:
+def _padded(data: Tensor, pads: tuple[int, int, int, int], value: int | float, name: str, layout: str) -> Tensor:
     top, left, bottom, right = pads
-    return pad(data, (0, 0, top, left), (0, 0, bottom, right), value, name=f"{name}_pad") if any(pads) else data
+    return pad(data, _in_layout(layout, 0, 0, top, left), _in_layout(layout, 0, 0, bottom, right), value,
+               name=f"{name}_pad") if any(pads) else data
 
 
-def max_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 0, name: str = "max_pool2d") -> Tensor:
-    """data [N, C, H, W] -> [N, C, OH, OW], the maximum of each window; padding never wins."""
-    (kh, kw), (sh, sw), pads, (oh, ow) = _pool_setup(data, kernel, stride, padding, "max_pool2d")
-    padded = _padded(data, pads, lowest(data.dtype), name)
+def _window_reduce(reduce, data: Tensor, shape: tuple, kernel, stride, layout: str, name: str) -> Tensor:
+    (kh, kw), (sh, sw) = kernel, stride
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-    return te.compute(
-        data.shape[:2] + (oh, ow),
-        lambda n, c, y, x: te.max(padded[n, c, window(y, sh, ry.var, 1), window(x, sw, rx.var, 1)], axis=[ry, rx]),
-        name=name,
-    )
+
+    def body(*index):
+        n, c, y, x = _nchw(layout, index)
+        return reduce(data[_in_layout(layout, n, c, window(y, sh, ry.var, 1), window(x, sw, rx.var, 1))],
+                      axis=[ry, rx])
+
+    return te.compute(shape, body, name=name)
+
+
+def max_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 0, layout: str = "NCHW",
+               name: str = "max_pool2d") -> Tensor:
+    """data [N, C, H, W] (or NHWC) -> [N, C, OH, OW] (the same layout), the maximum of each
+    window; padding never wins."""
+    kernel, stride, pads, shape = _pool_setup(data, kernel, stride, padding, "max_pool2d", layout)
+    padded = _padded(data, pads, lowest(data.dtype), name, layout)
+    return _window_reduce(te.max, padded, shape, kernel, stride, layout, name)
 
 
 def avg_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 0, count_include_pad: bool = False,
-               name: str = "avg_pool2d") -> Tensor:
-    """data [N, C, H, W] -> [N, C, OH, OW], each window's sum ``{name}_sum`` over its size.
+               layout: str = "NCHW", name: str = "avg_pool2d") -> Tensor:
+    """data [N, C, H, W] (or NHWC) -> [N, C, OH, OW], each window's sum ``{name}_sum`` over its size.
 
     The size counts the padding when ``count_include_pad``, else only the window's real elements.
     """
-    (kh, kw), (sh, sw), pads, (oh, ow) = _pool_setup(data, kernel, stride, padding, "avg_pool2d")
+    kernel, stride, pads, shape = _pool_setup(data, kernel, stride, padding, "avg_pool2d", layout)
     require_float(data, "avg_pool2d")
-    padded = _padded(data, pads, 0.0, name)
-    ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
-    total = te.compute(
-        data.shape[:2] + (oh, ow),
-        lambda n, c, y, x: te.sum(padded[n, c, window(y, sh, ry.var, 1), window(x, sw, rx.var, 1)], axis=[ry, rx]),
-        name=f"{name}_sum",
-    )
-    top, left = pads[0], pads[1]
-    _, _, H, W = data.shape
+    padded = _padded(data, pads, 0.0, name, layout)
+    total = _window_reduce(te.sum, padded, shape, kernel, stride, layout, f"{name}_sum")
+    (kh, kw), (sh, sw), (top, left) = kernel, stride, pads[:2]
+    _, _, H, W = _nchw(layout, data.shape)
 
     def count(y: Expr, x: Expr) -> Expr | int:
         if count_include_pad:
@@ -79,17 +103,20 @@ def avg_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 
         cols = te.min(x * sw - left + kw, W) - te.max(x * sw - left, 0)
         return (rows * cols).astype(data.dtype)
 
-    return te.compute(total.shape, lambda n, c, y, x: total[n, c, y, x] / count(y, x), name=name)
+    return te.compute(total.shape, lambda *i: total[i] / count(*_nchw(layout, i)[2:]), name=name)
 
 
-def global_avg_pool2d(data: Tensor, name: str = "global_avg_pool2d") -> Tensor:
-    """data [N, C, H, W] -> [N, C, 1, 1], the mean of each channel (a sum ``{name}_sum``, then a division)."""
+def global_avg_pool2d(data: Tensor, layout: str = "NCHW", name: str = "global_avg_pool2d") -> Tensor:
+    """data [N, C, H, W] (or NHWC) -> [N, C, 1, 1], the mean of each channel (a sum ``{name}_sum``, then a division)."""
     check_tensor(data, "global_avg_pool2d", 4, "data")
     require_float(data, "global_avg_pool2d")
-    N, C, H, W = data.shape
+    _check_layout(layout, "global_avg_pool2d")
+    N, C, H, W = _nchw(layout, data.shape)
     ry, rx = te.reduce_axis((0, H), "ry"), te.reduce_axis((0, W), "rx")
-    total = te.compute((N, C, 1, 1), lambda n, c, y, x: te.sum(data[n, c, ry, rx], axis=[ry, rx]), name=f"{name}_sum")
-    return te.compute(total.shape, lambda n, c, y, x: total[n, c, y, x] / (H * W), name=name)
+    total = te.compute(_in_layout(layout, N, C, 1, 1),
+                       lambda *i: te.sum(data[_in_layout(layout, i[0], _nchw(layout, i)[1], ry, rx)], axis=[ry, rx]),
+                       name=f"{name}_sum")
+    return te.compute(total.shape, lambda *i: total[i] / (H * W), name=name)
 
 
 def _without(idx: tuple, axis: int) -> tuple:
