@@ -32,3 +32,14 @@ def test_matmul_gets_the_register_tile_with_most_fmas_per_load_inside_a_local_bu
     decisions = [d for d in sch.trace.decisions.values() if isinstance(d, tuple) and len(d) == 4]
     assert tuple(d[-1] for d in decisions) == tile
     assert all(d[1] == d[2] == 1 for d in decisions)  # middle levels 1: the outer loops carry the rest
+
+
+def test_default_schedule_of_a_depthwise_convolution_packs_its_unit_multiplier(kernel_cache):
+    from tilecraft import ops, te
+
+    data = te.placeholder((1, 9, 9, 16), name="data")
+    kernel = te.placeholder((3, 3, 16, 1), name="kernel")  # [KH, KW, C, M=1]: read at a constant 0
+    dag = tc.ComputeDAG([data, kernel, ops.depthwise_conv2d_nhwc(data, kernel, stride=2, padding=1)])
+    inputs = dag.random_inputs()
+    func = tc.build(default_schedule(dag, tc.Target.host()), tc.Target.host())
+    np.testing.assert_allclose(func(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from ..errors import ScheduleError
-from ..te.expr import Expr, TensorRead, Var, walk
+from ..te.expr import Const, Expr, TensorRead, Var, walk
 from ..te.tensor import Tensor
 from .index_expr import index_expr_to_json
 from .state import Fuse, Stage
@@ -29,6 +29,8 @@ def tiled_layout(stage: Stage, source: Tensor) -> IndexMap:
         raise ScheduleError(f"rewrite_layout: block {stage.name} must read {source.name} exactly one way")
     dim_of_root: dict[int, int] = {}
     for dim, index in enumerate(reads[0].indices):
+        if isinstance(index, Const) and source.shape[dim] == 1:  # a unit dimension (a depthwise multiplier of 1)
+            continue
         if not isinstance(index, Var) or index not in root_of_var or root_of_var[index] in dim_of_root:
             raise ScheduleError(f"rewrite_layout: block {stage.name} reads {source.name} at {reads[0]}; each "
                                 "index must be a distinct loop axis of the block")
