@@ -2,7 +2,9 @@
 and a user error exits with status 2 and one line, never a traceback."""
 
 import sys
+import warnings
 
+import numpy as np
 import pytest
 
 import tilecraft as tc
@@ -99,7 +101,8 @@ def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, m
 
 
 def test_every_command_is_registered_and_one_is_required(capsys):
-    assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command"]
+    assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command",
+                                              "add_tasks_command", "add_tune_model_command", "add_run_model_command"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([])
     assert exit_info.value.code == 2
@@ -119,3 +122,64 @@ def test_tune_command_tunes_and_resumes(tmp_path, capsys):
 def test_tune_command_rejects_a_bad_shape(tmp_path, capsys):
     assert main(["tune", "matmul", "--shape", "16,x", "--log", str(tmp_path / "x.json")]) == 2
     assert "must be integers" in capsys.readouterr().err
+
+
+@pytest.fixture
+def onnx_model(tmp_path):
+    """conv + relu on a [1, 2, 6, 6] input, saved as tmp_path/model.onnx."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 2, 3, 3)).astype("float32"), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
+                              "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "model.onnx")
+    return tmp_path / "model.onnx"
+
+
+def test_tasks_prints_the_task_table(onnx_model, capsys):
+    assert main(["tasks", str(onnx_model)]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d_nhwc+relu" in out and "1x4x4x4" in out and "3 tasks, 3 kernels" in out
+
+
+def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log(onnx_model, tmp_path, capsys):
+    log = tmp_path / "model.json"
+    assert main(["tune-model", str(onnx_model), "--trials", "8", "--per-round", "2", "--log", str(log),
+                 "--verbose", "0"]) == 0
+    assert "model latency as the sum of weight x best kernel latency" in capsys.readouterr().out
+    records = tc.load_records(log)
+    assert len(records) == 8 and len({r.workload_key for r in records}) == 3  # a warm-up round for each task
+    assert main(["run-model", str(onnx_model), "--log", str(log)]) == 0
+    assert "have the default schedule" not in capsys.readouterr().err
+
+
+def test_run_model_runs_saves_the_output_and_times_it(onnx_model, tmp_path, capsys):
+    from tilecraft.frontend import from_onnx
+    from tilecraft.graph import run_reference
+
+    x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run-model", str(onnx_model), "--input", f"x={tmp_path / 'x.npy'}", "--output",
+                 str(tmp_path / "y.npy")]) == 0
+    captured = capsys.readouterr()
+    assert "y: float32[1, 4, 4, 4] [" in captured.out and "latency:" in captured.out
+    assert "3 of 3 kernels have the default schedule" in captured.err and "no log given" in captured.err
+    expected = run_reference(from_onnx(str(onnx_model)), {"x": x})["y"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_run_model_of_a_saved_model_and_its_input_errors(onnx_model, tmp_path, capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tc.compile_model(str(onnx_model)).save(tmp_path / "saved")
+    np.save(tmp_path / "x64.npy", np.zeros((1, 2, 6, 6)))
+    assert main(["run-model", str(tmp_path / "saved")]) == 0  # random inputs
+    assert "y: float32[1, 4, 4, 4]" in capsys.readouterr().out
+    assert main(["run-model", str(tmp_path / "saved"), "--input", str(tmp_path / "x64.npy")]) == 2
+    assert "input x must be a numpy array float32[1, 2, 6, 6] but got float64" in capsys.readouterr().err
+    assert main(["run-model", str(tmp_path / "nothing.onnx")]) == 2
+    assert "nothing.onnx does not exist" in capsys.readouterr().err

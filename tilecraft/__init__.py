@@ -14,6 +14,9 @@ Map of the package:
   measure/    building and timing candidates in isolated processes
   database/   the JSON-lines tuning log and "best over the whole history"
   tune/       SearchTask, TuningOptions and the tuning loop, progress display
+  frontend/   model importers: ONNX to a Graph
+  graph/      whole models: the node graph IR and its passes, fusion into subgraphs, task
+              extraction, CompiledModel (compile_model, save, load_model)
 """
 
 from . import frontend, te
@@ -23,7 +26,7 @@ from .ir.lower import lower
 from .schedule import Schedule, Trace
 from .target import Target
 from .te.dag import ComputeDAG
-from .database import RecordToFile, load_best_record, load_records
+from .database import Database, RecordToFile, load_best_record, load_records
 from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
 from .search.cost_model import LightGBMModel, RandomModel, XGBModel
 from .search.policy import PreloadMeasuredStates, SketchPolicy
@@ -31,10 +34,14 @@ from .search.space import ScheduleFn
 from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
 from .tune.scheduler import TaskScheduler
 from .tune.task import SearchTask, TuningOptions, register_workload
+from .graph.compiled import CompiledModel, compile_model, load_model
+from .graph.tasks import extract_tasks, print_tasks
+from .tune.tir import compile_tir, tune_tir
 
 __all__ = [
     "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
-    "ScheduleError", "TargetError", "TeError", "TilecraftError", "RecordToFile", "load_best_record",
+    "ScheduleError", "TargetError", "TeError", "TilecraftError", "Database", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
     "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions", "register_workload", "workloads",
+    "tune_tir", "compile_tir", "CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks",
 ]

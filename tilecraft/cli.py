@@ -3,6 +3,8 @@
     tilecraft tune NAME --shape 1024,1024,1024 [--trials N] [--log LOG]  tune a built-in workload
     tilecraft best LOG [--workload KEY] [--target TARGET]     what a log holds, and the best schedules
     tilecraft report LOG [-o report.png] [--workload KEY]      best-so-far GFLOPS by trial and by time
+    tilecraft tasks MODEL.onnx                                 the tuning tasks of a model, with FLOPs and weights
+    tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
 
 Each command is one ``add_<name>_command(subparsers)`` function that declares its
 arguments and sets ``run``, the function that carries it out; ``COMMANDS`` lists them.
@@ -14,6 +16,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import sys
 import time
@@ -24,6 +27,7 @@ from typing import Any, Callable, Sequence
 from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadSummary, canonical_target,
                        iter_records, load_best_record, summarize, workload_label)
 from .errors import TilecraftError
+from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
 
 PLOT_INSTALL_HINT = "pip install 'tilecraft[plot]'"
@@ -246,6 +250,146 @@ def _short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
+# -- tilecraft tasks, tilecraft run-model ---------------------------------------------
+
+def add_tasks_command(subparsers: Any) -> None:
+    command = subparsers.add_parser("tasks", help="list the tuning tasks of an ONNX model",
+                                    description="The distinct fused subgraphs of a model, one tuning task each: "
+                                                "operators, output shape, FLOPs and how often the model runs it.")
+    _add_model_arguments(command)
+    command.set_defaults(run=run_tasks)
+
+
+def run_tasks(args: argparse.Namespace) -> int:
+    from .graph.tasks import extract_tasks, print_tasks
+
+    tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
+    print_tasks(tasks, weights)
+    return 0
+
+
+def add_tune_model_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "tune-model", help="tune every task of an ONNX model with one shared budget",
+        description="Extract the model's tasks and tune them with the task scheduler (Ansor's gradient policy), "
+                    "every measurement appended to one log. A log that exists is resumed: its tasks skip the "
+                    "warm-up and its candidates are never measured again. Then: tilecraft run-model MODEL --log LOG")
+    _add_model_arguments(command)
+    command.add_argument("--trials", type=int, default=2000, help="measurements over all tasks (default 2000)")
+    command.add_argument("--per-round", type=int, default=64, help="measurements per round of a task (default 64)")
+    command.add_argument("--log", help="the JSON-lines log (default: the model's name with .json)")
+    command.add_argument("--strategy", choices=STRATEGIES, default="gradient")
+    command.add_argument("--per-task-early-stopping", type=int, metavar="TRIALS",
+                         help="stop tuning a task after this many trials without improvement")
+    command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    command.set_defaults(run=run_tune_model)
+
+
+def run_tune_model(args: argparse.Namespace) -> int:
+    from .graph.tasks import extract_tasks, print_tasks
+
+    tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
+    if args.verbose:
+        print_tasks(tasks, weights)
+    log = Path(args.log or Path(args.model).with_suffix(".json").name)
+    scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None)
+    options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
+                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
+    latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
+    print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
+          f"run it with: tilecraft run-model {args.model} --log {log}")
+    return 0
+
+
+def add_run_model_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "run-model", help="compile an ONNX model and run it once, with its latency",
+        description="Compile an ONNX model with the best schedules of a tuning log (the default schedule for the "
+                    "rest), or load a model saved with CompiledModel.save (a directory); run it on the given inputs "
+                    "(random ones by default), print the outputs' shapes and first values and the latency.")
+    _add_model_arguments(command)
+    command.add_argument("--log", help="the tuning log to take schedules from")
+    command.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy",
+                         help="an input array; NAME= may be left out for a model with one input (repeatable)")
+    command.add_argument("--output", type=Path, help="save the output to this .npy (several: one file each)")
+    command.set_defaults(run=run_run_model)
+
+
+def run_run_model(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .graph.compiled import compile_model, load_model
+    from .runtime.timer import time_callable
+
+    path = Path(args.model)
+    if path.is_dir():
+        model = load_model(path)
+    else:
+        model = compile_model(_model_path(args.model), args.target, args.log, _input_shapes(args.input_shape))
+    inputs = _read_inputs(args.input, model.inputs)
+    outputs = model.run(inputs)
+    for name, array in outputs.items():
+        print(f"{name}: {array.dtype}{list(array.shape)} {np.array2string(array.reshape(-1)[:6], precision=4)}")
+    result = time_callable(lambda: model.run(inputs), number=1, repeat=7, min_repeat_ms=20)
+    print(f"latency: {result.median * 1e3:.3f} ms (median of {len(result.results)})")
+    if args.output:
+        for name, array in outputs.items():
+            file = args.output if len(outputs) == 1 else args.output.with_name(f"{args.output.stem}_{name}.npy")
+            np.save(file, array, allow_pickle=False)
+            print(f"wrote {file}")
+    return 0
+
+
+def _add_model_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument("model", metavar="MODEL", help="an ONNX model file")
+    command.add_argument("--target", help="target string (default: this machine)")
+    command.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+                         help="the shape of an input with dynamic sizes (repeatable)")
+
+
+def _model_path(model: str) -> str:
+    if not Path(model).is_file():
+        raise CommandError(f"{model} does not exist" if not Path(model).exists() else f"{model} is not a file")
+    if importlib.util.find_spec("onnx") is None:
+        raise CommandError("reading an ONNX model needs the onnx package: pip install 'tilecraft[onnx]'")
+    return model
+
+
+def _input_shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in given:
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise CommandError(f"--input-shape {item!r} must be NAME=D,D,... with integer sizes") from None
+    return shapes
+
+
+def _read_inputs(given: list[str], inputs) -> dict:
+    """Arrays by input name from ``NAME=path.npy`` (or a bare path for a one-input model); random
+    standard-normal values for the inputs not given."""
+    import numpy as np
+
+    arrays = {}
+    for item in given:
+        name, eq, file = item.partition("=")
+        if not eq:
+            if len(inputs) != 1:
+                raise CommandError(f"--input {item}: the model has inputs {[v.name for v in inputs]}; "
+                                   f"name each, as --input NAME=path.npy")
+            name, file = inputs[0].name, item
+        try:
+            arrays[name] = np.load(file, allow_pickle=False)
+        except ValueError as error:
+            raise CommandError(f"--input {item}: {file} is not a NumPy .npy array ({error})") from None
+    rng = np.random.default_rng(0)
+    for value in inputs:
+        if value.name not in arrays:
+            arrays[value.name] = rng.standard_normal(value.shape).astype(value.dtype)
+    return arrays
+
+
 # -- shared -----------------------------------------------------------------------------
 
 def _add_log_arguments(command: argparse.ArgumentParser) -> None:
@@ -286,7 +430,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 
 # The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
-COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command)
+COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command,
+                                               add_tasks_command, add_tune_model_command, add_run_model_command)
 
 
 if __name__ == "__main__":

@@ -181,6 +181,18 @@ def test_packed_weights_are_packed_once_when_bound(matvec):
     assert pack_calls(matvec) == 1
 
 
+def test_a_bound_call_reruns_on_the_same_buffers_and_refuses_weights_packed_per_call(matvec):
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    x, y = np.zeros(4, dtype=np.float32), np.empty(3, dtype=np.float32)
+    call = matvec.bind_weights(w=w).bound_call(x, y)
+    for k in range(2):
+        x[:] = k
+        call()
+        np.testing.assert_allclose(y, x @ w)
+    with pytest.raises(TypeError, match=r"\['w'\] are packed at every call; bind them with bind_weights"):
+        matvec.bound_call(x, w, y)
+
+
 @pytest.mark.parametrize("shape, dtype", [((3,), "float16"), ((1000, 7), "float32"), ((1 << 20,), "float64"), ((5,), "int8")])
 def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
     array = aligned_empty(shape, dtype)

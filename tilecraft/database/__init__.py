@@ -1,12 +1,13 @@
 """Tuning records and the JSON-lines log that holds them (the history "best" is taken from)."""
 
+from .database import Database
 from .log import (MalformedRecordWarning, NoValidRecordError, RecordToFile, WorkloadSummary, best_records,
                   canonical_target, iter_records, load_best_record, load_records, measured_trace_keys, summarize)
 from .record import (RECORD_VERSION, RecordFormatError, RecordVersionError, TuningRecord, trace_key,
                      workload_label)
 
 __all__ = [
-    "MalformedRecordWarning", "NoValidRecordError", "RecordToFile", "WorkloadSummary", "best_records",
+    "Database", "MalformedRecordWarning", "NoValidRecordError", "RecordToFile", "WorkloadSummary", "best_records",
     "canonical_target", "iter_records", "load_best_record", "load_records", "measured_trace_keys", "summarize",
     "RECORD_VERSION", "RecordFormatError", "RecordVersionError", "TuningRecord", "trace_key", "workload_label",
 ]

@@ -1,4 +1,5 @@
-"""Whole models as graphs of tilecraft operators: the IR, the operator registry, passes and a NumPy runner."""
+"""Whole models as graphs of tilecraft operators: the IR, the operator registry, passes and a NumPy runner;
+fusion into subgraphs (``fuse``), task extraction (``tasks``) and compiled models (``compiled``)."""
 
 from .ir import Graph, Node, Value
 from .operators import OPERATORS, Operator

@@ -96,6 +96,16 @@ class Module:
         module._bound = bound
         return module
 
+    def bound_call(self, *arrays: np.ndarray) -> Callable[[], None]:
+        """``module(*arrays)`` with all its arguments as a function of nothing, checked once, here: a
+        compiled model calls its kernels on the same buffers every time. The arrays must outlive it."""
+        unbound = [self.args[i].name for i in self._pack_fns if i not in self._bound]
+        if unbound:
+            raise TypeError(f"{self.entry_name}: {unbound} are packed at every call; bind them with bind_weights "
+                            "first, or call the module")
+        buffers, _ = self._prepare(arrays, None)
+        return functools.partial(self._entry, *[buffer.ctypes.data for buffer in buffers])
+
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
                        enable_cpu_cache_flush: bool = False, warmup: bool = True) -> Callable[..., ProfileResult]:
         """``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..te.expr import Call, Select, TensorRead, Var, free_vars, walk
+from ..te.expr import Call, Const, Select, TensorRead, Var, free_vars, walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
 # Math calls that cost far more than a load; recomputing them per use is not free.
@@ -16,7 +16,8 @@ def reads_of(op: ComputeOp) -> list[TensorRead]:
 
 
 def is_strictly_inlineable(op: ComputeOp) -> bool:
-    """Element-wise, branch-free, no expensive math, every read in the axes' order."""
+    """Element-wise, branch-free, no expensive math, every read in the axes' order (a
+    broadcast read pins a unit dimension to the constant 0, which is still in order)."""
     if op.reduce_axis:
         return False
     awkward: list[object] = []
@@ -26,9 +27,10 @@ def is_strictly_inlineable(op: ComputeOp) -> bool:
         return False
     axes = [iv.var for iv in op.axis]
     for read in reads_of(op):
-        if not all(isinstance(i, Var) and i in axes for i in read.indices):
+        indices = [i for i in read.indices if not isinstance(i, Const)]
+        if not all(isinstance(i, Var) and i in axes for i in indices):
             return False
-        positions = [axes.index(i) for i in read.indices]
+        positions = [axes.index(i) for i in indices]
         if positions != sorted(set(positions)):
             return False
     return True

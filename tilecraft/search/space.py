@@ -118,6 +118,12 @@ class Sketch:
         of register tiles that fit the registers; the parallel depth as Ansor's
         InitParallel picks it (the fewest outer loops with more than ``min_parallel``
         iterations)."""
+        return self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
+
+    def sample_uniform(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        """Random candidates, each decision uniform over its domain (as ``sample_perfect_tile``
+        draws it; a categorical's probabilities are not used), a tiling padded with
+        probability ``PADDED_SHARE`` where it can be (as ``sample_tile`` draws it)."""
         rows = (rng.random((count, len(self.slots))) * self.sizes).astype(np.int64)
         for n, slot in enumerate(self.slots):
             if slot.role == "tile" and slot.perfect < len(slot.domain):  # as sampling.sample_tile
@@ -125,7 +131,7 @@ class Sketch:
                 low = np.where(padded, slot.perfect, 0)
                 high = np.where(padded, len(slot.domain), slot.perfect)
                 rows[:, n] = low + (rng.random(count) * (high - low)).astype(np.int64)
-        return self.fix_parallel(apply_register_tiles(self, rows, rng), min_parallel)
+        return rows
 
     def fix_parallel(self, rows: np.ndarray, min_parallel: int) -> np.ndarray:
         if not self.parallel_loops:

@@ -172,8 +172,9 @@ class TaskScheduler:
         state = self.states[n]
         history, rounds, best = state.best_after_round, len(state.best_after_round), state.best
         backward = (history[-1] - history[-1 - self.window]) / self.window if rounds > self.window else 0.0
-        similar = [s.flop / s.best for s in self.states if s.tag == state.tag and math.isfinite(s.best)]
-        optimistic = self.beta * state.flop / max(similar) if similar else best
+        similar = max((s.flop / s.best for s in self.states if s.tag == state.tag and math.isfinite(s.best)),
+                      default=0.0)  # the best throughput among similar tasks (0 for data movement)
+        optimistic = self.beta * state.flop / similar if similar > 0 else best
         forward = min(best - best / rounds, optimistic) - best
         return self._partial(n) * (self.alpha * backward + (1 - self.alpha) * forward)
 

@@ -1,0 +1,99 @@
+"""The benchmark's networks, written with plain torch.nn (no torchvision download, random
+weights): ResNet-50, MobileNetV2 and one BERT-base encoder layer, exported to ONNX."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _conv_bn(cin, cout, kernel, stride=1, groups=1, act=nn.ReLU):
+    layers = [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = 4 * width
+        self.body = nn.Sequential(_conv_bn(cin, width, 1), _conv_bn(width, width, 3, stride),
+                                  _conv_bn(width, cout, 1, act=None))
+        self.shortcut = _conv_bn(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else nn.Identity()
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet50(classes=1000):
+    layers, cin = [_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1)], 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for n in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if n == 0 else 1))
+            cin = 4 * width
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = [_conv_bn(cin, hidden, 1, act=nn.ReLU6)] if expand != 1 else []
+        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6), _conv_bn(hidden, cout, 1, act=None)]
+        self.body = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def mobilenet_v2(classes=1000):
+    layers, cin = [_conv_bn(3, 32, 3, 2, act=nn.ReLU6)], 32
+    for expand, cout, repeats, stride in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                                          (6, 160, 3, 2), (6, 320, 1, 1)):
+        for n in range(repeats):
+            layers.append(InvertedResidual(cin, cout, stride if n == 0 else 1, expand))
+            cin = cout
+    layers += [_conv_bn(cin, 1280, 1, act=nn.ReLU6), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(1280, classes)]
+    return nn.Sequential(*layers)
+
+
+class BertLayer(nn.Module):
+    """One BERT-base encoder layer: self-attention (12 heads), add & LayerNorm, GELU FFN."""
+
+    def __init__(self, hidden=768, heads=12, ffn=3072):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.ffn = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
+
+    def forward(self, x):
+        batch, seq, hidden = x.shape
+        q, k, v = self.qkv(x).reshape(batch, seq, 3, self.heads, hidden // self.heads).permute(2, 0, 3, 1, 4)
+        scores = torch.softmax(q @ k.transpose(-1, -2) / (hidden // self.heads) ** 0.5, dim=-1)
+        attended = (scores @ v).transpose(1, 2).reshape(batch, seq, hidden)
+        x = self.norm1(x + self.out(attended))
+        return self.norm2(x + self.ffn(x))
+
+
+MODELS = {
+    "resnet50": (resnet50, (1, 3, 224, 224)),
+    "mobilenet_v2": (mobilenet_v2, (1, 3, 224, 224)),
+    "bert_layer": (BertLayer, (1, 128, 768)),
+}
+
+
+def export(name: str, directory: Path) -> Path:
+    """``directory/name.onnx`` (exported once, with seeded random weights), in eval mode."""
+    path = directory / f"{name}.onnx"
+    if not path.exists():
+        factory, shape = MODELS[name]
+        torch.manual_seed(0)
+        model = factory().eval()
+        directory.mkdir(parents=True, exist_ok=True)
+        torch.onnx.export(model, (torch.randn(*shape),), str(path), input_names=["input"], output_names=["output"],
+                          opset_version=17, dynamo=False)
+    return path

@@ -1,0 +1,131 @@
+"""Whole networks against onnxruntime and PyTorch CPU, in one run.
+
+    python benchmarks/models.py [--trials N] [--only resnet50,bert_layer] [--out FILE]
+
+Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
+at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
+with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
+its tasks (TaskScheduler) and compiled again from the log. Every compiled model's output
+is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
+(each system timed once per round), all on 2 threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+import tilecraft as tc
+
+sys.path.insert(0, str(Path(__file__).parent))
+import model_zoo  # noqa: E402
+
+THREADS = 2
+
+
+def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
+    """Median milliseconds per call of each system over rounds that time each once."""
+    numbers = {}
+    for name, fn in systems.items():
+        fn()
+        started = time.perf_counter()
+        fn()
+        numbers[name] = max(1, int(min_ms / max((time.perf_counter() - started) * 1e3, 1e-3)))
+    times = {name: [] for name in systems}
+    for _ in range(rounds):
+        for name, fn in systems.items():
+            time.sleep(0.05)  # the previous system's threads stop spinning
+            started = time.perf_counter()
+            for _ in range(numbers[name]):
+                fn()
+            times[name].append((time.perf_counter() - started) * 1e3 / numbers[name])
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float) -> dict:
+    path = model_zoo.export(name, directory / "onnx")
+    shape = model_zoo.MODELS[name][1]
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    target = tc.Target.host()
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"input": x})[0]
+    torch.manual_seed(0)
+    module = model_zoo.MODELS[name][0]().eval()
+    tensor = torch.from_numpy(x)
+
+    started = time.perf_counter()
+    tasks, weights = tc.extract_tasks(str(path), target)
+    untuned = tc.compile_model(str(path), target)
+    compile_secs = time.perf_counter() - started
+    systems = {"onnxruntime": lambda: session.run(None, {"input": x}), "pytorch": lambda: module(tensor),
+               "tilecraft_untuned": lambda: untuned(input=x)}
+    row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
+           "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
+    if trials:
+        log = directory / "model_logs" / f"{name}.json"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        tc.TaskScheduler(tasks, weights, load_log_file=str(log) if log.exists() else None).tune(
+            tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
+        row["tuning_wall_secs"] = time.perf_counter() - started
+        tuned = tc.compile_model(str(path), target, log=str(log))
+        systems["tilecraft_tuned"] = lambda: tuned(input=x)
+        row["tuned_correct"] = bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4))
+    with torch.no_grad():
+        row.update({f"{k}_ms": v for k, v in interleaved_ms(systems, rounds, min_ms).items()})
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/models.json"))
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--min-ms", type=float, default=200)
+    options = parser.parse_args()
+    names = [n for n in options.only.split(",") if n] or list(model_zoo.MODELS)
+    unknown = [n for n in names if n not in model_zoo.MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; choose from {', '.join(model_zoo.MODELS)}")
+    torch.set_num_threads(THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+    rows = []
+    for name in names:
+        rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms))
+        print(f"  {name}: done", flush=True)
+
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    print(f"\n{'model':<14} {'ORT ms':>8} {'torch ms':>9} {'tc untuned':>10} {'tc tuned':>9} {'untuned/ORT':>11} "
+          f"{'tuned/ORT':>9} {'tasks':>5} {'tune s':>7} {'correct':>7}")
+    for r in rows:
+        tuned = r.get("tilecraft_tuned_ms")
+        correct = r["untuned_correct"] and r.get("tuned_correct", True)
+        print(f"{r['model']:<14} {r['onnxruntime_ms']:8.2f} {r['pytorch_ms']:9.2f} {r['tilecraft_untuned_ms']:10.2f} "
+              f"{fmt(tuned):>9} {r['tilecraft_untuned_ms'] / r['onnxruntime_ms']:10.2f}x "
+              f"{fmt(tuned / r['onnxruntime_ms'] if tuned else None):>8}x {r['tasks']:5d} "
+              f"{fmt(r.get('tuning_wall_secs')):>7} {'yes' if correct else 'NO':>7}")
+    options.out.parent.mkdir(parents=True, exist_ok=True)
+    options.out.write_text(json.dumps({
+        "machine": {"platform": platform.platform(), "target": str(tc.Target.host()), "onnxruntime": ort.__version__,
+                    "torch": torch.__version__, "threads": THREADS},
+        "trials": options.trials, "models": rows}, indent=2))
+    print(f"wrote {options.out}")
+    return 0 if all(r["untuned_correct"] and r.get("tuned_correct", True) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

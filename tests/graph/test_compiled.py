@@ -1,0 +1,203 @@
+"""compile_model: whole models against onnxruntime, tuning records used where the log has them, a warning
+listing the rest, checked inputs, and save / load_model without the model, the log or the kernel cache."""
+
+import dataclasses
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.graph import run_reference
+from tilecraft.graph.builder import GraphBuilder
+from tilecraft.graph.compiled import DefaultScheduleWarning, ModelInputError, ModelLoadError
+from tilecraft.search.default import default_schedule
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx_models import tiny_cnn, tiny_transformer  # noqa: E402
+
+TARGET = tc.Target.host()
+
+
+def compile_quietly(model, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        return tc.compile_model(model, TARGET, **kw)
+
+
+def two_output_graph():
+    """x -> relu -> (y1, reshape of y1 = y2): two outputs, one of them a view."""
+    g = GraphBuilder()
+    y1 = g.emit("relu", [g.add_input("x", (2, 8), "float32")], {}, "relu", output="y1")
+    y2 = g.emit("reshape", [y1], {"newshape": (16,)}, "flat", output="y2")
+    return g.finish([y1, y2])
+
+
+def test_several_outputs_come_as_a_tuple_or_a_dict_and_are_new_arrays(kernel_cache):
+    model = compile_quietly(two_output_graph(), cache_dir=kernel_cache)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype("float32")
+    y1, y2 = model(x=x)
+    np.testing.assert_array_equal(y1, np.maximum(x, 0))
+    np.testing.assert_array_equal(y2, np.maximum(x, 0).reshape(16))
+    assert not np.may_share_memory(y1, y2)
+    again = model.run({"x": -x})
+    assert set(again) == {"y1", "y2"} and np.array_equal(y1, np.maximum(x, 0))  # the first results are kept
+
+
+def test_a_subgraph_without_a_default_schedule_gets_naive_loops_and_the_warning_says_so(monkeypatch, kernel_cache):
+    import tilecraft.graph.compiled
+
+    def no_schedule(dag, target):
+        raise tc.ScheduleError("no sketch gave a default schedule")
+
+    monkeypatch.setattr(tilecraft.graph.compiled, "default_schedule", no_schedule)
+    with pytest.warns(DefaultScheduleWarning, match=r"relu 2x8  no log given; no default schedule either "
+                                                    r"\(no sketch gave a default schedule\): naive loops"):
+        model = tc.compile_model(two_output_graph(), TARGET, cache_dir=kernel_cache)
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype("float32")
+    np.testing.assert_array_equal(model(x=x)[0], np.maximum(x, 0))
+
+
+def test_inputs_are_checked_by_name_shape_and_dtype(kernel_cache):
+    model = compile_quietly(two_output_graph(), cache_dir=kernel_cache)
+    with pytest.raises(ModelInputError, match=r"missing input\(s\) \['x'\] and unknown input\(s\) \['z'\]; "
+                                              r"the model takes x: float32\[2, 8\]"):
+        model(z=np.zeros((2, 8), "float32"))
+    with pytest.raises(ModelInputError, match=r"input x must be a numpy array float32\[2, 8\] but got float64\[2, 8\]"):
+        model(x=np.zeros((2, 8)))
+    with pytest.raises(ModelInputError, match=r"but got float32\[8, 2\]; pass np.asarray"):
+        model(x=np.zeros((8, 2), "float32"))
+    np.testing.assert_array_equal(model(x=np.ones((8, 2), "float32").T)[0], np.ones((2, 8)))  # any strides
+
+
+MODELS = {"cnn": tiny_cnn, "transformer": tiny_transformer}
+
+
+def onnxruntime_output(model, x):
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": x})[0]
+
+
+def model_input(model):
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return np.random.default_rng(1).standard_normal(shape).astype("float32")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_default_schedules_match_onnxruntime_and_every_kernel_is_listed_as_untuned(name, kernel_cache):
+    model = MODELS[name]()
+    x = model_input(model)
+    with pytest.warns(DefaultScheduleWarning) as caught:
+        compiled = tc.compile_model(model, TARGET, cache_dir=kernel_cache)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert f"{len(compiled.kernels)} of {len(compiled.kernels)} kernels have the default schedule" in message
+    assert all(f"{kernel.desc}  " in message for kernel in compiled.kernels) and "no log given" in message
+    expected = onnxruntime_output(model, x)
+    first = compiled(input=x)
+    np.testing.assert_allclose(first, expected, rtol=1e-3, atol=1e-4)
+    np.testing.assert_array_equal(compiled(input=x), first)  # the shared buffers are reused, the result is the same
+    np.testing.assert_allclose(first, run_reference(tc.frontend.from_onnx(model), {"input": x})["output"],
+                               rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tuned_log(tmp_path_factory, kernel_cache):
+    """A log with 4 measured schedules of the CNN's last task (dense + bias)."""
+    log = tmp_path_factory.mktemp("tuned") / "cnn.json"
+    tasks, weights = tc.extract_tasks(tiny_cnn(), TARGET)
+    task = next(t for t in tasks if t.desc.startswith("dense+add"))
+    with tc.LocalRunner(number=2, repeat=1, min_repeat_ms=0) as runner:
+        task.tune(tc.TuningOptions(num_measure_trials=4, num_measures_per_round=4, verbose=0, runner=runner,
+                                   builder=tc.LocalBuilder(cache_dir=kernel_cache),
+                                   measure_callbacks=[tc.RecordToFile(log)]))
+    return log, task
+
+
+def test_a_record_of_the_log_is_used_and_only_the_other_kernels_are_listed(tuned_log, kernel_cache):
+    log, task = tuned_log
+    best = tc.load_best_record(log, task.workload_key, TARGET)
+    model = tiny_cnn()
+    with pytest.warns(DefaultScheduleWarning) as caught:
+        compiled = tc.compile_model(model, TARGET, log=log, cache_dir=kernel_cache)
+    (tuned,) = [k for k in compiled.kernels if k.tuned]
+    assert tuned.workload_key == task.workload_key
+    assert tc.Trace.from_json(tuned.trace) == tc.Trace.from_json(best.trace)
+    message = str(caught[0].message)
+    assert f"{len(compiled.kernels) - 1} of {len(compiled.kernels)} kernels" in message
+    assert task.desc not in message and f"no record in {log}" in message
+    x = model_input(model)
+    np.testing.assert_allclose(compiled(input=x), onnxruntime_output(model, x), rtol=1e-3, atol=1e-4)
+
+
+def test_a_record_that_does_not_replay_falls_back_with_the_reason(tuned_log, tmp_path, kernel_cache):
+    log, task = tuned_log
+    best = tc.load_best_record(log, task.workload_key, TARGET)
+    other = next(t for t in tc.extract_tasks(tiny_cnn(), TARGET)[0] if t.workload_key != task.workload_key)
+    wrong = dataclasses.replace(best, trace_json=default_schedule(other.compute_dag, TARGET).trace.dumps(),
+                                costs=(best.mean_cost / 10,))
+    broken = tmp_path / "broken.json"
+    broken.write_text(log.read_text() + wrong.to_json_line() + "\n")
+    with pytest.warns(DefaultScheduleWarning, match=r"dense\+add 1x10 +the record failed to replay: "):
+        compiled = tc.compile_model(tiny_cnn(), TARGET, log=broken, cache_dir=kernel_cache)
+    assert not any(k.tuned for k in compiled.kernels)
+
+
+def test_a_log_that_does_not_exist_is_an_error():
+    with pytest.raises(FileNotFoundError, match="the tuning log nowhere.json does not exist"):
+        tc.compile_model(tiny_cnn(), TARGET, log="nowhere.json")
+
+
+def test_save_and_load_give_the_same_outputs_without_the_kernel_cache(tmp_path):
+    model = tiny_cnn()
+    cache = tmp_path / "cache"
+    compiled = compile_quietly(model, cache_dir=cache)
+    compiled.save(tmp_path / "saved")
+    shutil.rmtree(cache)
+    loaded = tc.load_model(tmp_path / "saved")
+    x = model_input(model)
+    np.testing.assert_array_equal(loaded(input=x), compiled(input=x))
+    assert [(k.desc, k.tuned, k.trace) for k in loaded.kernels] == [(k.desc, k.tuned, k.trace)
+                                                                   for k in compiled.kernels]
+    assert repr(loaded) == repr(compiled)
+
+
+@pytest.fixture
+def saved(tmp_path, kernel_cache):
+    compile_quietly(tiny_cnn(), cache_dir=kernel_cache).save(tmp_path / "saved")
+    return tmp_path / "saved"
+
+
+def test_a_missing_or_corrupt_file_is_named(saved):
+    plan = json.loads((saved / "model.json").read_text())
+    (saved / plan["weights"]["w2_nhwc"]).unlink()
+    with pytest.raises(ModelLoadError, match=r"cannot read the weight w2_nhwc from .*weights/\d+.npy"):
+        tc.load_model(saved)
+    (saved / "kernel_0.so").write_bytes(b"not a library")
+    plan["weights"].pop("w2_nhwc")
+    (saved / "model.json").write_text(json.dumps(plan))
+    with pytest.raises(ModelLoadError, match=r"cannot load the kernel transpose 1x8x8x3 from .*kernel_0.so"):
+        tc.load_model(saved)
+    (saved / "model.json").write_text("{")
+    with pytest.raises(ModelLoadError, match=r"model.json is corrupt \(JSONDecodeError"):
+        tc.load_model(saved)
+    with pytest.raises(ModelLoadError, match=r"model.json does not exist: .* is not a saved model"):
+        tc.load_model(saved / "weights")
+
+
+def test_buffers_are_shared_once_every_reader_has_run_and_a_view_keeps_its_source_alive():
+    from tilecraft.graph.compiled import Step, _plan_buffers
+    from tilecraft.graph.ir import Value
+
+    values = {name: Value(name, (8,), "float32") for name in "xabcd"} | {"v": Value("v", (2, 4), "float32")}
+    chain = [Step(0, ("x",), ("a",)), Step(None, ("a",), ("v",)), Step(0, ("v",), ("b",)), Step(0, ("b",), ("c",)),
+             Step(0, ("c",), ("d",))]
+    buffers = _plan_buffers(chain, values, per_call={"d"})
+    assert set(buffers) == {"a", "b", "c"} and all(b.ctypes.data % 64 == 0 for b in buffers.values())
+    assert np.shares_memory(buffers["c"], buffers["a"]) and not np.shares_memory(buffers["b"], buffers["a"])
+    chain[3] = Step(0, ("b", "v"), ("c",))  # the view is read later: its source stays alive
+    buffers = _plan_buffers(chain, values, per_call={"d"})
+    assert not any(np.shares_memory(buffers["c"], buffers[name]) for name in "ab")

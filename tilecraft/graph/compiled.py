@@ -1,0 +1,307 @@
+"""CompiledModel: a whole model as native kernels, one per fused subgraph, called with NumPy arrays.
+
+``compile_model`` prepares and partitions the model as ``extract_tasks`` does, gives each
+distinct subgraph the best schedule of the tuning log for its workload key and target
+(best over the whole log) or else ``default_schedule``, and builds each kernel once. Weights
+a kernel repacks are packed here, once; other constants are passed as they are. Buffers
+between kernels are allocated once, aligned, and shared by values whose lifetimes do not
+overlap; a reshape is a view. A call allocates only the model's outputs, new every call; the
+shared buffers make a CompiledModel unsafe to call from several threads at once.
+
+``save`` writes a directory that ``load_model`` reads without the ONNX model, the log or a
+compiler: ``model.json`` (the plan), each kernel's shared library and C source, and the
+weights as ``.npy`` files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..build import build
+from ..database.log import best_records
+from ..errors import BuildError, ScheduleError, TilecraftError
+from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
+from ..schedule.schedule import Schedule
+from ..schedule.trace import Trace
+from ..search.default import default_schedule
+from ..target import Target
+from ..te.dtype import NUMPY_DTYPES
+from .fuse import partition, subgraph_dag
+from .ir import Value
+from .tasks import describe, prepare_graph
+
+FORMAT, FORMAT_VERSION = "tilecraft-compiled-model", 1
+
+
+class ModelInputError(TilecraftError, ValueError):
+    """A compiled model was called with inputs it does not take."""
+
+
+class ModelLoadError(TilecraftError, ValueError):
+    """A saved model directory is incomplete or corrupt; the message names the file."""
+
+
+class DefaultScheduleWarning(UserWarning):
+    """Some kernels of a compiled model have the default schedule: no tuning record was used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One compiled subgraph, shared by all its occurrences; ``tuned``: its schedule is a log's record."""
+
+    desc: str
+    workload_key: str
+    module: Module
+    tuned: bool
+    trace: str  # the schedule's trace as JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """``kernels[kernel]`` reads ``inputs`` and writes ``outputs`` (its arguments in order);
+    ``kernel`` None: ``outputs[0]`` is a reshaped view of ``inputs[0]``."""
+
+    kernel: int | None
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+class CompiledModel:
+    """``model(**inputs)`` returns the output array (a tuple of them, in output order, for several);
+    ``model.run({name: array})`` returns a dict by output name. Inputs are given by name."""
+
+    def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
+                 kernels: Sequence[Kernel], steps: Sequence[Step], constants: Mapping[str, np.ndarray],
+                 target: str) -> None:
+        self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
+        self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
+        written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
+        self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
+        self._fixed = {**self.constants, **_plan_buffers(self.steps, self.values, set(self._fresh))}
+        for step in self.steps:  # a view of a fixed buffer is fixed
+            if step.kernel is None and step.inputs[0] in self._fixed:
+                self._fixed[step.outputs[0]] = self._fixed[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
+        self._calls = [self._bind(step) for step in self.steps]
+
+    def __repr__(self) -> str:
+        tuned = sum(kernel.tuned for kernel in self.kernels)
+        return (f"CompiledModel(({', '.join(f'{v.name}: {v}' for v in self.inputs)}) -> ({', '.join(self.outputs)}); "
+                f"{len(self.steps)} steps, {len(self.kernels)} kernels of which {tuned} tuned; target {self.target})")
+
+    def __call__(self, **inputs: np.ndarray):
+        results = self.run(inputs)
+        return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = {**self._fixed, **self._checked(inputs)}
+        arrays.update((name, aligned_empty(self.values[name].shape, self.values[name].dtype)) for name in self._fresh)
+        for step, (module, args, call) in zip(self.steps, self._calls):
+            if call is not None:
+                call()
+            elif module is None:
+                arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
+            else:
+                module(*[arrays[name] for name in args])
+        return {name: arrays[name] if name in self._fresh else arrays[name].copy() for name in self.outputs}
+
+    def _bind(self, step: Step) -> tuple[Module | None, tuple[str, ...], Callable[[], None] | None]:
+        """The step's kernel with its constant packed weights bound, the values of its other arguments,
+        and, when all of them are fixed buffers, the call itself, checked once (it saves ~20 us a kernel)."""
+        if step.kernel is None:
+            return None, (), None
+        module, args = self.kernels[step.kernel].module, step.inputs + step.outputs
+        packed = {module.args[p.arg_index].name: self.constants[args[p.arg_index]]
+                  for p in module.packs if args[p.arg_index] in self.constants}
+        free = tuple(name for spec, name in zip(module.args, args) if spec.name not in packed)
+        module = module.bind_weights(**packed) if packed else module
+        fixed = len(packed) == len(module.packs) and all(name in self._fixed for name in free)
+        return module, free, module.bound_call(*[self._fixed[name] for name in free]) if fixed else None
+
+    def _checked(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        expected = {value.name: value for value in self.inputs}
+        missing, unknown = sorted(set(expected) - set(inputs)), sorted(set(inputs) - set(expected))
+        if missing or unknown:
+            wrong = [f"{what} input(s) {names}" for what, names in (("missing", missing), ("unknown", unknown))
+                     if names]
+            raise ModelInputError(f"{' and '.join(wrong)}; the model takes "
+                                  f"{', '.join(f'{v.name}: {v}' for v in self.inputs)}, one array each, by name")
+        checked = {}
+        for name, array in inputs.items():
+            value = expected[name]
+            if not isinstance(array, np.ndarray) or array.shape != value.shape or \
+                    array.dtype != NUMPY_DTYPES[value.dtype]:
+                got = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
+                raise ModelInputError(f"input {name} must be a numpy array {value} but got {got}; pass "
+                                      f"np.asarray(x, dtype={value.dtype!r}) of shape {value.shape}")
+            checked[name] = np.require(array, requirements="C")
+        return checked
+
+    def save(self, directory: str | Path) -> None:
+        """Write the model to ``directory`` (created if needed) for ``load_model``."""
+        directory = Path(directory)
+        (directory / "weights").mkdir(parents=True, exist_ok=True)
+        kernels = []
+        for n, kernel in enumerate(self.kernels):
+            module = kernel.module
+            library, source = f"kernel_{n}{module.lib_path.suffix}", f"kernel_{n}.c"
+            shutil.copyfile(module.lib_path, directory / library)
+            (directory / source).write_text(module.source)
+            kernels.append({"desc": kernel.desc, "workload_key": kernel.workload_key, "tuned": kernel.tuned,
+                            "trace": kernel.trace, "library": library, "source": source, "entry": module.entry_name,
+                            "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in module.args],
+                            "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in module.packs]})
+        weights = {name: f"weights/{n}.npy" for n, name in enumerate(self.constants)}
+        for name, path in weights.items():
+            np.save(directory / path, self.constants[name], allow_pickle=False)
+        plan = {"format": FORMAT, "version": FORMAT_VERSION, "target": self.target,
+                "inputs": [v.name for v in self.inputs], "outputs": list(self.outputs),
+                "values": {name: [list(v.shape), v.dtype] for name, v in self.values.items()},
+                "weights": weights, "kernels": kernels,
+                "steps": [[s.kernel, list(s.inputs), list(s.outputs)] for s in self.steps]}
+        (directory / "model.json").write_text(json.dumps(plan, indent=1))
+
+
+def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str]) -> dict[str, np.ndarray]:
+    """An aligned array for each value a kernel writes, except ``per_call`` ones (the model's outputs).
+    A buffer whose readers have all run is reused for a later value (the smallest free one that fits);
+    a view keeps its source's buffer alive until the view's last reader."""
+    root: dict[str, str] = {}  # a view -> the value that owns its memory
+    last_read: dict[str, int] = {}
+    for n, step in enumerate(steps):
+        for name in step.inputs:
+            last_read[root.get(name, name)] = n
+        if step.kernel is None:
+            root[step.outputs[0]] = root.get(step.inputs[0], step.inputs[0])
+    free: list[np.ndarray] = []
+    owned: dict[str, np.ndarray] = {}
+    buffers = {}
+    for n, step in enumerate(steps):
+        for name in step.outputs if step.kernel is not None else ():
+            if name in per_call:
+                continue
+            value = values[name]
+            nbytes = math.prod(value.shape) * np.dtype(value.dtype).itemsize
+            fits = [k for k, raw in enumerate(free) if raw.nbytes >= nbytes]
+            raw = free.pop(min(fits, key=lambda k: free[k].nbytes)) if fits else aligned_empty((nbytes,), np.uint8)
+            owned[name] = raw
+            buffers[name] = raw[:nbytes].view(value.dtype).reshape(value.shape)
+        for name in {root.get(name, name) for name in step.inputs}:
+            if last_read[name] == n and name in owned:
+                free.append(owned.pop(name))
+    return buffers
+
+
+def compile_model(model_or_graph: Any, target: Target | str | None = None, log: str | Path | None = None,
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                  cache_dir: str | Path | None = None) -> CompiledModel:
+    """Compile an ONNX model (a ``ModelProto`` or a path) or a Graph for ``target`` (the host by default),
+    with the best schedules of the tuning ``log``; subgraphs without one get the default schedule,
+    listed in one ``DefaultScheduleWarning``. ``cache_dir``: where kernels are compiled (see ``tc.build``).
+
+        model = tc.compile_model("resnet50.onnx", log="resnet50.json")
+        logits = model(data=image)
+    """
+    target = target if isinstance(target, Target) else Target(target)
+    graph = prepare_graph(model_or_graph, input_shapes)
+    if log is not None and not Path(log).is_file():
+        raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
+                                f"(tc.extract_tasks, tc.TaskScheduler with tc.RecordToFile), or compile without log=")
+    best = {r.workload_key: r for r in best_records(log, target=target)} if log is not None else {}
+    kernels: list[Kernel] = []
+    index: dict[str, int] = {}
+    steps, untuned = [], []
+    for subgraph in partition(graph):
+        if subgraph.is_view:
+            steps.append(Step(None, subgraph.inputs, subgraph.outputs))
+            continue
+        dag = subgraph_dag(graph, subgraph)
+        if dag.workload_key not in index:
+            index[dag.workload_key] = len(kernels)
+            kernel, why = _compile_kernel(dag, describe(graph, subgraph), best.get(dag.workload_key), log, target,
+                                          f"kernel_{len(kernels)}", cache_dir)
+            kernels.append(kernel)
+            if why:
+                untuned.append((kernel.desc, why))
+        steps.append(Step(index[dag.workload_key], subgraph.inputs, subgraph.outputs))
+    if untuned:
+        width = max(len(desc) for desc, _ in untuned)
+        rows = "\n".join(f"  {desc.ljust(width)}  {why}" for desc, why in untuned)
+        warnings.warn(f"{len(untuned)} of {len(kernels)} kernels have the default schedule (untuned):\n{rows}\n"
+                      "tune them (tc.extract_tasks, tc.TaskScheduler) into the log to make them faster",
+                      DefaultScheduleWarning, stacklevel=2)
+    constants = {name: np.require(array, requirements="C") for name, array in graph.constants.items()}
+    used = {*constants, *graph.outputs, *(v.name for v in graph.inputs),
+            *(name for step in steps for name in step.inputs + step.outputs)}
+    values = {name: value for name, value in graph.values.items() if name in used}  # not those inside kernels
+    return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target))
+
+
+def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
+    """The kernel of ``dag`` from ``record``, or with the default schedule and the reason why."""
+    why = "no log given" if log is None else f"no record in {log}"
+    if record is not None:
+        try:
+            sch = Trace.from_json(record.trace).replay(dag)
+            return Kernel(desc, dag.workload_key, build(sch, target, name, cache_dir), True, sch.trace.dumps()), ""
+        except TilecraftError as error:
+            why = f"the record failed to {'build' if isinstance(error, BuildError) else 'replay'}: {error}"
+    try:
+        sch = default_schedule(dag, target)
+    except ScheduleError as error:
+        sch, why = Schedule(dag), f"{why}; no default schedule either ({error}): naive loops"
+    return Kernel(desc, dag.workload_key, build(sch, target, name, cache_dir), False, sch.trace.dumps()), why
+
+
+def load_model(directory: str | Path) -> CompiledModel:
+    """The model that ``CompiledModel.save`` wrote to ``directory``."""
+    directory = Path(directory)
+    path = directory / "model.json"
+    if not path.is_file():
+        raise ModelLoadError(f"{path} does not exist: {directory} is not a saved model (CompiledModel.save writes it)")
+    try:
+        plan = json.loads(path.read_text())
+        if plan.get("format") != FORMAT or plan.get("version") != FORMAT_VERSION:
+            raise ModelLoadError(f"{path} is not a {FORMAT} version {FORMAT_VERSION} plan; save the model again "
+                                 "with this tilecraft")
+        values = {name: Value(name, tuple(shape), dtype) for name, (shape, dtype) in plan["values"].items()}
+        constants = {name: _load_weight(directory / file, values[name]) for name, file in plan["weights"].items()}
+        kernels = [_load_kernel(directory, entry) for entry in plan["kernels"]]
+        steps = [Step(kernel, tuple(inputs), tuple(outputs)) for kernel, inputs, outputs in plan["steps"]]
+        return CompiledModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
+                             constants, plan["target"])
+    except ModelLoadError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise ModelLoadError(f"{path} is corrupt ({type(error).__name__}: {error}); save the model again") from None
+
+
+def _load_weight(path: Path, value: Value) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"cannot read the weight {value.name} from {path}: {error}; "
+                             "save the model again") from None
+    if array.shape != value.shape or array.dtype != NUMPY_DTYPES[value.dtype]:
+        raise ModelLoadError(f"{path} holds {array.dtype}{list(array.shape)} but the weight {value.name} is {value}; "
+                             "save the model again")
+    return array
+
+
+def _load_kernel(directory: Path, entry: dict) -> Kernel:
+    library, source = directory / entry["library"], directory / entry["source"]
+    try:
+        module = Module(library, source.read_text(), entry["entry"],
+                        [ArgSpec(name, tuple(shape), dtype, out) for name, shape, dtype, out in entry["args"]],
+                        [PackSpec(index, name, tuple(shape)) for index, name, shape in entry["packs"]])
+    except (OSError, BuildError) as error:
+        raise ModelLoadError(f"cannot load the kernel {entry['desc']} from {library}: {error}; save the model "
+                             "again") from None
+    return Kernel(entry["desc"], entry["workload_key"], module, entry["tuned"], entry["trace"])

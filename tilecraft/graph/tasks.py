@@ -1,0 +1,79 @@
+"""Task extraction: the distinct fused subgraphs of a model, as tuning tasks weighted by their count.
+
+A model is prepared the same way here and in ``compile_model`` (ONNX imported, convolutions
+and pools put in NHWC by ``layout.convert_layout``, the graph partitioned), so the workload
+keys of the tasks tuned are the keys that compiling the model looks up in the log.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..target import Target
+from ..tune.task import SearchTask
+from .fuse import Subgraph, partition, subgraph_dag
+from .ir import Graph
+from .layout import convert_layout
+
+
+def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
+    """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in NHWC."""
+    if not isinstance(model_or_graph, Graph):
+        from ..frontend.onnx import from_onnx
+
+        model_or_graph = from_onnx(model_or_graph, input_shapes)
+    elif input_shapes:
+        raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
+    return convert_layout(model_or_graph)
+
+
+def describe(graph: Graph, subgraph: Subgraph) -> str:
+    """A readable name for a subgraph's task: its operators and output shape, "conv2d+add+relu 1x64x56x56"."""
+    return f"{subgraph.ops} {'x'.join(map(str, graph.values[subgraph.outputs[0]].shape)) or 'scalar'}"
+
+
+def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
+                  input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> tuple[list[SearchTask], list[int]]:
+    """One SearchTask per distinct kernel of the model (same workload key: one task) and how many
+    times the model runs it, the weights for ``TaskScheduler(tasks, weights)``.
+
+        tasks, weights = tc.extract_tasks("resnet50.onnx")
+        tc.TaskScheduler(tasks, weights).tune(tc.TuningOptions(num_measure_trials=2000,
+                                                               measure_callbacks=[tc.RecordToFile(log)]))
+        model = tc.compile_model("resnet50.onnx", log=log)
+    """
+    graph = prepare_graph(model_or_graph, input_shapes)
+    target = target if isinstance(target, Target) else Target(target)
+    tasks: list[SearchTask] = []
+    weights: list[int] = []
+    index: dict[str, int] = {}
+    for subgraph in partition(graph):
+        if subgraph.is_view:
+            continue
+        dag = subgraph_dag(graph, subgraph)
+        n = index.setdefault(dag.workload_key, len(tasks))
+        if n == len(tasks):
+            tasks.append(SearchTask(compute_dag=dag, target=target, desc=describe(graph, subgraph)))
+            weights.append(0)
+        weights[n] += 1
+    return tasks, weights
+
+
+def print_tasks(tasks: list[SearchTask], weights: list[int], console=None) -> None:
+    """A table of each task's operators, output shape, FLOPs and weight, with the weighted total, printed
+    to standard output or a rich ``console``."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Tasks", title_justify="left")
+    for column in ("#", "task", "shape", "MFLOPs", "weight"):
+        table.add_column(column, justify="left" if column in ("task", "shape") else "right")
+    total = 0.0
+    for n, (task, weight) in enumerate(zip(tasks, weights)):
+        ops, _, shape = task.desc.partition(" ")
+        flop = task.compute_dag.flop_count()
+        total += flop * weight
+        table.add_row(str(n), ops, shape, f"{flop / 1e6:.3f}", str(weight))
+    table.add_section()
+    table.add_row("", f"{len(tasks)} tasks, {sum(weights)} kernels", "", f"{total / 1e6:.3f}", "")
+    (console or Console(highlight=False)).print(table)
