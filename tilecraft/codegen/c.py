@@ -4,8 +4,10 @@ Choices per loop, as Inductor's C++ backend makes them: parallel loops become on
 ``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops);
 vectorized loops whose body is one store become GCC vector-extension code (contiguous
 accesses as vector loads and stores, loop-invariant values broadcast, other accesses
-gathered lane by lane) with a scalar tail; any other vectorized loop is emitted scalar
-for the compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small local
+gathered lane by lane) with a scalar tail. The vector value may use arithmetic, min/max,
+comparisons as lane masks, selects as blends, casts between types of one width and the
+math functions of ``vector_math``; any other vectorized loop is emitted scalar for the
+compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small local
 buffers are stack arrays, which gcc keeps in registers once the loops over them unroll.
 """
 
@@ -17,9 +19,11 @@ import re
 from ..errors import LoweringError
 from ..target import Target
 from ..te.dtype import C_TYPES, bytes_of, is_float
-from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
+from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
 from ..ir.arith import bounds, simplify, to_linear
 from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from . import vector_math
+from .vector_math import VECTOR_DTYPES, vector_type
 from .writer import CodeWriter
 
 STACK_LIMIT_BYTES = 256 * 1024
@@ -60,7 +64,7 @@ class _Emitter:
         self.used: set[str] = set()
         self.ranges: dict[Var, int] = {}
         self.vector_types: set[tuple[str, int]] = set()
-        self.broadcasts: set[tuple[str, int]] = set()
+        self.vector_helpers: set[tuple[str, str, int]] = set()  # (name, dtype, lanes)
         self.in_parallel = False
         self.region_open = False
 
@@ -215,29 +219,23 @@ class _Emitter:
         if not isinstance(body, Store):
             return False
         dtype = body.buffer.dtype
-        if dtype not in ("float32", "float64", "int32", "int64") or self.target.vector_lanes(dtype) <= 1:
-            return False
         lanes = self.target.vector_lanes(dtype)
-        if s.extent < lanes or not self._vectorizable(body, s.var, dtype):
+        if dtype not in VECTOR_DTYPES or lanes <= 1 or s.extent < lanes:
+            return False
+        if not self._vectorizable(body.value, s.var, bytes_of(dtype)):
             return False
         store_index = self.flat_index(body.buffer, body.indices)
         if _stride(store_index, s.var, self.ranges) != 1:
             return False
-        vtype = f"{_SUFFIX[dtype]}x{lanes}"
-        self.vector_types.add((dtype, lanes))
         var = self.name(s.var, s.var.name)
         main = s.extent - s.extent % lanes
         if guard is not None:
             self.out.open(f"if ({self.expr(guard)})")
         self.out.line(f"#pragma GCC unroll {min(main // lanes, 16)}")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
-            value = self.vexpr(body.value, s.var, lanes, vtype)
-            if s.var not in _vars(body.value):  # a loop-invariant value: broadcast it to every lane
-                value = f"(({vtype}){{{', '.join([value] * lanes)}}})" if isinstance(body.value, Const) else (
-                    f"tc_broadcast_{vtype}({value})")
-                self.broadcasts.add((dtype, lanes))
+            value = self.vector(body.value, s.var, lanes)
             target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
-            self.out.line(f"*({vtype}*)&{target} = {value};")
+            self.out.line(f"*({vector_type(dtype, lanes)}*)&{target} = {value};")
         if main < s.extent:
             with self.out.block(f"for (int32_t {var} = {main}; {var} < {s.extent}; ++{var})"):
                 self.stmt(body)
@@ -245,42 +243,122 @@ class _Emitter:
             self.out.close()
         return True
 
-    def _vectorizable(self, store: Store, var: Var, dtype: str) -> bool:
-        ok = True
+    def _vectorizable(self, e: Expr, var: Var, width: int) -> bool:
+        """Whether ``vexpr`` has a rule for ``e``: every part that varies with ``var`` is a
+        ``width``-byte vector (or a lane mask), and nothing is evaluated that the scalar code
+        might skip (the other side of a select, the right side of && and ||) unless it is safe."""
+        if var not in _vars(e):
+            return True
+        if e.dtype == "bool":  # a lane mask, from a comparison or a cast
+            if not isinstance(e, (Compare, Logical, Not, Cast)):
+                return False
+        elif e.dtype not in VECTOR_DTYPES or bytes_of(e.dtype) != width:
+            return False
+        if isinstance(e, (TensorRead, Var)):
+            return True
+        parts: tuple[Expr, ...]
+        if isinstance(e, Binary):
+            parts = (e.a, e.b)
+            if e.op not in ("add", "sub", "mul", "div", "min", "max"):
+                return False
+        elif isinstance(e, Compare):
+            parts = (e.a, e.b)
+            if e.a.dtype == "bool":
+                return False
+        elif isinstance(e, Logical):
+            parts = (e.a, e.b)
+            if not self._is_safe(e.b):
+                return False
+        elif isinstance(e, Not):
+            parts = (e.a,)
+        elif isinstance(e, Select):
+            parts = (e.cond, e.true_value, e.false_value)
+            if var in _vars(e.cond) and not (self._is_safe(e.true_value) and self._is_safe(e.false_value)):
+                return False
+        elif isinstance(e, Cast):
+            parts = (e.value,)
+            if e.value.dtype != "bool" and e.dtype != "bool" and bytes_of(e.value.dtype) != width:
+                return False
+        elif isinstance(e, Call):
+            parts = e.args
+            if not vector_math.has_helper(e.name, e.dtype):
+                return False
+        else:
+            return False
+        return all(self._vectorizable(part, var, width) for part in parts)
 
-        def visit(e: Expr) -> None:
-            nonlocal ok
-            if var not in _vars(e):
-                return
-            if isinstance(e, TensorRead):
-                if e.tensor.dtype != dtype:
-                    ok = False
-                return
-            if isinstance(e, Binary) and e.op in ("add", "sub", "mul", "div") and e.dtype == dtype:
-                visit(e.a)
-                visit(e.b)
-                return
-            ok = False
+    def _is_safe(self, e: Expr) -> bool:
+        """Whether evaluating ``e`` in every iteration cannot fault: each read is provably in
+        bounds and no integer division has a divisor that might be zero."""
+        safe = True
 
-        visit(store.value)
-        return ok
+        def visit(node: Expr) -> None:
+            nonlocal safe
+            if isinstance(node, TensorRead):
+                span = bounds(self.flat_index(node.tensor, node.indices), self.ranges)
+                safe = safe and span is not None and span[0] >= 0 and span[1] < math.prod(node.tensor.shape)
+            elif isinstance(node, Binary) and node.op in ("floordiv", "floormod") and not is_float(node.dtype):
+                safe = safe and isinstance(node.b, Const)
 
-    def vexpr(self, e: Expr, var: Var, lanes: int, vtype: str) -> str:
-        if var not in _vars(e):  # a scalar operand of a vector operation is broadcast by the compiler
+        walk(e, visit)
+        return safe
+
+    def vector(self, e: Expr, var: Var, lanes: int) -> str:
+        """``e`` as a vector of ``lanes``; a loop-invariant value is broadcast."""
+        if var in _vars(e):
+            return self.vexpr(e, var, lanes)
+        return f"{self.helper('broadcast', e.dtype, lanes)}({self.expr(e)})"
+
+    def helper(self, name: str, dtype: str, lanes: int) -> str:
+        self.vector_helpers.add((name, dtype, lanes))
+        return f"tc_{name}_{vector_type(dtype, lanes)}"
+
+    def vexpr(self, e: Expr, var: Var, lanes: int) -> str:
+        """``e`` as a vector (a lane mask for a condition) where it varies with ``var``; a
+        loop-invariant operand stays scalar, as C's vector operators broadcast it."""
+        if var not in _vars(e):
             return self.expr(e)
+        if e.dtype != "bool":
+            self.vector_types.add((e.dtype, lanes))
         if isinstance(e, TensorRead):
             index = self.flat_index(e.tensor, e.indices)
             name = self.buffer_name(e.tensor)
-            stride = _stride(index, var, self.ranges)
-            if stride == 1:
+            vtype = vector_type(e.dtype, lanes)
+            if _stride(index, var, self.ranges) == 1:
                 return f"(*({vtype}*)&{name}[{self.expr(index)}])"
             from ..te.expr import binary, const, substitute
 
             lane_values = [self.expr(simplify(substitute(index, {var: binary("add", var, const(n))}), self.ranges))
                            for n in range(lanes)]
             return f"(({vtype}){{{', '.join(f'{name}[{i}]' for i in lane_values)}}})"
-        a, b = self.vexpr(e.a, var, lanes, vtype), self.vexpr(e.b, var, lanes, vtype)
-        return f"({a} {_C_OPS[e.op]} {b})"
+        if isinstance(e, Var):  # the loop variable itself: lane n holds var + n
+            return f"({self.expr(e)} + ({vector_type(e.dtype, lanes)}){{{', '.join(map(str, range(lanes)))}}})"
+        if isinstance(e, Binary) and e.op in ("min", "max"):
+            a, b = self.vector(e.a, var, lanes), self.vector(e.b, var, lanes)
+            return f"{self.helper(e.op, e.dtype, lanes)}({a}, {b})"
+        if isinstance(e, (Binary, Compare)):
+            return f"({self.vexpr(e.a, var, lanes)} {_C_OPS[e.op]} {self.vexpr(e.b, var, lanes)})"
+        if isinstance(e, Logical):  # on masks of -1/0; a scalar condition becomes -1/0 too
+            mask_ctype = "int32_t" if self.target.vector_bytes // lanes == 4 else "int64_t"
+            a, b = (self.vexpr(x, var, lanes) if var in _vars(x) else f"-({mask_ctype})({self.expr(x)})"
+                    for x in (e.a, e.b))
+            return f"({a} {'&' if e.op == 'and' else '|'} {b})"
+        if isinstance(e, Not):
+            return f"(~{self.vexpr(e.a, var, lanes)})"
+        if isinstance(e, Select):
+            t, f = self.vector(e.true_value, var, lanes), self.vector(e.false_value, var, lanes)
+            if var not in _vars(e.cond):  # one branch for all lanes, evaluated only when chosen
+                return f"({self.expr(e.cond)} ? {t} : {f})"
+            return f"{self.helper('select', e.dtype, lanes)}({self.vexpr(e.cond, var, lanes)}, {t}, {f})"
+        if isinstance(e, Cast):
+            value = self.vexpr(e.value, var, lanes)
+            if e.dtype == "bool":
+                return f"({value} != 0)"
+            if e.value.dtype == "bool":  # a mask of -1/0 to 1/0
+                value = f"(-{value})"
+            return f"__builtin_convertvector({value}, {vector_type(e.dtype, lanes)})"
+        assert isinstance(e, Call)
+        return f"{self.helper(e.name, e.dtype, lanes)}({self.vexpr(e.args[0], var, lanes)})"
 
     # ------------------------------------------------------------ function
     def function(self) -> str:
@@ -295,8 +373,7 @@ class _Emitter:
             self.body(f.body)
         self.out = saved
         pack_sources = [self.pack_function(p) for p in f.packs]
-        head = _PRELUDE + "".join(_vector_typedef(d, n, (d, n) in self.broadcasts)
-                                  for d, n in sorted(self.vector_types))
+        head = _PRELUDE + vector_math.helpers(self.vector_types, self.vector_helpers)
         return head + "\n" + "\n".join(pack_sources + [body.text()])
 
     def body(self, s: Stmt) -> None:
@@ -350,15 +427,6 @@ class _Emitter:
 def generate_c(func: LoweredFunc, target: Target) -> str:
     """The C source of a lowered function (and of its weight-packing functions)."""
     return _Emitter(func, target).function()
-
-
-def _vector_typedef(dtype: str, lanes: int, with_broadcast: bool) -> str:
-    ctype, vtype = C_TYPES[dtype], f"{_SUFFIX[dtype]}x{lanes}"
-    text = f"typedef {ctype} {vtype} __attribute__((vector_size({lanes * bytes_of(dtype)}), aligned({bytes_of(dtype)})));\n"
-    if with_broadcast:
-        text += (f"static inline {vtype} tc_broadcast_{vtype}({ctype} x) "
-                 f"{{ return ({vtype}){{{', '.join(['x'] * lanes)}}}; }}\n")
-    return text
 
 
 def _literal(c: Const) -> str:

@@ -1,0 +1,133 @@
+"""Generated C: vectorized loops take the explicit SIMD path for more than + - * / and equal NumPy."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft import ops, te
+
+HOST = tc.Target()
+needs_simd = pytest.mark.skipif(HOST.vector_lanes("float32") <= 1, reason="the host has no SIMD")
+LANES = HOST.vector_lanes("float32")
+
+
+def _vectorized(dag, split=True):
+    """Every stage without a reduction vectorized over its innermost axis, split by the lanes."""
+    sch = tc.Schedule(dag)
+    for tensor in dag.compute_ops:
+        if tensor.op.reduce_axis:
+            continue
+        inner = sch.get_loops(sch.get_block(tensor.op.name))[-1]
+        if split:
+            inner = sch.split(inner, [None, LANES])[1]
+        sch.vectorize(inner)
+    return sch
+
+
+def _build_and_check(dag, cache, inputs=None, split=True, rtol=1e-5, atol=1e-6):
+    inputs = dag.random_inputs(np.random.default_rng(0)) if inputs is None else inputs
+    func = tc.build(_vectorized(dag, split), cache_dir=cache)
+    np.testing.assert_allclose(func(*inputs), dag.evaluate_numpy(inputs)[0], rtol=rtol, atol=atol)
+    return func.source
+
+
+X = te.placeholder((4, 64), name="X")
+
+
+@needs_simd
+@pytest.mark.parametrize("make, helpers", [
+    (lambda: ops.relu(X), ["tc_max_f32"]),
+    (lambda: ops.clip(X, -0.25, 0.5), ["tc_max_f32", "tc_min_f32"]),
+    (lambda: ops.sigmoid(X), ["tc_sigmoid_f32"]),
+    (lambda: ops.tanh(X), ["tc_tanh_f32"]),
+    (lambda: ops.gelu(X), ["tc_erf_f32"]),
+    (lambda: ops.gelu(X, approximate="tanh"), ["tc_tanh_f32"]),
+    (lambda: ops.softmax(X), ["tc_exp_f32"]),
+    (lambda: te.compute(X.shape, lambda i, j: te.log(te.abs(X[i, j])) + te.sqrt(te.abs(X[i, j])), name="f"),
+     ["tc_log_f32", "tc_sqrt_f32", "tc_abs_f32"]),
+], ids=["relu", "clip", "sigmoid", "tanh", "gelu", "gelu_tanh", "softmax", "log_sqrt_abs"])
+def test_elementwise_math_takes_the_vector_path_and_equals_numpy(kernel_cache, make, helpers):
+    source = _build_and_check(tc.ComputeDAG([X, make()]), kernel_cache)
+    assert "#pragma GCC ivdep" not in source, source
+    for helper in helpers:
+        assert f"{helper}x{LANES}(" in source.split("void default_function")[1], (helper, source)
+
+
+@needs_simd
+def test_select_on_lane_conditions_is_a_blend(kernel_cache):
+    # a data condition and a loop-index condition, joined by &&; the other branch is math
+    Y = te.compute(X.shape, lambda i, j: te.if_then_else((X[i, j] > 0.1) & (j < 40), X[i, j] * 2.0,
+                                                         te.exp(X[i, j])), name="Y")
+    source = _build_and_check(tc.ComputeDAG([X, Y]), kernel_cache)
+    assert f"tc_select_f32x{LANES}(" in source.split("void default_function")[1]
+
+
+@needs_simd
+def test_select_on_a_loop_invariant_condition_picks_one_branch(kernel_cache):
+    Y = te.compute(X.shape, lambda i, j: te.if_then_else(i < 2, X[i, j] * 2.0, te.max(X[i, j], 0.0)), name="Y")
+    source = _build_and_check(tc.ComputeDAG([X, Y]), kernel_cache)
+    assert "((i < 2) ? (" in source and "ivdep" not in source, source
+
+
+@needs_simd
+def test_select_whose_other_branch_may_read_out_of_bounds_stays_scalar(kernel_cache):
+    # the scalar code never reads A[-1] or A[10]; both sides of a vector blend would
+    A = te.placeholder((10,), name="A")
+    pad = te.compute((12,), lambda i: te.if_then_else((i >= 1) & (i < 11), A[i - 1], 0.0), name="pad")
+    source = _build_and_check(tc.ComputeDAG([A, pad]), kernel_cache, split=False)
+    assert "#pragma GCC ivdep" in source and "tc_select" not in source
+
+
+@needs_simd
+def test_layer_norm_is_vectorized_with_rsqrt_per_lane_when_the_kept_axis_is_inner(kernel_cache):
+    g, b = te.placeholder((64,), name="g"), te.placeholder((64,), name="b")
+    source = _build_and_check(tc.ComputeDAG([X, g, b, ops.layer_norm(X, g, b)]), kernel_cache, rtol=1e-4, atol=1e-5)
+    assert f"*(f32x{LANES}*)&layer_norm[" in source  # rsqrt of the row's statistics is loop-invariant
+    gamma, beta = te.placeholder((4,), name="gamma"), te.placeholder((4,), name="beta")
+    first = tc.ComputeDAG([X, gamma, beta, ops.layer_norm(X, gamma, beta, axis=0)])
+    source = _build_and_check(first, kernel_cache, rtol=1e-4, atol=1e-5)
+    assert f"tc_rsqrt_f32x{LANES}(" in source
+
+
+@needs_simd
+def test_casts_and_integer_min_max_abs_are_vectorized(kernel_cache):
+    I = te.placeholder((4, 64), name="I", dtype="int32")
+    Y = te.compute(X.shape, lambda i, j: te.max(te.abs(I[i, j]), (X[i, j] * 8.0).astype("int32"))
+                   + (X[i, j] > 0.5).astype("int32"), name="Y")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((4, 64)).astype(np.float32), rng.integers(-9, 9, (4, 64)).astype(np.int32)]
+    source = _build_and_check(tc.ComputeDAG([X, I, Y]), kernel_cache, inputs=inputs)
+    assert f"tc_max_i32x{LANES}(" in source and "__builtin_convertvector" in source, source
+
+
+@needs_simd
+def test_vector_max_keeps_the_scalar_nan_rule_in_the_main_loop_and_the_tail(kernel_cache):
+    # max(a, b) is a > b ? a : b: NaN in the first operand gives the second, in the second gives NaN
+    A, B = te.placeholder((3, 20), name="A"), te.placeholder((3, 20), name="B")
+    dag = tc.ComputeDAG([A, B, te.compute((3, 20), lambda i, j: te.max(A[i, j], B[i, j]), name="M")])
+    a = np.where(np.arange(60).reshape(3, 20) % 3 == 0, np.nan, 1.0).astype(np.float32)
+    b = np.where(np.arange(60).reshape(3, 20) % 5 == 0, np.nan, 2.0).astype(np.float32)
+    vector = tc.build(_vectorized(dag, split=False), cache_dir=kernel_cache)
+    scalar = tc.build(tc.Schedule(dag), cache_dir=kernel_cache)
+    assert f"tc_max_f32x{LANES}(" in vector.source
+    np.testing.assert_array_equal(vector(a, b), scalar(a, b))
+    np.testing.assert_array_equal(vector(a, b), np.where(a > b, a, b))
+
+
+@needs_simd
+def test_float64_keeps_transcendental_math_scalar_and_vectorizes_the_rest(kernel_cache):
+    D = te.placeholder((4, 64), name="D", dtype="float64")
+    exp = te.compute(D.shape, lambda i, j: te.exp(D[i, j]), name="E")
+    assert "#pragma GCC ivdep" in _build_and_check(tc.ComputeDAG([D, exp]), kernel_cache, rtol=1e-12)
+    root = te.compute(D.shape, lambda i, j: te.sqrt(te.abs(D[i, j])) + te.min(D[i, j], 0.5), name="R")
+    source = _build_and_check(tc.ComputeDAG([D, root]), kernel_cache, rtol=1e-12)
+    assert f"tc_sqrt_f64x{HOST.vector_lanes('float64')}(" in source
+
+
+@needs_simd
+def test_a_bool_tensor_read_in_a_vector_loop_falls_back_to_the_scalar_loop(kernel_cache):
+    keep = te.placeholder((4, 64), name="keep", dtype="bool")
+    Y = te.compute(X.shape, lambda i, j: te.if_then_else(keep[i, j], X[i, j], 0.0), name="Y")
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((4, 64)).astype(np.float32), rng.random((4, 64)) < 0.5]
+    assert "#pragma GCC ivdep" in _build_and_check(tc.ComputeDAG([X, keep, Y]), kernel_cache, inputs=inputs)
