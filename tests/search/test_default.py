@@ -43,3 +43,18 @@ def test_default_schedule_of_a_depthwise_convolution_packs_its_unit_multiplier(k
     inputs = dag.random_inputs()
     func = tc.build(default_schedule(dag, tc.Target.host()), tc.Target.host())
     np.testing.assert_allclose(func(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_tuning_measures_every_sketch_default_first_so_it_never_ends_below_it():
+    from tilecraft.search.default import JOBS_PER_CORE, default_row
+    from tilecraft.search.policy import SketchPolicy
+
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    policy = SketchPolicy(task)
+    batch = policy.next_batch(8)
+    min_parallel = JOBS_PER_CORE * task.target.num_cores
+    defaults = [(n, tuple(default_row(s, min_parallel))) for n, s in enumerate(policy.sketches)]
+    assert [(c.sketch, c.row) for c in batch[:len(defaults)]] == defaults
+    assert len(batch) == 8 and len({c.key for c in batch}) == 8
+    policy.update(batch, [1e-3] * len(batch))
+    assert not {c.key for c in policy.next_batch(8)} & {c.key for c in batch}  # later rounds search

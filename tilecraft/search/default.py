@@ -18,9 +18,9 @@ from ..schedule.sampling import divisors
 from ..schedule.schedule import ROOT, Schedule
 from ..target import Target
 from ..te.dag import ComputeDAG
-from .policy import JOBS_PER_CORE
 from .space import Sketch, generate_sketches
 
+JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
 UNROLL_STEP = 512  # unrolls a whole register tile (its vector loop counts every lane)
 
 

@@ -16,11 +16,11 @@ from ..database.record import TuningRecord, trace_key
 from ..errors import ScheduleError
 from ..schedule.trace import Trace
 from .cost_model import CostModel, XGBModel
+from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
 from .space import ScheduleFn, generate_sketches
 
-JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
 
 
 class SketchPolicy:
@@ -62,6 +62,11 @@ class SketchPolicy:
         seeds = [c for _, c in self.best]
         chosen = evolutionary_search(self.sketches, score, count, self.measured, seeds, self.rng,
                                      self.min_parallel, self.params)
+        if not self.measured:  # the rule-made default of every sketch first: tuning never ends below it
+            defaults = [Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
+                        for n, s in enumerate(self.sketches)]
+            keys = {c.key for c in defaults}
+            chosen = (defaults + [c for c in chosen if c.key not in keys])[:count]
         if self.measured_traces:
             chosen = [c for c in chosen if trace_key(self.trace_of(c)) not in self.measured_traces]
         invalid = [c for c in chosen if not self._replays(c)]
