@@ -40,7 +40,8 @@ class InvertedResidual(nn.Module):
         super().__init__()
         hidden = cin * expand
         layers = [_conv_bn(cin, hidden, 1, act=nn.ReLU6)] if expand != 1 else []
-        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6), _conv_bn(hidden, cout, 1, act=None)]
+        layers += [_conv_bn(hidden, hidden, 3, stride, groups=hidden, act=nn.ReLU6),
+                   _conv_bn(hidden, cout, 1, act=None)]
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 

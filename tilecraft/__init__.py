@@ -42,6 +42,7 @@ __all__ = [
     "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
     "ScheduleError", "TargetError", "TeError", "TilecraftError", "Database", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
-    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions", "register_workload", "workloads",
+    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions",
+    "register_workload", "workloads",
     "tune_tir", "compile_tir", "CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks",
 ]
