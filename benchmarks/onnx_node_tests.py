@@ -1,10 +1,12 @@
-"""The whole ONNX backend node-test suite through tilecraft's importer and graph runner.
+"""The whole ONNX backend node-test suite through tilecraft's importer, reference runner and compiler.
 
     python benchmarks/onnx_node_tests.py [--out benchmarks/results/onnx_node_tests.json]
 
 Prints how many cases pass, fail and are refused as unsupported (with the failing names and
-a count of refusals by reason), and writes them as JSON. The cases and their judging are
-those of tests/frontend/node_cases.py; pytest runs the cases of the supported operators.
+a count of refusals by reason), once through the NumPy reference runner and once through
+compiled native kernels (default schedules), and writes them as JSON. The cases and their
+judging are those of tests/frontend/node_cases.py; pytest runs the cases of the supported
+operators both ways.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import collections
 import json
 import re
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -35,25 +38,36 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/onnx_node_tests.json"))
     args = parser.parse_args()
     start = time.perf_counter()
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tempfile.TemporaryDirectory() as cache:
         warnings.simplefilter("ignore")  # the generators overflow casts and divide by zero on purpose
         cases = collect_cases(supported_only=False)
         results = {case.name: run_case(case) for case in cases}
+        compiled = {case.name: run_case(case, compiled=True, cache_dir=cache) for case in cases
+                    if results[case.name][0] != UNSUPPORTED}
     by_status = {status: sorted(name for name, (got, _) in results.items() if got == status)
                  for status in (PASS, FAIL, UNSUPPORTED)}
+    compiled_status = {status: sorted(name for name, (got, _) in compiled.items() if got == status)
+                       for status in (PASS, FAIL)}
     reasons = collections.Counter(reason for status, message in results.values() if status == UNSUPPORTED
                                   for reason in _reasons(message))
-    print(f"{len(cases)} node tests in {time.perf_counter() - start:.0f} s: {len(by_status[PASS])} pass, "
-          f"{len(by_status[FAIL])} fail, {len(by_status[UNSUPPORTED])} unsupported")
+    print(f"{len(cases)} node tests in {time.perf_counter() - start:.0f} s")
+    print(f"  reference runner: {len(by_status[PASS])} pass, {len(by_status[FAIL])} fail, "
+          f"{len(by_status[UNSUPPORTED])} unsupported")
+    print(f"  compiled kernels: {len(compiled_status[PASS])} pass, {len(compiled_status[FAIL])} fail, "
+          f"{len(by_status[UNSUPPORTED])} unsupported")
     for name in by_status[FAIL]:
-        print(f"  FAIL {name}: {results[name][1][:160]}")
+        print(f"  FAIL (reference) {name}: {results[name][1][:160]}")
+    for name in compiled_status[FAIL]:
+        print(f"  FAIL (compiled) {name}: {compiled[name][1][:160]}")
     print("most common reasons for unsupported (a case may have several):")
     for reason, count in reasons.most_common(25):
         print(f"  {count:4d}  {reason}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "counts": {status: len(names) for status, names in by_status.items()},
+        "compiled_counts": {status: len(names) for status, names in compiled_status.items()},
         "failures": {name: results[name][1] for name in by_status[FAIL]},
+        "compiled_failures": {name: compiled[name][1] for name in compiled_status[FAIL]},
         "unsupported": {name: results[name][1].splitlines()[0] for name in by_status[UNSUPPORTED]},
         "unsupported_reasons": dict(reasons.most_common()),
         "passed": by_status[PASS],

@@ -1,4 +1,5 @@
-"""The ONNX backend node tests (``onnx.backend.test.case.node``) run through from_onnx and run_reference.
+"""The ONNX backend node tests (``onnx.backend.test.case.node``) run through from_onnx, and then
+run_reference or, with ``compiled=True``, compile_model (native kernels with default schedules).
 
 The onnx wheel ships the generators of the node tests, not their data directories, so the
 cases are made by importing the generator modules: each ``expect(...)`` records a model
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import warnings
 
 import numpy as np
 
 from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx
 from tilecraft.frontend.onnx_ops import CONVERTERS
 from tilecraft.graph import run_reference
+from tilecraft.graph.compiled import DefaultScheduleWarning, compile_model
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 
@@ -36,8 +39,9 @@ def collect_cases(supported_only: bool) -> list:
     return list(package._NodeTestCases)
 
 
-def run_case(case) -> tuple[str, str]:
-    """(status, message) of one case: unsupported is the importer's clear refusal, never a pass."""
+def run_case(case, compiled: bool = False, cache_dir=None) -> tuple[str, str]:
+    """(status, message) of one case: unsupported is the importer's clear refusal, never a pass.
+    ``cache_dir``: where compiled kernels go (see ``tc.build``)."""
     import onnx.numpy_helper
 
     inputs, expected = ([onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
@@ -50,8 +54,14 @@ def run_case(case) -> tuple[str, str]:
         return UNSUPPORTED, str(error)
     except Exception as error:  # noqa: BLE001 - every other failure is reported, with its type
         return FAIL, f"{type(error).__name__}: {error}"
+    runtime_feeds = {name: value for name, value in feeds.items() if name not in bound}
     try:
-        outputs = run_reference(graph, {name: value for name, value in feeds.items() if name not in bound})
+        if compiled:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DefaultScheduleWarning)  # untuned is the point here
+                outputs = compile_model(graph, cache_dir=cache_dir).run(runtime_feeds)
+        else:
+            outputs = run_reference(graph, runtime_feeds)
     except Exception as error:  # noqa: BLE001
         return FAIL, f"{type(error).__name__}: {error}"
     for info, want in zip(case.model.graph.output, expected):

@@ -1,4 +1,5 @@
-"""The ONNX backend node tests of every supported operator: each passes, or is refused as unsupported (a skip)."""
+"""The ONNX backend node tests of every supported operator: each passes, or is refused as unsupported
+(a skip), through the NumPy reference runner and through compiled native kernels."""
 
 import warnings
 
@@ -12,9 +13,10 @@ with warnings.catch_warnings():
     CASES = collect_cases(supported_only=True)
 
 
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_node_case(case):
-    status, message = run_case(case)
+def test_node_case(case, compiled, kernel_cache):
+    status, message = run_case(case, compiled=compiled, cache_dir=kernel_cache)
     if status == UNSUPPORTED:
         pytest.skip(message)
     assert status == PASS, message

@@ -218,6 +218,8 @@ def _identity(combiner: str, dtype: str) -> Expr:
 
     if dtype.startswith("float"):
         return const(float("-inf") if combiner == "max" else float("inf"), dtype)
+    if dtype == "bool":  # max is "any", min is "all"
+        return const(combiner != "max")
     info = np.iinfo(np.dtype(dtype))
     return const(int(info.min if combiner == "max" else info.max), dtype)
 

@@ -1,7 +1,9 @@
 """Mutation rules: each changes one decision of a candidate (Ansor's mutation rules).
 
 A rule works on slots of one role; its weight is the probability it is chosen among the
-rules that apply to a sketch. ``MUTATION_RULES`` is the list users extend.
+rules that apply to a sketch. ``MUTATION_RULES`` is the list users extend. A rule may be
+told which slot to change (``slot=``): a learned mutation policy chooses (rule, slot)
+actions itself instead of drawing them by the fixed weights.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ class MutationRule:
     def slots(self, sketch: Sketch) -> list[int]:
         return [n for n, slot in enumerate(sketch.slots) if slot.role == self.role and len(slot.domain) > 1]
 
-    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-        """A changed copy of ``row``, or None when this rule found nothing to change."""
-        slots = self.slots(sketch)
+    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator,
+               slot: int | None = None) -> np.ndarray | None:
+        """A changed copy of ``row`` (in ``slot``, else in a random slot of the rule), or
+        None when this rule found nothing to change."""
+        slots = self.slots(sketch) if slot is None else [slot]
         if not slots:
             return None
         slot = slots[int(rng.integers(len(slots)))]
@@ -43,8 +47,9 @@ class MutateTileSize(MutationRule):
     role: str = "tile"
     weight: float = 0.90
 
-    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-        slots = self.slots(sketch)
+    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator,
+               slot: int | None = None) -> np.ndarray | None:
+        slots = self.slots(sketch) if slot is None else [slot]
         if not slots:
             return None
         for _ in range(8):
@@ -79,10 +84,12 @@ class MutateRegisterTile(MutationRule):
     def slots(self, sketch: Sketch) -> list[int]:
         return [tile.slots[0] for tile in sketch.register_tiles]
 
-    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-        if not sketch.register_tiles:
+    def mutate(self, sketch: Sketch, row: np.ndarray, rng: np.random.Generator,
+               slot: int | None = None) -> np.ndarray | None:
+        tiles = [t for t in sketch.register_tiles if slot is None or t.slots[0] == slot]
+        if not tiles:
             return None
-        tile = sketch.register_tiles[int(rng.integers(len(sketch.register_tiles)))]
+        tile = tiles[int(rng.integers(len(tiles)))]
         out = row.copy()
         out[list(tile.slots)] = tile.draw(rng, 1)[0]
         return out

@@ -2,7 +2,10 @@
 
 It owns what the search knows about one task: the sketches, the feature space, the cost
 model with the measurements it was trained on, the candidates already measured (never
-measured again) and the best ones (which seed each population).
+measured again) and the best ones (which seed each population). Two of its choices are
+policies of their own, switchable by name: how the sketches share a round
+(``sketch_policy``: "uniform" as in Ansor, or "bandit") and how mutations are chosen
+(``mutation_policy``: "fixed" weights as in Ansor, or "learned").
 """
 
 from __future__ import annotations
@@ -15,19 +18,21 @@ from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
 from ..errors import ScheduleError
 from ..schedule.trace import Trace
+from .bandit import SKETCH_POLICIES
 from .cost_model import CostModel, XGBModel
 from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
+from .mutation_predictor import MUTATION_POLICIES
 from .space import ScheduleFn, generate_sketches
-
 
 
 class SketchPolicy:
     """``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules."""
 
     def __init__(self, task, program_cost_model: CostModel | None = None, params: SearchParams | None = None,
-                 seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None):
+                 seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None,
+                 sketch_policy: str = "uniform", mutation_policy: str = "fixed"):
         self.task = task
         self.sketches = (space.generate(task.compute_dag, task.target) if space is not None
                          else generate_sketches(task.compute_dag, target=task.target))
@@ -39,11 +44,27 @@ class SketchPolicy:
         self.measured: set = set()
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []
+        self.sketch_policy = self.mutation_policy = None
+        self.use(sketch_policy, mutation_policy)
         for log in getattr(self.model, "pending_logs", ()):  # XGBModel().update_from_file(log)
             self.preload(load_records(log, task.workload_key, task.target), mark_measured=False)
         self.model.pending_logs = []
         for callback in init_search_callbacks:
             callback.apply(self)
+
+    def use(self, sketch_policy: str | None = None, mutation_policy: str | None = None) -> None:
+        """Switch the sketch policy and the mutation policy by name; None, or the name of
+        the one in use, keeps it with what it has learned."""
+        for kind, name, known in (("sketch_policy", sketch_policy, SKETCH_POLICIES),
+                                  ("mutation_policy", mutation_policy, MUTATION_POLICIES)):
+            if name is not None and name not in known:
+                raise ValueError(f"{kind}={name!r} is unknown; use one of {', '.join(map(repr, known))}")
+        if sketch_policy is not None and sketch_policy != getattr(self.sketch_policy, "name", None):
+            self.sketch_policy = SKETCH_POLICIES[sketch_policy](len(self.sketches))
+            for cost, candidate in self.best:
+                self.sketch_policy.update([candidate.sketch], [cost])
+        if mutation_policy is not None and mutation_policy != getattr(self.mutation_policy, "name", None):
+            self.mutation_policy = MUTATION_POLICIES[mutation_policy](self.sketches)
 
     def trace_of(self, candidate: Candidate) -> Trace:
         return self.sketches[candidate.sketch].trace_of(candidate.row)
@@ -61,7 +82,8 @@ class SketchPolicy:
 
         seeds = [c for _, c in self.best]
         chosen = evolutionary_search(self.sketches, score, count, self.measured, seeds, self.rng,
-                                     self.min_parallel, self.params)
+                                     self.min_parallel, self.params, self.sketch_policy.shares(),
+                                     self.mutation_policy)
         if not self.measured:  # the rule-made default of every sketch first: tuning never ends below it
             defaults = [Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
                         for n, s in enumerate(self.sketches)]
@@ -96,6 +118,7 @@ class SketchPolicy:
                     self.best.append((float(cost), candidate))
             self.best.sort(key=lambda e: e[0])
             del self.best[self.params.population:]
+            self.sketch_policy.update([c.sketch for c in candidates], costs)
         if candidates:
             self.model.update(self.features(candidates), np.asarray(costs, dtype=float))
 

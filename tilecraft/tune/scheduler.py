@@ -25,7 +25,7 @@ from rich.table import Table
 from ..database.log import load_records
 from ..measure import LocalBuilder, LocalRunner
 from .progress import ProgressReporter
-from .task import SearchTask, TuningOptions, TuningSummary, tune_round
+from .task import SearchTask, TuningOptions, TuningSummary, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
 
@@ -94,6 +94,8 @@ class TaskScheduler:
         builder = options.builder or LocalBuilder()
         runner = options.runner or LocalRunner()
         reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model")
+        for state in self.states:
+            use_policies(state.policy, options)
         trials, since_better, best_objective = 0, 0, self.objective()
         try:
             while trials < options.num_measure_trials:

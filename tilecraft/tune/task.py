@@ -38,7 +38,9 @@ def register_workload(func: Callable[..., Sequence] | None = None, *, name: str 
 class TuningOptions:
     """How long and how to tune. ``early_stopping``: stop after this many trials without
     a better candidate (None: never). ``verbose``: 0 silent, 1 a status line, 2 also a
-    line per round."""
+    line per round. ``sketch_policy`` ("uniform" or "bandit") and ``mutation_policy``
+    ("fixed" or "learned") switch the search policy's choices; None keeps its own
+    (Ansor's: uniform, fixed)."""
 
     num_measure_trials: int = 1000
     num_measures_per_round: int = 64
@@ -47,6 +49,8 @@ class TuningOptions:
     runner: Any = None
     measure_callbacks: Sequence[Callable] = ()
     verbose: int = 1
+    sketch_policy: str | None = None
+    mutation_policy: str | None = None
 
     def __post_init__(self) -> None:
         if self.num_measure_trials < 0 or self.num_measures_per_round < 1:
@@ -106,6 +110,7 @@ class SearchTask:
 
         options = tuning_options or TuningOptions()
         policy = search_policy or SketchPolicy(self)
+        use_policies(policy, options)
         if resume_from is not None:
             policy.preload(load_records(resume_from, self.workload_key, self.target))
         return _tune(self, policy, options)
@@ -119,6 +124,17 @@ class SearchTask:
         """The best schedule as Python code."""
         record = load_best_record(log_file, self.workload_key, self.target)
         return Trace.from_json(record.trace).to_python()
+
+
+def use_policies(policy, options: TuningOptions) -> None:
+    """Switch ``policy`` to the sketch and mutation policies that ``options`` name."""
+    if options.sketch_policy is None and options.mutation_policy is None:
+        return
+    if not hasattr(policy, "use"):
+        raise TilecraftError(f"TuningOptions names sketch_policy={options.sketch_policy!r} and mutation_policy="
+                             f"{options.mutation_policy!r}, but the search policy {type(policy).__name__} cannot "
+                             f"switch them; leave both None or search with a tc.SketchPolicy")
+    policy.use(options.sketch_policy, options.mutation_policy)
 
 
 def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:

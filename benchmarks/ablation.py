@@ -1,0 +1,289 @@
+"""Ablation of the search policies: the sketch bandit and the learned mutation policy.
+
+    python benchmarks/ablation.py [--trials 1000] [--seeds 3] [--only matmul_1024,dense]
+                                  [--arms baseline,both] [--live] [--records DIR] [--out FILE]
+
+Four arms, the same trial budget and seeds each:
+
+    baseline   sketch_policy="uniform", mutation_policy="fixed"   (Ansor's)
+    bandit     sketch_policy="bandit",  mutation_policy="fixed"
+    predictor  sketch_policy="uniform", mutation_policy="learned"
+    both       sketch_policy="bandit",  mutation_policy="learned"
+
+By default the searches run against a replay of recorded measurements, so that the
+comparison is cheap to repeat and not hostage to the load on a shared machine: each
+workload has a record (a tuning log in ``--records``) keyed by the trace of a schedule. A
+candidate the record holds costs what the record says; one it does not hold is built and
+measured live and added to the record, so the record grows with every run and later runs
+replay more. Every arm thus sees one fixed cost per schedule. ``--live`` measures
+everything afresh instead.
+
+Time is simulated the same way for every arm: the search and cost-model seconds the arm
+really spent, plus each measured candidate's recorded build-and-run seconds (its
+``all_cost``; builds count one after another, though the tuner builds in parallel).
+
+Reported per workload and arm: the best GFLOPS after all trials (mean and range over
+seeds), and the trials and simulated time the arm's mean curve needs to reach the
+baseline's final mean best, as a share of the baseline's budget and time. A PNG per
+workload plots best GFLOPS against trials and time (mean, and the range over seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tilecraft as tc
+from tilecraft.database import load_records
+from tilecraft.database.record import trace_key
+from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput
+from tilecraft.search.policy import SketchPolicy
+
+WORKLOADS = {
+    "conv2d_r50_3x3": ("conv2d_nhwc", (1, 56, 56, 64, 64, 3, 3, 1, 1)),
+    "conv2d_r50_1x1": ("conv2d_nhwc", (1, 56, 56, 256, 64, 1, 1, 1, 0)),
+    "conv2d_r50_3x3_s2": ("conv2d_nhwc", (1, 56, 56, 128, 128, 3, 3, 2, 1)),
+    "matmul_1024": ("matmul", (1024, 1024, 1024)),
+    "dense_1x2048x1000": ("dense", (1, 2048, 1000)),
+    "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128)),
+}
+QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only matmul_128
+ARMS = {
+    "baseline": ("uniform", "fixed"),
+    "bandit": ("bandit", "fixed"),
+    "predictor": ("uniform", "learned"),
+    "both": ("bandit", "learned"),
+}
+PER_ROUND = 64
+
+
+class Measurements:
+    """Costs of candidates: from the record when it holds them, else measured live (and
+    then added to the record, unless ``live``, which measures everything)."""
+
+    def __init__(self, task: tc.SearchTask, record: Path, live: bool):
+        self.task, self.record, self.live = task, record, live
+        recorded = load_records(record, task.workload_key, task.target) if record.exists() and not live else []
+        self.known = {r.trace_json: r for r in recorded}
+        self.builder, self.runner = LocalBuilder(), LocalRunner()
+        self.write = tc.RecordToFile(record)
+        self.replayed = self.measured = 0
+
+    def costs(self, traces, sketches) -> tuple[list[float], list[float]]:
+        """(mean cost, seconds the measurement took) per trace."""
+        keys = [trace_key(t) for t in traces]
+        missing = [n for n, k in enumerate(keys) if k not in self.known]
+        if missing:
+            inputs = [MeasureInput(self.task.compute_dag, self.task.target, traces[n]) for n in missing]
+            results = self.runner.run(inputs, self.builder.build(inputs))
+            self.write(self.task, inputs, results, sketches=[sketches[n] for n in missing])
+            for n, result in zip(missing, results):
+                self.known[keys[n]] = _Outcome(result.mean_cost, result.all_cost)
+        self.measured += len(missing)
+        self.replayed += len(keys) - len(missing)
+        return [self.known[k].mean_cost for k in keys], [self.known[k].all_cost for k in keys]
+
+    def close(self) -> None:
+        self.runner.close()
+
+
+class _Outcome:
+    __slots__ = ("mean_cost", "all_cost")
+
+    def __init__(self, mean_cost: float, all_cost: float):
+        self.mean_cost, self.all_cost = mean_cost, all_cost
+
+
+class Search:
+    """One arm's search with one seed, advanced a round at a time; it keeps the best
+    GFLOPS and the simulated seconds after each trial."""
+
+    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int):
+        sketch_policy, mutation_policy = ARMS[arm]
+        self.policy = SketchPolicy(task, seed=seed, sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+        self.arm, self.seed, self.trials = arm, seed, trials
+        self.flop = task.compute_dag.flop_count()
+        self.best_gflops: list[float] = []
+        self.seconds: list[float] = []
+        self.best_cost, self.simulated, self.exhausted = np.inf, 0.0, False
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted or len(self.best_gflops) >= self.trials
+
+    def round(self, measurements: Measurements) -> None:
+        policy = self.policy
+        started = time.perf_counter()
+        candidates = policy.next_batch(min(PER_ROUND, self.trials - len(self.best_gflops)))
+        if not candidates:
+            self.exhausted = True
+            return
+        searched = time.perf_counter() - started
+        traces = [policy.trace_of(c) for c in candidates]
+        costs, seconds = measurements.costs(traces, [policy.sketches[c.sketch].name for c in candidates])
+        started = time.perf_counter()
+        policy.update(candidates, costs)
+        self.simulated += searched + time.perf_counter() - started
+        for cost, spent in zip(costs, seconds):
+            self.best_cost = min(self.best_cost, cost)
+            self.simulated += spent if np.isfinite(spent) else 0.0
+            self.best_gflops.append(self.flop / self.best_cost / 1e9 if np.isfinite(self.best_cost) else 0.0)
+            self.seconds.append(self.simulated)
+
+    def result(self) -> dict:
+        shares = self.policy.sketch_policy.shares()
+        return {"arm": self.arm, "seed": self.seed, "best_gflops": self.best_gflops, "seconds": self.seconds,
+                "final_sketch_shares": None if shares is None else shares.tolist()}
+
+
+def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
+                 measurements: Measurements) -> list[dict]:
+    """Every arm and seed in lockstep, a round each in turn, so that whatever load the
+    machine has while the record grows falls on all arms alike."""
+    searches = [Search(task, arm, seed, trials) for seed in range(seeds) for arm in arms]
+    started = time.perf_counter()
+    while not all(s.done for s in searches):
+        for one in searches:
+            if not one.done:
+                one.round(measurements)
+        progress = min(len(s.best_gflops) for s in searches)
+        leaders = ", ".join(f"{s.arm}/{s.seed} {s.best_gflops[-1]:.1f}" for s in searches if s.best_gflops)
+        print(f"  {progress} trials each ({time.perf_counter() - started:.0f} s, {measurements.measured} measured "
+              f"live, {measurements.replayed} replayed): {leaders}", flush=True)
+    return [s.result() for s in searches]
+
+
+def reach(curve: np.ndarray, level: float) -> int | None:
+    """The first trial (1-based) at which ``curve`` reaches ``level``; None if never."""
+    hit = np.flatnonzero(curve >= level * (1 - 1e-9))
+    return int(hit[0]) + 1 if len(hit) else None
+
+
+def summarise(runs: list[dict], trials: int) -> dict:
+    """Per arm: final best (mean, min, max over seeds) and the trials and time its mean
+    curve needs to reach the baseline's final mean best."""
+    by_arm: dict[str, list[dict]] = {}
+    for run in runs:
+        by_arm.setdefault(run["arm"], []).append(run)
+    curves = {arm: np.mean([_padded(r["best_gflops"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
+    clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
+    target = curves["baseline"][-1] if "baseline" in curves else None
+    table = {}
+    for arm, rs in by_arm.items():
+        finals = [r["best_gflops"][-1] for r in rs]
+        at = reach(curves[arm], target) if target else None
+        table[arm] = {
+            "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
+            "final_gflops_max": float(max(finals)), "seeds": len(rs),
+            "trials_to_baseline_best": at,
+            "trial_share": at / trials if at else None,
+            "time_share": float(clocks[arm][at - 1] / clocks["baseline"][-1]) if at and target else None,
+            "simulated_secs": float(clocks[arm][-1]),
+        }
+    return table
+
+
+def _padded(values: list[float], length: int) -> np.ndarray:
+    """A curve cut or extended (by its last value) to ``length`` trials."""
+    out = np.asarray(values[:length], dtype=float)
+    return np.concatenate([out, np.full(length - len(out), out[-1] if len(out) else 0.0)])
+
+
+def plot(name: str, runs: list[dict], trials: int, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (by_trials, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    for arm in ARMS:
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
+            continue
+        curves = np.array([_padded(r["best_gflops"], trials) for r in mine])
+        clock = np.mean([_padded(r["seconds"], trials) for r in mine], axis=0)
+        x = np.arange(1, trials + 1)
+        line, = by_trials.plot(x, curves.mean(axis=0), label=arm)
+        by_trials.fill_between(x, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.15)
+        by_time.plot(clock / 60, curves.mean(axis=0), label=arm, color=line.get_color())
+    by_trials.set(xlabel="trials", ylabel="best GFLOPS", title=f"{name}: best vs trials")
+    by_time.set(xlabel="simulated minutes", ylabel="best GFLOPS", title=f"{name}: best vs time")
+    by_trials.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated workloads (default: all)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
+    parser.add_argument("--live", action="store_true", help="measure every candidate afresh, no replay")
+    parser.add_argument("--records", default="benchmarks/results/ablation_records")
+    parser.add_argument("--out", default="benchmarks/results/ablation.json")
+    args = parser.parse_args()
+    known = {**WORKLOADS, **QUICK}
+    names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
+    arms = [a for a in args.arms.split(",") if a]
+    for name in names + arms:
+        if name not in known and name not in ARMS:
+            raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join(known)}; "
+                             f"arms: {', '.join(ARMS)}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
+               "live": args.live, "workloads": {}}
+    for name in names:
+        func, workload_args = known[name]
+        task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
+        measurements = Measurements(task, Path(args.records) / f"{name}.json", args.live)
+        try:
+            runs = run_workload(task, arms, args.seeds, args.trials, measurements)
+        finally:
+            measurements.close()
+        table = summarise(runs, args.trials)
+        results["workloads"][name] = {"table": table, "runs": runs, "replayed": measurements.replayed,
+                                      "measured_live": measurements.measured}
+        plot(name, runs, args.trials, out.with_name(f"ablation_{name}.png"))
+        out.write_text(json.dumps(results, indent=1))
+        print_table(name, table)
+    print_overall(results)
+
+
+def print_table(name: str, table: dict) -> None:
+    print(f"\n{name}")
+    print(f"{'arm':10s} {'final GFLOPS (min-max)':>24s} {'trials to base':>15s} {'trial share':>12s} "
+          f"{'time share':>11s}")
+    for arm, row in table.items():
+        share = "-" if row["trial_share"] is None else f"{row['trial_share']:.2f}"
+        time_share = "-" if row["time_share"] is None else f"{row['time_share']:.2f}"
+        print(f"{arm:10s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
+              f"{row['final_gflops_max']:.1f}) {str(row['trials_to_baseline_best'] or 'never'):>15s} "
+              f"{share:>12s} {time_share:>11s}")
+
+
+def print_overall(results: dict) -> None:
+    """Means over the workloads of each arm's shares and final best relative to baseline."""
+    rows: dict[str, list[tuple]] = {}
+    for data in results["workloads"].values():
+        table = data["table"]
+        base = table.get("baseline")
+        for arm, row in table.items():
+            ratio = row["final_gflops_mean"] / base["final_gflops_mean"] if base else float("nan")
+            rows.setdefault(arm, []).append((row["trial_share"], row["time_share"], ratio))
+    print("\nover all workloads (shares count 1.0 where the arm never reached the baseline's best)")
+    print(f"{'arm':10s} {'mean trial share':>17s} {'mean time share':>16s} {'worst final vs base':>20s}")
+    for arm, values in rows.items():
+        trial = np.mean([1.0 if t is None else t for t, _, _ in values])
+        spent = np.mean([1.0 if s is None else s for _, s, _ in values])
+        print(f"{arm:10s} {trial:17.2f} {spent:16.2f} {min(r for _, _, r in values):20.3f}")
+
+
+if __name__ == "__main__":
+    main()
