@@ -109,3 +109,20 @@ def test_two_stage_parallel_schedule_has_one_omp_pragma_per_root_loop(kernel_cac
     assert f.source.count("#pragma omp parallel for") == 1
     assert "allocate B: float32[4, 16] (local)" in str(tc.lower(sch))
     _check(sch, dag, kernel_cache)
+
+
+def test_block_reverse_computed_in_its_producer_but_read_outside_it_gets_a_whole_buffer(kernel_cache):
+    # S lives inside P's row loop, but O reads it at the root: S's buffer must be outside
+    # that loop (it was a one-row array declared inside it, and the C did not compile)
+    A = te.placeholder((8, 6), name="A")
+    P = te.compute((8, 6), lambda i, j: A[i, j] + 1.0, name="P")
+    S = te.compute((8, 6), lambda i, j: P[i, j] * 2.0, name="S")
+    O = te.compute((8, 6), lambda i, j: S[i, j] + A[i, j], name="O")
+    dag = tc.ComputeDAG([A, O])
+    sch = tc.Schedule(dag)
+    i, j = sch.get_loops(sch.get_block("P"))
+    sch.reverse_compute_at(sch.get_block("S"), i)
+    text = str(tc.lower(sch))
+    assert "allocate S: float32[8, 6] (global)" in text, text
+    assert "allocate P: float32[1, 6] (local)" in text, text
+    _check(sch, dag, kernel_cache)

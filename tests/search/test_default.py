@@ -58,3 +58,18 @@ def test_tuning_measures_every_sketch_default_first_so_it_never_ends_below_it():
     assert len(batch) == 8 and len({c.key for c in batch}) == 8
     policy.update(batch, [1e-3] * len(batch))
     assert not {c.key for c in policy.next_batch(8)} & {c.key for c in batch}  # later rounds search
+
+
+def test_default_rows_of_rfactor_sketches_match_numpy(kernel_cache):
+    from tilecraft.search.default import JOBS_PER_CORE, default_row
+    from tilecraft.search.space import generate_sketches
+
+    target = tc.Target("llvm -mcpu=core-avx2 -num-cores=4")
+    dag = tc.ComputeDAG(WORKLOADS["matmul"](4, 1024, 4))
+    inputs = dag.random_inputs()
+    sketches = [s for s in generate_sketches(dag, target=target) if "rfactor" in s.name]
+    assert len(sketches) == 2
+    for sketch in sketches:
+        sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * target.num_cores)).replay(dag)
+        func = tc.build(sch, cache_dir=kernel_cache)
+        np.testing.assert_allclose(func(*inputs), inputs[0] @ inputs[1], rtol=1e-4, atol=1e-4)

@@ -14,20 +14,33 @@ from tilecraft.search.space import generate_sketches
 from tilecraft.tune.task import WORKLOADS
 
 GOLDEN = Path(__file__).parent / "golden"
+TARGET = tc.Target("llvm -mcpu=core-avx2 -num-cores=4")  # rules that count cores see the same machine anywhere
+
+
+def _two_reductions(last: str, first: str) -> list[str]:
+    """Each reduction kept or factored at its outer or inner piece (the last stage is visited first)."""
+    pieces = [f"rfactor_{piece}" for piece in ("outer", "inner")]
+    names = ["default"] + [f"{p}({first})" for p in pieces]
+    for q in pieces:
+        names += [f"{q}({last})"] + [f"{q}({last}) {p}({first})" for p in pieces]
+    return names
+
 
 CASES = {
     "matmul": ("matmul", (64, 64, 64), ["tile", "cache_write fuse1", "cache_write fuse2"]),
     "matmul_add": ("matmul_add", (64, 64, 64), ["tile", "fuse1", "fuse2"]),
     "conv2d_bias_relu": ("conv2d", (1, 16, 14, 14, 32, 3, 3, 1, 1),
                          ["inline(bias_add) tile", "inline(bias_add) fuse1", "inline(bias_add) fuse2"]),
-    "softmax": ("softmax", (128, 768), ["default"]),
-    "layer_norm": ("layer_norm", (128, 768), ["default"]),
+    "softmax": ("softmax", (128, 768), _two_reductions("softmax_sum", "softmax_max")),
+    "layer_norm": ("layer_norm", (128, 768), _two_reductions("layer_norm_sqsum", "layer_norm_sum")),
+    "matmul_long_k": ("matmul", (4, 4096, 4), ["tile", "cache_write fuse1", "cache_write fuse2",
+                                                "rfactor_outer(matmul)", "rfactor_inner(matmul)"]),
 }
 
 
 def sketch_text(workload: str, args: tuple) -> tuple[list[str], str]:
     dag = tc.ComputeDAG(WORKLOADS[workload](*args))
-    sketches = generate_sketches(dag)
+    sketches = generate_sketches(dag, target=TARGET)
     text = "\n\n".join(f"# sketch: {s.name}\n{s.trace.to_python()}" for s in sketches)
     return [s.name for s in sketches], text + "\n"
 
@@ -57,3 +70,16 @@ def test_matmul_sketch_structure():
     assert "cache_write" in kinds and "rewrite_layout" in kinds
     assert [slot.role for slot in fuse2.slots] == ["tile", "tile", "tile", "unroll", "parallel"]
     assert [len(slot.domain[0]) for slot in fuse2.slots[:3]] == [4, 4, 2]
+
+
+@pytest.mark.parametrize("workload, args, cores, factored", [
+    ("softmax", (128, 8), 4, True),  # 8 elements to reduce per row, more than the cores
+    ("softmax", (128, 8), 8, False),
+    ("matmul", (8, 512, 8), 4, True),  # 64 outputs: fewer than the reduction and than 16 per core
+    ("matmul", (8, 512, 8), 2, False),  # more than 16 outputs per core: enough parallelism
+    ("matmul", (32, 16, 32), 64, False),  # more outputs than reduction steps
+])
+def test_rfactor_only_where_a_reduction_lacks_spatial_parallelism(workload, args, cores, factored):
+    dag = tc.ComputeDAG(WORKLOADS[workload](*args))
+    names = [s.name for s in generate_sketches(dag, target=tc.Target(f"llvm -mcpu=core-avx2 -num-cores={cores}"))]
+    assert any("rfactor" in name for name in names) == factored

@@ -1,6 +1,8 @@
 """Decision spaces: random candidates of every sketch compute what NumPy computes, and
 rows, traces and features agree with each other."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,68 @@ def test_sample_tile_accepts_only_perfect_or_padded_tilings():
     assert [int(v) for v in sch.copy().sample_tile(i, 4, 64, decision=[11, 1, 1, 6])] == [11, 1, 1, 6]
     with pytest.raises(ScheduleError, match="rounded up to a multiple of the innermost"):
         sch.sample_tile(i, 4, 64, decision=[10, 1, 1, 6])  # 60 rows do not cover 64
+
+
+def _full_sum(length: int):
+    from tilecraft import te
+
+    A = te.placeholder((length,), name="A")
+    k = te.reduce_axis((0, length), name="k")
+    return tc.ComputeDAG([A, te.compute((1,), lambda i: te.sum(A[k], axis=k), name="total")])
+
+
+FOUR_CORES = tc.Target("llvm -mcpu=core-avx2 -num-cores=4")
+RFACTOR_CASES = {
+    "softmax": lambda: tc.ComputeDAG(WORKLOADS["softmax"](8, 200)),
+    "layer_norm": lambda: tc.ComputeDAG(WORKLOADS["layer_norm"](8, 96)),
+    "matmul_long_k": lambda: tc.ComputeDAG(WORKLOADS["matmul"](4, 512, 4)),
+    "full_sum": lambda: _full_sum(4096),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RFACTOR_CASES))
+def test_random_candidates_of_rfactor_sketches_match_numpy(case, kernel_cache):
+    dag = RFACTOR_CASES[case]()
+    inputs = dag.random_inputs()
+    expected = dag.evaluate_numpy(inputs)
+    rng = np.random.default_rng(7)
+    sketches = [s for s in generate_sketches(dag, target=FOUR_CORES) if "rfactor" in s.name]
+    assert {s.name.split("(")[0] for s in sketches} >= {"rfactor_outer", "rfactor_inner"}
+    space = FeatureSpace(sketches)
+    for index, sketch in enumerate(sketches):
+        rows = sketch.sample(rng, 6, 64)
+        assert np.isfinite(space.features(index, rows)[:, space.names.index(f"sketch={sketch.name}")]).all()
+        replayed = 0
+        for row in rows:
+            try:
+                sch = sketch.trace_of(row).replay(dag)
+            except ScheduleError as error:  # a location that a consumer's own location ruled out
+                assert "compute_location" in str(error)
+                continue
+            outputs = tc.build(sch, cache_dir=kernel_cache)(*inputs)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            for got, want in zip(outputs, expected):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{sketch.name} {row}")
+            replayed += 1
+            if replayed == 2:
+                break
+        assert replayed == 2, f"too few candidates of {sketch.name} replay"
+
+
+def test_rfactor_sketches_run_the_new_axis_in_parallel_or_as_vector_lanes():
+    """A sum over 4096 has one output: the outer sketch spreads its partial sums over the
+    cores, the inner one keeps them as vector lanes (Ansor's two rfactor sketches)."""
+    dag = _full_sum(4096)
+    sketches = {s.name: s for s in generate_sketches(dag, target=FOUR_CORES)}
+    assert list(sketches) == ["default", "rfactor_outer(total)", "rfactor_inner(total)"]
+    outer, inner = sketches["rfactor_outer(total)"], sketches["rfactor_inner(total)"]
+    rows = outer.sample(np.random.default_rng(0), 20, 64)
+    location = next(n for n, slot in enumerate(outer.slots) if slot.role == "location")
+    rows[:, location] = outer.slots[location].domain.index(-1)  # the rf block at the root
+    wide = [row for row in rows if outer.decisions(row)[outer.slots[0].step][0] > 64]
+    for row in wide:  # the rf block's loops (1, ko) fused and parallel once ko exceeds 16 per core
+        assert re.search(r"for i_k_0_fused in range\(\d+\) parallel", str(tc.lower(outer.trace_of(row).replay(dag))))
+    assert wide
+    assert set(inner.vector_loops) == {"total_rf"}
+    row = inner.sample(np.random.default_rng(0), 1, 64)[0]
+    assert "vectorize" in str(tc.lower(inner.trace_of(row).replay(dag)))

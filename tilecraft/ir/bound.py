@@ -3,8 +3,9 @@
 A stage at the root computes its whole tensor. A stage computed at a loop of its
 consumer computes only the region that the consumer's iterations inside that loop read;
 a stage reverse-computed at a loop of its producer consumes only what was produced
-inside it. Regions have a symbolic start (in the enclosing loop variables) and a
-constant extent, so the buffer of an attached stage is a small fixed-size array.
+inside it, which must be a whole box (``writes_box_inside``). Regions have a symbolic
+start (in the enclosing loop variables) and a constant extent, so the buffer of an
+attached stage is a small fixed-size array.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ..errors import LoweringError
-from ..te.expr import Expr, TensorRead, Var, binary, const, substitute, walk
+from ..te.expr import Expr, TensorRead, Var, binary, const, free_vars, substitute, walk
 from ..schedule.state import Split, Stage, State, ceil_div
-from .arith import bounds, interval, simplify
+from .arith import bounds, interval, simplify, to_linear
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,50 @@ class BoundInference:
         return mins, extents
 
     def _consumer_region(self, stage: Stage):
-        return self.region_written_inside(self.state.producers_of(stage)[-1].name, stage.attach.loop)
+        producer = self.state.producers_of(stage)[-1]
+        if not self.writes_box_inside(producer.name, stage.attach.loop):
+            loop = self.state.stage_of_loop(stage.attach.loop).loop(stage.attach.loop)
+            raise LoweringError(
+                f"the elements of {producer.tensor.name} that block {producer.name} writes inside loop "
+                f"{loop.name} do not form a box (its loops there stride over, wrap around or skip elements), "
+                f"so block {stage.name} would read values not computed yet; reverse-compute it at a loop whose "
+                f"inner loops of {producer.name} sweep contiguous ranges"
+            )
+        return self.region_written_inside(producer.name, stage.attach.loop)
+
+    def writes_box_inside(self, name: str, loop_id: int) -> bool:
+        """Whether the iterations of block ``name`` inside ``loop_id`` write every element of
+        the box that ``region_written_inside`` gives that lies in the tensor (provably; False
+        when unsure). Each output axis must be a sum of distinct inner loop variables whose
+        strides leave no gaps, and no guard may skip an element, except the tensor's bounds,
+        which the consumer checks as well."""
+        stage = self.state.stage(name)
+        b = self.of(name)
+        sweeping = {v: e for v, e in self._varying(name, loop_id).items() if e > 1}  # extent 1 is a constant
+        ranges = self.ranges()
+        seen: set[Var] = set()
+        for dim, root in enumerate(stage.roots[: len(stage.op.axis)]):
+            index = to_linear(simplify(binary("add", b.root_min[dim], b.root_value[root]), ranges), ranges)
+            reach = 0  # the sweep so far covers [0, reach] with no gaps
+            for atom, coeff in sorted(index.terms.items(), key=lambda item: abs(item[1])):
+                if not free_vars(atom) & set(sweeping):
+                    continue
+                if not isinstance(atom, Var) or atom in seen or abs(coeff) > reach + 1:
+                    return False
+                seen.add(atom)
+                reach += abs(coeff) * (sweeping[atom] - 1)
+            span = bounds(b.root_value[root], ranges)
+            if b.root_extent[dim] < stage.tensor.shape[dim] and (span is None or span[1] >= b.root_extent[dim]):
+                return False
+        extents = loop_extents(stage, b.root_extent)
+        for split_loop, (value, extent) in b.inner_split.items():
+            # the outermost piece of a root runs past its extent only where the root runs past the tensor
+            if stage.loop(split_loop).kind != "spatial" or _is_outermost_piece(stage, split_loop, extents):
+                continue
+            span = bounds(value, ranges)
+            if span is None or span[1] >= extent:
+                return False
+        return True
 
     def region_written_inside(self, name: str, loop_id: int) -> tuple[list[Expr], list[int]]:
         """Start and extent of each output axis of block ``name`` over the iterations inside ``loop_id``.
@@ -158,6 +202,17 @@ class BoundInference:
             mins.append(start)
             extents.append(min(extent, size))
         return mins, extents
+
+
+def _is_outermost_piece(stage: Stage, loop_id: int, extents: dict[int, int]) -> bool:
+    """Whether ``loop_id`` comes from a root through splits where only pieces of extent 1
+    (constant zero) lie outside it."""
+    while loop_id not in stage.roots:
+        rel = next((r for r in stage.relations if isinstance(r, Split) and loop_id in r.children), None)
+        if rel is None or any(extents[c] > 1 for c in rel.children[: rel.children.index(loop_id)]):
+            return False
+        loop_id = rel.parent
+    return True
 
 
 def _union(found, ranges) -> tuple[Expr, int] | None:

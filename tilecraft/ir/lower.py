@@ -51,17 +51,19 @@ class _Lowering:
             return
         b = self.inference.of(stage.name)
         ndim = len(stage.op.axis)
-        consumers = self.state.consumers_of(stage.name)
-        reverse = [c for c in consumers if c.attach and c.attach.reverse and c.attach.loop in loop_path(self.state, stage.name)]
-        if stage.attach is not None and not stage.attach.reverse:
-            loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
-        elif consumers and len(reverse) == len(consumers) and len({c.attach.loop for c in reverse}) == 1:
-            loop = reverse[0].attach.loop
-            mins, shape = self.inference.region_written_inside(stage.name, loop)
-        elif stage.attach is not None:
-            loop, mins, shape = stage.attach.loop, b.root_min[:ndim], b.root_extent[:ndim]
+        # The deepest loop enclosing the producer and every consumer: a block reverse-computed
+        # inside its producer but read by blocks outside it needs its buffer outside too.
+        paths = [loop_path(self.state, s.name) for s in [stage] + self.state.consumers_of(stage.name)]
+        common = 0
+        while all(len(p) > common and p[common] == paths[0][common] for p in paths):
+            common += 1
+        loop = paths[0][common - 1] if common else None
+        if loop is None:
+            mins, shape = tuple(const(0) for _ in range(ndim)), tensor.shape
+        elif stage.attach is not None and not stage.attach.reverse and loop == stage.attach.loop:
+            mins, shape = b.root_min[:ndim], b.root_extent[:ndim]
         else:
-            loop, mins, shape = None, tuple(const(0) for _ in range(ndim)), tensor.shape
+            mins, shape = self.inference.region_written_inside(stage.name, loop)
         scope = "local" if loop is not None else "global"
         buffer = Buffer(tensor.name, tuple(shape), tensor.dtype, scope)
         self.buffers[tensor] = buffer

@@ -14,12 +14,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import ScheduleError
+from ..errors import LoweringError, ScheduleError
 from ..te.dag import ComputeDAG
 from ..te.expr import Expr, TensorRead, Var, children, map_children, substitute
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from . import sampling
 from .index_expr import index_expr_to_json
+from .rfactor import check_rfactor, factor_stages
 from .state import Attach, Fuse, Loop, PackedInput, Split, Stage, State, ceil_div, initial_stage
 from .trace import IndexMap, RVRef, Step, Trace
 
@@ -336,7 +337,10 @@ class Schedule:
         state = self.state.with_stage(replace(stage, attach=Attach(owner.name, target.id, reverse)))
         from ..ir.bound import refresh_extents
 
-        return refresh_extents(state, stage.name)
+        try:
+            return refresh_extents(state, stage.name)
+        except LoweringError as error:  # the new location has no region the block can compute
+            raise ScheduleError(f"{primitive} of block {stage.name} at loop {target.name}: {error}") from None
 
     def compute_inline(self, block: BlockRV) -> None:
         self._inline(self._stage(block))
@@ -420,6 +424,24 @@ class Schedule:
         self.state = self.state.with_stage(replace(stage, init_loop=target.id))
         rv = BlockRV(f"{stage.name}_init", self._symbol("b"))
         self._record("decompose_reduction", {"block": block, "loop": loop}, [rv])
+        return rv
+
+    def rfactor(self, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
+        """Factor the reduction over ``loop`` into a new block ``<name>_rf`` whose output has
+        that loop as an extra axis at ``factor_axis``; the block then reduces over that axis
+        (see ``rfactor.py``). The rf block keeps the block's loops, ``loop`` now spatial."""
+        stage, target = self._loop(loop)
+        attached = [s for s in self.state.stages if s.attach and s.attach.stage == stage.name]
+        check_rfactor(stage, target, attached, factor_axis)
+        self._check_new_name(f"{stage.name}_rf")
+        state, ids = self.state.new_ids(len(stage.op.axis) + 1)  # the block's new loops
+        rf_stage, reduced = factor_stages(stage, target, int(factor_axis), ids[0])
+        stages = []
+        for s in state.stages:
+            stages += [rf_stage, reduced] if s.name == stage.name else [s]
+        self.state = replace(state, stages=tuple(stages))
+        rv = BlockRV(rf_stage.name, self._symbol("b"))
+        self._record("rfactor", {"loop": loop, "factor_axis": factor_axis}, [rv])
         return rv
 
     # ----------------------------------------------------------------- caches and layout
@@ -541,7 +563,7 @@ class Schedule:
 
     def _check_new_name(self, name: str) -> None:
         if any(s.name == name for s in self.state.stages):
-            raise ScheduleError(f"a block named {name} already exists; a buffer can be cached only once")
+            raise ScheduleError(f"a block named {name} already exists; a block can be cached or factored only once")
 
     # ----------------------------------------------------------------- sampling
     def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,

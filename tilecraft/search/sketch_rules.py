@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import math
 from dataclasses import dataclass, replace
 
 from ..schedule.schedule import Schedule
@@ -29,6 +30,7 @@ class Draft:
     """A schedule under construction, with what the rules have done to it so far."""
 
     sch: Schedule
+    num_cores: int  # of the target: how much parallelism a stage must expose
     tiled: frozenset[str] = frozenset()  # blocks with multi-level tiling
     steps: tuple[str, ...] = ()  # rule applications, for the sketch's name
 
@@ -84,6 +86,43 @@ class AlwaysInline(SketchRule):
         sch = draft.sch.copy()
         sch.compute_inline(sch.get_block(block))
         return [(draft.derive(sch, f"inline({block})"), draft.index(block) - 1)]
+
+
+@dataclass
+class AddRfactor(SketchRule):
+    """A reduction with too little spatial parallelism for the cores (Ansor's NeedsRfactor):
+    fuse its reduction loops, split them by a sampled factor and factor out either piece,
+    the outer to run the partial reductions in parallel, the inner as vector lanes (it is
+    the rf block's innermost loop). Both blocks are then left as they are, as in Ansor."""
+
+    name: str = "rfactor"
+    max_innermost_factor: int = 64
+    jobs_per_core: int = 16  # a tiled op with fewer spatial iterations per core than this needs rfactor
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        stage = draft.stage(block)
+        if not stage.is_reduction or stage.attach or stage.relations or stage.scope != "global":
+            return Condition.SKIP  # only an untransformed reduction without a cache-write stage
+        space = math.prod(iv.extent for iv in stage.op.axis)
+        reduce = math.prod(iv.extent for iv in stage.op.reduce_axis)
+        if needs_multi_level_tiling(stage.op):
+            wanted = space <= reduce and space <= self.jobs_per_core * draft.num_cores
+        else:
+            wanted = reduce > draft.num_cores
+        return Condition.APPLY if wanted else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        results = []
+        for piece, label in enumerate(("rfactor_outer", "rfactor_inner")):
+            sch = draft.sch.copy()
+            loops = sch.get_loops(sch.get_block(block))
+            spatial = len(draft.stage(block).op.axis)
+            reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
+            pieces = sch.split(reduction, sch.sample_perfect_tile(reduction, 2, self.max_innermost_factor))
+            sch.rfactor(pieces[piece], spatial)
+            # the stage before the rf block: neither block is scheduled further
+            results.append((draft.derive(sch, f"{label}({block})"), draft.index(block) - 1))
+        return results
 
 
 @dataclass
@@ -188,14 +227,14 @@ def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_fa
 
 
 SKETCH_RULES: list[SketchRule] = [
-    AlwaysInline(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage(),
+    AlwaysInline(), AddRfactor(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage(),
 ]
 
 
-def derive_drafts(sch: Schedule, rules: list[SketchRule] | None = None) -> list[Draft]:
-    """Every draft the rules derive, visiting stages from the last to the first."""
+def derive_drafts(sch: Schedule, num_cores: int, rules: list[SketchRule] | None = None) -> list[Draft]:
+    """Every draft the rules derive for a target of ``num_cores``, visiting stages from the last to the first."""
     rules = SKETCH_RULES if rules is None else rules
-    pending = [(Draft(sch), len(sch.state.stages) - 1)]
+    pending = [(Draft(sch, num_cores), len(sch.state.stages) - 1)]
     done: list[Draft] = []
     while pending:
         draft, index = pending.pop()

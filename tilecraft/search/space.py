@@ -23,6 +23,7 @@ import numpy as np
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import BlockRV, Schedule
 from ..schedule.trace import Trace
+from ..target import Target
 from ..te.dag import ComputeDAG
 from .register_tile import apply_register_tiles, find_register_tiles
 
@@ -241,12 +242,14 @@ class ScheduleFn:
 
 
 def generate_sketches(dag: ComputeDAG, rules: list | None = None, target=None) -> list[Sketch]:
-    """The sketches of ``dag``: every draft of the sketch rules, annotated; deterministic."""
+    """The sketches of ``dag``: every draft of the sketch rules, annotated; deterministic
+    for a given target (without one, the rules see the host's cores)."""
     from .annotation import annotate
     from .sketch_rules import derive_drafts
 
     sketches: dict[str, Sketch] = {}
-    for draft in derive_drafts(Schedule(dag, seed=0), rules):
+    num_cores = (target or Target.host()).num_cores
+    for draft in derive_drafts(Schedule(dag, seed=0), num_cores, rules):
         trace = annotate(draft).trace
         name = " ".join(draft.steps) or "default"
         if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
