@@ -51,6 +51,13 @@ def test_integer_max_uses_the_lowest_integer_as_identity(kernel_cache):
     _check(sch, dag, kernel_cache)
 
 
+@pytest.mark.parametrize("combiner", [te.max, te.min])
+def test_bool_any_and_all_use_false_and_true_as_identity(combiner, kernel_cache):
+    dag = _row_reduction(combiner, dtype="bool", where=True)
+    sch, _, _ = _factor(dag, "B", 16, 1)
+    _check(sch, dag, kernel_cache)
+
+
 def test_the_only_reduction_loop_can_be_factored(kernel_cache):
     dag = _row_reduction(te.max, columns=20, where=True)
     sch = tc.Schedule(dag)

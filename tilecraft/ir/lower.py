@@ -13,7 +13,8 @@ Passes, in order:
 from __future__ import annotations
 
 import math
-from ..te.expr import Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children, substitute
+from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
+                       reduction_identity, substitute)
 from ..te.tensor import Tensor
 from ..schedule.state import Stage
 from .arith import bounds, simplify
@@ -104,7 +105,7 @@ class _Lowering:
             update: Stmt = Store(target.tensor, target.indices, combined)
             if not (isinstance(where, Const) and where.value):
                 all_guards.append(where)
-            init = Store(target.tensor, target.indices, _identity(body.combiner, op.dtype))
+            init = Store(target.tensor, target.indices, reduction_identity(body.combiner, op.dtype))
             return self._reduction_nest(stage, b, _guard(update, all_guards), _guard(init, spatial_guards))
         value = self.rewrite_reads(substitute(body, axis_index))
         store = Store(target.tensor, target.indices, _cast_to(value, op.dtype))
@@ -211,19 +212,6 @@ def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:
     if combiner == "sum":
         return binary("add", acc, value)
     return binary(combiner, acc, value)
-
-
-def _identity(combiner: str, dtype: str) -> Expr:
-    if combiner == "sum":
-        return const(0, dtype) if dtype != "bool" else const(False)
-    import numpy as np
-
-    if dtype.startswith("float"):
-        return const(float("-inf") if combiner == "max" else float("inf"), dtype)
-    if dtype == "bool":  # max is "any", min is "all"
-        return const(combiner != "max")
-    info = np.iinfo(np.dtype(dtype))
-    return const(int(info.min if combiner == "max" else info.max), dtype)
 
 
 def _cast_to(value: Expr, dtype: str) -> Expr:

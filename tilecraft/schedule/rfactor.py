@@ -26,7 +26,8 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..ir.arith import bounds, simplify
-from ..te.expr import Const, Expr, Logical, Reduce, Select, TensorRead, Var, binary, const, substitute
+from ..te.expr import (Const, Expr, Logical, Reduce, Select, TensorRead, Var, binary, const, reduction_identity,
+                       substitute)
 from ..te.tensor import ComputeOp, IterVar, Tensor
 from .state import Fuse, Loop, Split, Stage, initial_stage
 
@@ -74,7 +75,7 @@ def factor_stages(stage: Stage, loop: Loop, factor_axis: int, first_id: int) -> 
     if rf_reduce:
         rf_body: Expr = Reduce(body.combiner, source, rf_reduce, where)
     else:  # the factored loop was the only reduction loop: every rf element is one term
-        rf_body = source if _is_true(where) else Select(where, source, _reduction_identity(body.combiner, op.dtype))
+        rf_body = source if _is_true(where) else Select(where, source, reduction_identity(body.combiner, op.dtype))
     rf_op = ComputeOp(f"{stage.name}_rf", rf_axes, rf_body, op.dtype, op.attrs)
 
     spatial = [l for l in stage.loops if l.kind == "spatial"]
@@ -142,13 +143,3 @@ def _conjunction(conditions: list[Expr]) -> Expr:
 
 def _is_true(condition: Expr) -> bool:
     return isinstance(condition, Const) and bool(condition.value)
-
-
-def _reduction_identity(combiner: str, dtype: str) -> Const:
-    """The value that ``combiner`` leaves unchanged: 0 for sum, the lowest value for max."""
-    if combiner == "sum":
-        return const(0, dtype) if dtype != "bool" else const(False)
-    if dtype.startswith("float"):
-        return const(float("-inf") if combiner == "max" else float("inf"), dtype)
-    info = np.iinfo(np.dtype(dtype))
-    return const(int(info.min if combiner == "max" else info.max), dtype)

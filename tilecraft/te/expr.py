@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+import numpy as np
+
 from ..errors import TeError
 from .dtype import DTYPES, is_float, is_int, result_dtype
 
@@ -275,6 +277,19 @@ def const(value: Any, dtype: str | None = None) -> Const:
             raise TeError(f"constant {value} is not an integer but dtype {dtype} is")
         value = int(value)
     return Const(value, dtype)
+
+
+def reduction_identity(combiner: str, dtype: str) -> Const:
+    """The value ``combiner`` leaves unchanged, what a reduction starts from: 0 for sum, the
+    lowest value for max, the highest for min (for bool: max is "any", min is "all")."""
+    if combiner == "sum":
+        return const(0, dtype) if dtype != "bool" else const(False)
+    if dtype == "bool":
+        return const(combiner != "max")
+    if is_float(dtype):
+        return const(float("-inf") if combiner == "max" else float("inf"), dtype)
+    info = np.iinfo(np.dtype(dtype))
+    return const(int(info.min if combiner == "max" else info.max), dtype)
 
 
 def convert(value: ExprLike) -> Expr:
