@@ -69,7 +69,7 @@ class Measurements:
     def __init__(self, task: tc.SearchTask, record: Path, live: bool):
         self.task, self.record, self.live = task, record, live
         recorded = load_records(record, task.workload_key, task.target) if record.exists() and not live else []
-        self.known = {r.trace_json: r for r in recorded}
+        self.known = {r.trace_json: (r.mean_cost, r.all_cost) for r in recorded}  # trace key -> costs
         self.builder, self.runner = LocalBuilder(), LocalRunner()
         self.write = tc.RecordToFile(record)
         self.replayed = self.measured = 0
@@ -83,20 +83,13 @@ class Measurements:
             results = self.runner.run(inputs, self.builder.build(inputs))
             self.write(self.task, inputs, results, sketches=[sketches[n] for n in missing])
             for n, result in zip(missing, results):
-                self.known[keys[n]] = _Outcome(result.mean_cost, result.all_cost)
+                self.known[keys[n]] = (result.mean_cost, result.all_cost)
         self.measured += len(missing)
         self.replayed += len(keys) - len(missing)
-        return [self.known[k].mean_cost for k in keys], [self.known[k].all_cost for k in keys]
+        return [self.known[k][0] for k in keys], [self.known[k][1] for k in keys]
 
     def close(self) -> None:
         self.runner.close()
-
-
-class _Outcome:
-    __slots__ = ("mean_cost", "all_cost")
-
-    def __init__(self, mean_cost: float, all_cost: float):
-        self.mean_cost, self.all_cost = mean_cost, all_cost
 
 
 class Search:

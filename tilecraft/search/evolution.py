@@ -169,6 +169,8 @@ def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], sc
 def _teach(mutator: FixedMutations, population: list[Candidate], lineage: dict[int, list[tuple[int, int, int]]],
            parent_scores: np.ndarray, scores: np.ndarray) -> None:
     """Tell the mutator what its mutations gained, in units of the best parent's score."""
+    if not mutator.learns:
+        return
     scale = np.nanmax(np.abs(parent_scores)) if len(parent_scores) else 0.0
     if not np.isfinite(scale) or scale <= 0:
         return

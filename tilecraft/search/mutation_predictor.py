@@ -28,6 +28,7 @@ class FixedMutations:
     """Ansor's policy: a rule drawn by its fixed weight among those that apply, then a slot."""
 
     name = "fixed"
+    learns = False  # the search need not work out what its mutations gained
 
     def __init__(self, sketches: Sequence[Sketch], rules: Sequence[MutationRule] | None = None):
         self.sketches = sketches
@@ -58,6 +59,7 @@ class LearnedMutations(FixedMutations):
     """
 
     name = "learned"
+    learns = True
 
     def __init__(self, sketches: Sequence[Sketch], rules: Sequence[MutationRule] | None = None,
                  decay: float = 0.7, explore: float = 0.2, prior_count: float = 20.0,
