@@ -617,12 +617,14 @@ class Schedule:
         return rv
 
     def compute_location_candidates(self, block: BlockRV) -> list[int]:
-        """Decisions ``sample_compute_location`` may take: root, inline, or a loop id of the
+        """Decisions ``sample_compute_location`` may take: root, inline (unless it is a
+        reduction, an output or holds blocks computed at its loops), or a loop id of the
         block's single consumer."""
         stage = self._stage(block)
         consumers = self.state.consumers_of(stage.name)
         candidates = [ROOT]
-        if not stage.is_reduction and not stage.is_output:
+        holds_others = any(s.attach and s.attach.stage == stage.name for s in self.state.stages)
+        if not stage.is_reduction and not stage.is_output and not holds_others:
             candidates.append(INLINE)
         if len(consumers) == 1 and not stage.is_output:
             candidates += self.loop_path(consumers[0].name)
