@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import tilecraft as tc
+from tilecraft import ops, te
 from tilecraft.search.space import generate_sketches
 from tilecraft.tune.task import WORKLOADS
 
@@ -60,6 +61,20 @@ def test_sketch_generation_is_deterministic():
     assert sketch_text("matmul_add", (64, 64, 64)) == sketch_text("matmul_add", (64, 64, 64))
 
 
+@pytest.mark.parametrize("relu, names", [
+    (True, ["inline(add) tile", "inline(add) fuse1", "inline(add) fuse2"]),
+    (False, ["tile", "fuse1", "fuse2"]),
+])
+def test_onnx_style_bias_fuses_into_the_conv(relu, names):
+    """A bias broadcast from shape (1, 1, 1, F), as ONNX graphs add it, is an element-wise
+    consumer the conv fuses into, and an element-wise op is never tiled on its own."""
+    data, kernel = te.placeholder((1, 14, 14, 16), name="data"), te.placeholder((1, 1, 16, 32), name="kernel")
+    bias = te.placeholder((1, 1, 1, 32), name="bias")
+    out = ops.add(ops.conv2d_nhwc(data, kernel), bias, name="add")
+    dag = tc.ComputeDAG([data, kernel, bias, ops.relu(out) if relu else out])
+    assert [s.name for s in generate_sketches(dag, target=TARGET)] == names
+
+
 def test_matmul_sketch_structure():
     """Ansor's CPU structure: SSRSRS tiling, a cache stage fused at tile level 1 or 2,
     the weight packed in the order the tiles read it, parallel/vector/unroll decisions."""
@@ -73,8 +88,9 @@ def test_matmul_sketch_structure():
 
 
 @pytest.mark.parametrize("workload, args, cores, factored", [
-    ("softmax", (128, 8), 4, True),  # 8 elements to reduce per row, more than the cores
-    ("softmax", (128, 8), 8, False),
+    ("softmax", (128, 64), 4, True),  # 64 elements to reduce per row, more than the cores
+    ("softmax", (128, 64), 128, False),
+    ("softmax", (128, 8), 4, False),  # too short for partial sums or vector lanes to pay
     ("matmul", (8, 512, 8), 4, True),  # 64 outputs: fewer than the reduction and than 16 per core
     ("matmul", (8, 512, 8), 2, False),  # more than 16 outputs per core: enough parallelism
     ("matmul", (32, 16, 32), 64, False),  # more outputs than reduction steps

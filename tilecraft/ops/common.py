@@ -95,10 +95,12 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int], op: str) -> tuple[int, .
     return tuple(y if x == 1 else x for x, y in zip(padded_a, padded_b))
 
 
-def broadcast_read(x: Tensor, index: Index) -> Expr:
-    """Read ``x`` at the trailing part of ``index``, pinning its size-1 dims to 0."""
+def broadcast_read(x: Tensor, index: Index, shape: Sequence[int]) -> Expr:
+    """Read ``x`` at the trailing part of ``index`` (into ``shape``), pinning to 0 the dims
+    it broadcasts. A size-1 dim that is size 1 in ``shape`` too keeps its axis, so that
+    the read stays element-wise (what lets the scheduler fuse the op into a producer)."""
     lead = len(index) - x.ndim
-    return x[tuple(0 if x.shape[d] == 1 else index[lead + d] for d in range(x.ndim))]
+    return x[tuple(0 if x.shape[d] == 1 != shape[lead + d] else index[lead + d] for d in range(x.ndim))]
 
 
 def pair(value: int | Sequence[int], op: str, what: str, minimum: int = 1) -> tuple[int, int]:

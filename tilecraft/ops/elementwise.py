@@ -109,7 +109,7 @@ def _broadcast(lhs: Operand, rhs: Operand, fn: Callable[[Expr, Expr], Expr], nam
     shape = broadcast_shape(shapes[0], shapes[1], op)
 
     def body(idx: tuple[Expr, ...]) -> Expr:
-        a, b = (broadcast_read(o, idx) if isinstance(o, Tensor) else o for o in operands)
+        a, b = (broadcast_read(o, idx, shape) if isinstance(o, Tensor) else o for o in operands)
         return fn(a, b)
 
     return compute_nd(shape, body, name)

@@ -182,4 +182,4 @@ def broadcast_to(x: Tensor, shape: Sequence[int], name: str = "broadcast_to") ->
     if broadcast_shape(x.shape, shape, "broadcast_to") != shape:
         raise TeError(f"broadcast_to: {x.name} {x.shape} cannot be broadcast to {shape}; the target must be "
                       "at least as large in every dimension")
-    return compute_nd(shape, lambda idx: broadcast_read(x, idx), name)
+    return compute_nd(shape, lambda idx: broadcast_read(x, idx, shape), name)

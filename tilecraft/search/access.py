@@ -37,13 +37,15 @@ def is_strictly_inlineable(op: ComputeOp) -> bool:
 
 
 def needs_multi_level_tiling(op: ComputeOp) -> bool:
-    """Some input misses two output axes, or one output axis and the op reduces: the
-    same input element is reused across iterations, so tiling pays."""
+    """A reduction some input of which misses an output axis: the same input element is
+    reused across iterations, so tiling pays. As in MetaSchedule, element-wise ops are
+    never tiled (Ansor also tiles one that misses two axes, which a broadcast bias does)."""
+    if not op.reduce_axis:
+        return False
     axes = [iv.var for iv in op.axis if iv.extent > 1]
     for read in reads_of(op):
         used = set().union(*(free_vars(i) for i in read.indices)) if read.indices else set()
-        missing = sum(1 for axis in axes if axis not in used)
-        if missing >= 2 or (missing >= 1 and op.reduce_axis):
+        if any(axis not in used for axis in axes):
             return True
     return False
 
