@@ -16,7 +16,8 @@ workload has a record (a tuning log in ``--records``) keyed by the trace of a sc
 candidate the record holds costs what the record says; one it does not hold is built and
 measured live and added to the record, so the record grows with every run and later runs
 replay more. Every arm thus sees one fixed cost per schedule. ``--live`` measures
-everything afresh instead.
+everything afresh instead. The records are kept in the repository (``--archive``,
+xz-compressed) and unpacked into ``--records`` when missing there.
 
 Time is simulated the same way for every arm: the search and cost-model seconds the arm
 really spent, plus each measured candidate's recorded build-and-run seconds (its
@@ -43,6 +44,8 @@ from tilecraft.database import load_records
 from tilecraft.database.record import trace_key
 from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput
 from tilecraft.search.policy import SketchPolicy
+
+from archive import restore, save  # benchmarks/archive.py, beside this script
 
 WORKLOADS = {
     "conv2d_r50_3x3": ("conv2d_nhwc", (1, 56, 56, 64, 64, 3, 3, 1, 1)),
@@ -219,6 +222,7 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
     parser.add_argument("--live", action="store_true", help="measure every candidate afresh, no replay")
     parser.add_argument("--records", default="benchmarks/results/ablation_records")
+    parser.add_argument("--archive", default="benchmarks/records", help="where the records are kept, compressed")
     parser.add_argument("--out", default="benchmarks/results/ablation.json")
     args = parser.parse_args()
     known = {**WORKLOADS, **QUICK}
@@ -235,11 +239,14 @@ def main() -> None:
     for name in names:
         func, workload_args = known[name]
         task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
-        measurements = Measurements(task, Path(args.records) / f"{name}.json", args.live)
+        record, archive = Path(args.records) / f"{name}.json", Path(args.archive) / f"{name}.json.xz"
+        restore(archive, record)
+        measurements = Measurements(task, record, args.live)
         try:
             runs = run_workload(task, arms, args.seeds, args.trials, measurements)
         finally:
             measurements.close()
+            save(record, archive)
         table = summarise(runs, args.trials)
         results["workloads"][name] = {"table": table, "runs": runs, "replayed": measurements.replayed,
                                       "measured_live": measurements.measured}

@@ -5,7 +5,8 @@
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
 with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
-its tasks (TaskScheduler) and compiled again from the log. Every compiled model's output
+its tasks (TaskScheduler) and compiled again from the log. The log is kept in
+benchmarks/records (xz-compressed), so a later run resumes the tuning. Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
 """
@@ -29,6 +30,9 @@ import tilecraft as tc
 
 sys.path.insert(0, str(Path(__file__).parent))
 import model_zoo  # noqa: E402
+from archive import restore, save  # noqa: E402
+
+ARCHIVE = Path("benchmarks/records")  # tuning logs kept in the repository, so tuning resumes across runs
 
 THREADS = 2
 
@@ -75,11 +79,15 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float) -> 
     row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
     if trials:
-        log = directory / "model_logs" / f"{name}.json"
+        log, archive = directory / "model_logs" / f"{name}.json", ARCHIVE / f"{name}_tuning.json.xz"
+        restore(archive, log)
         log.parent.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
-        tc.TaskScheduler(tasks, weights, load_log_file=str(log) if log.exists() else None).tune(
-            tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
+        try:
+            tc.TaskScheduler(tasks, weights, load_log_file=str(log) if log.exists() else None).tune(
+                tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
+        finally:
+            save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
         tuned = tc.compile_model(str(path), target, log=str(log))
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
