@@ -226,3 +226,35 @@ def test_missing_lightgbm_names_the_package_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "lightgbm", None)  # makes `import lightgbm` fail
     with pytest.raises(ImportError, match=r"pip install 'tilecraft\[lightgbm\]'"):
         make_cost_model("lightgbm")
+
+
+@pytest.mark.parametrize("objective", ["weighted_squared_error", "rank_pairwise"])
+def test_rows_of_several_tasks_are_labelled_against_their_own_best(objective):
+    """Task 1 runs 10x slower than task 0; each task's fastest row still scores as high."""
+    features = np.array([[0.0], [1.0], [2.0], [3.0]] * 3)
+    model = XGBModel(num_warmup_sample=4, nthread=1, objective=objective)
+    model.update(features[[0, 1]], np.array([1.0, 2.0]), group=0)
+    model.update(features[[2, 3]], np.array([10.0, 20.0]), group=1)
+    scores = model.predict(features[:4])
+    assert scores[0] > scores[1] and scores[2] > scores[3]
+    if objective == "weighted_squared_error":  # labels 1, 0.5 in each task (not 0.1, 0.05 in task 1)
+        np.testing.assert_allclose(scores, [1.0, 0.5, 1.0, 0.5], atol=0.1)
+
+
+def test_a_model_widens_and_keeps_its_rows(task, tmp_path):
+    train_features, train_costs, held_out_features, _ = task
+    model = XGBModel(num_warmup_sample=50, adaptive_training=False, nthread=1)
+    model.update(train_features[:100], train_costs[:100])
+    model.widen(NUM_FEATURES + 2)
+    assert model.num_trainings == 2  # retrained at once: it predicts on the new width
+    wider = np.concatenate([held_out_features, np.full((len(held_out_features), 2), np.nan)], axis=1)
+    assert model.predict(wider).shape == (len(held_out_features),)
+    with pytest.raises(ValueError, match="columns"):
+        model.predict(held_out_features)
+    with pytest.raises(ValueError, match="can only widen"):
+        model.widen(NUM_FEATURES)
+    model.update(wider[:10], train_costs[:10], group=1)
+    loaded = saved_and_loaded(model, lambda: XGBModel(num_warmup_sample=50, adaptive_training=False, nthread=1),
+                              tmp_path)
+    np.testing.assert_array_equal(loaded.predict(wider), model.predict(wider))
+    np.testing.assert_array_equal(loaded._groups, [0] * 100 + [1] * 10)

@@ -154,13 +154,14 @@ class RandomModel(CostModel):
 class _BoostedTreesModel(CostModel):
     """Data, warm-up and adaptive retraining shared by the XGBoost and LightGBM models.
 
-    Invariants: ``_features`` and ``_costs`` hold every row given to ``update``, in order;
-    ``_booster`` is None until the first update that brings ``num_samples`` to
-    ``num_warmup_sample`` or more with at least one success, and until then ``predict``
-    returns random scores. Every training starts from scratch on all rows (labels are
-    relative to the best cost so far, which moves); with ``adaptive_training`` the next
-    one waits until the data has grown by 20%. Continuing the old booster for a few
-    rounds in between was measured not to find faster programs, at 40% more model time.
+    Invariants: ``_features``, ``_costs`` and ``_groups`` hold every row given to
+    ``update``, in order; ``_booster`` is None until the first update that brings
+    ``num_samples`` to ``num_warmup_sample`` or more with at least one success, and until
+    then ``predict`` returns random scores. Every training starts from scratch on all rows
+    (labels are relative to the best cost so far, which moves); with ``adaptive_training``
+    the next one waits until the data has grown by 20%. Continuing the old booster for a
+    few rounds in between was measured not to find faster programs, at 40% more model time.
+    Rows of several tasks (``groups``) are labelled relative to their own task's best.
     """
 
     name: str
@@ -180,6 +181,7 @@ class _BoostedTreesModel(CostModel):
         self._random = RandomModel(seed)
         self._features: np.ndarray | None = None
         self._costs = np.empty(0)
+        self._groups = np.empty(0, dtype=np.int64)
         self._booster: Any = None
         self._trained_rows = 0
         self._num_trainings = 0
@@ -198,16 +200,38 @@ class _BoostedTreesModel(CostModel):
         """Whether predictions come from the trees rather than the random warm-up model."""
         return self._booster is not None
 
-    def update(self, features: np.ndarray, costs: np.ndarray) -> None:
+    def update(self, features: np.ndarray, costs: np.ndarray, group: int = 0) -> None:
+        """``group``: the task the rows belong to, when one model learns several."""
         features, costs = _as_batch(features, costs, self._num_features())
         if len(costs) == 0:
             return
         self._features = features if self._features is None else np.concatenate([self._features, features])
         self._costs = np.concatenate([self._costs, costs])
+        self._groups = np.concatenate([self._groups, np.full(len(costs), group, dtype=np.int64)])
         if self._is_time_to_train():
-            self._booster = self._train(self._features, normalized_throughput(self._costs))
-            self._trained_rows = self.num_samples
-            self._num_trainings += 1
+            self._retrain()
+
+    def widen(self, num_features: int) -> None:
+        """Take rows of ``num_features`` columns from now on; the rows so far get NaN
+        (missing) in the new ones, and a trained model is retrained on them."""
+        if self._features is None or num_features == self._features.shape[1]:
+            return
+        if num_features < self._features.shape[1]:
+            raise ValueError(f"a model can only widen: it has {self._features.shape[1]} columns, "
+                             f"asked for {num_features}")
+        extra = np.full((len(self._features), num_features - self._features.shape[1]), np.nan, dtype=np.float32)
+        self._features = np.concatenate([self._features, extra], axis=1)
+        if self._booster is not None:
+            self._retrain()
+
+    def _retrain(self) -> None:
+        throughput = np.zeros_like(self._costs)
+        for group in np.unique(self._groups):
+            rows = self._groups == group
+            throughput[rows] = normalized_throughput(self._costs[rows])
+        self._booster = self._train(self._features, throughput, self._groups)
+        self._trained_rows = self.num_samples
+        self._num_trainings += 1
 
     def _is_time_to_train(self) -> bool:
         if self.num_samples < self.num_warmup_sample or not np.isfinite(self._costs).any():
@@ -237,8 +261,8 @@ class _BoostedTreesModel(CostModel):
         return throughput, None
 
     @abc.abstractmethod
-    def _train(self, features: np.ndarray, throughput: np.ndarray) -> Any:
-        """A new booster trained on all rows."""
+    def _train(self, features: np.ndarray, throughput: np.ndarray, groups: np.ndarray) -> Any:
+        """A new booster trained on all rows (a ranking objective compares rows within a group)."""
 
     @abc.abstractmethod
     def _score(self, features: np.ndarray) -> np.ndarray: ...
@@ -255,6 +279,7 @@ class _BoostedTreesModel(CostModel):
             "num_trainings": self._num_trainings,
             "features": None if self._features is None else _array_to_json(self._features),
             "costs": _array_to_json(self._costs),
+            "groups": _array_to_json(self._groups),
             "random": self._random._state(),
             "booster": None if self._booster is None else self._booster_to_json(),
         })
@@ -266,6 +291,8 @@ class _BoostedTreesModel(CostModel):
                              f"this one uses {self.objective!r}; build it with objective={document['objective']!r}")
         self._features = None if document["features"] is None else _array_from_json(document["features"])
         self._costs = _array_from_json(document["costs"])
+        self._groups = (_array_from_json(document["groups"]) if "groups" in document
+                        else np.zeros(len(self._costs), dtype=np.int64))
         self._trained_rows = int(document["trained_rows"])
         self._num_trainings = int(document["num_trainings"])
         self._random._restore(document["random"])
@@ -291,14 +318,16 @@ class XGBModel(_BoostedTreesModel):
         super().__init__(num_warmup_sample, adaptive_training, seed, nthread, objective, num_boost_round)
         self.params = {**XGB_PARAMS, "seed": seed, "nthread": self.nthread, **(params or {})}
 
-    def _train(self, features: np.ndarray, throughput: np.ndarray) -> Any:
+    def _train(self, features: np.ndarray, throughput: np.ndarray, groups: np.ndarray) -> Any:
         import xgboost as xgb
 
         label, weight = self._label_and_weight(throughput)
         objectives = {"rank_pairwise": "rank:pairwise", "rank_ndcg": "rank:ndcg"}
         params = {**self.params, "objective": objectives.get(self.objective, "reg:squarederror")}
-        # A ranking objective sees the whole task as one query: every pair of rows compares.
-        qid = np.zeros(len(label), dtype=np.int32) if self.objective in objectives else None
+        qid = None
+        if self.objective in objectives:  # a task is one query: every pair of its rows compares
+            order = np.argsort(groups, kind="stable")  # XGBoost wants the rows of a query together
+            features, label, qid = features[order], label[order], groups[order]
         data = xgb.DMatrix(features, label=label, weight=weight, qid=qid, nthread=self.nthread)
         return xgb.train(params, data, num_boost_round=self.num_boost_round)
 
@@ -336,13 +365,16 @@ class LightGBMModel(_BoostedTreesModel):
         self.params = {**LIGHTGBM_PARAMS, "seed": seed, "num_threads": self.nthread,
                        "deterministic": True, **(params or {})}
 
-    def _train(self, features: np.ndarray, throughput: np.ndarray) -> Any:
+    def _train(self, features: np.ndarray, throughput: np.ndarray, groups: np.ndarray) -> Any:
         lgb = _import_lightgbm()
         label, weight = self._label_and_weight(throughput)
         is_ranking = self.objective == "rank_ndcg"
         params = {**self.params, "objective": "lambdarank" if is_ranking else "regression"}
-        data = lgb.Dataset(features, label=label, weight=weight, group=[len(label)] if is_ranking else None,
-                           params={"verbosity": -1})
+        sizes = None
+        if is_ranking:  # a task is one query, its rows together
+            order = np.argsort(groups, kind="stable")
+            features, label, sizes = features[order], label[order], np.unique(groups, return_counts=True)[1]
+        data = lgb.Dataset(features, label=label, weight=weight, group=sizes, params={"verbosity": -1})
         return lgb.train(params, data, num_boost_round=self.num_boost_round)
 
     def _score(self, features: np.ndarray) -> np.ndarray:

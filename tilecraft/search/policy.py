@@ -24,19 +24,25 @@ from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
 from .mutation_predictor import MUTATION_POLICIES
+from .shared_model import SharedCostModel
 from .space import ScheduleFn, generate_sketches
 
 
 class SketchPolicy:
-    """``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules."""
+    """``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules;
+    ``program_cost_model``: a ``CostModel`` of this task's own (an ``XGBModel`` if None), or
+    a ``SharedCostModel`` that several tasks' policies learn together."""
 
-    def __init__(self, task, program_cost_model: CostModel | None = None, params: SearchParams | None = None,
+    def __init__(self, task, program_cost_model: CostModel | SharedCostModel | None = None,
+                 params: SearchParams | None = None,
                  seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None,
                  sketch_policy: str = "uniform", mutation_policy: str = "fixed"):
         self.task = task
         self.sketches = (space.generate(task.compute_dag, task.target) if space is not None
                          else generate_sketches(task.compute_dag, target=task.target))
         self.feature_space = FeatureSpace(self.sketches)
+        if isinstance(program_cost_model, SharedCostModel):
+            program_cost_model = program_cost_model.view(task, self.feature_space.names)
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()
         self.rng = np.random.default_rng(seed)

@@ -10,6 +10,8 @@ times the throughput of similar tasks"), ``alpha`` weighing history against opti
 similar tasks share an operator name and a FLOP count within a golden-ratio bucket. A task
 stops when it has nothing valid after warm-up, its space is exhausted, or it has not
 improved for ``per_task_early_stopping`` trials. ``strategy="round-robin"`` just cycles.
+As in Ansor, the tasks learn one cost model together (``share_cost_model``;
+``search/shared_model.py``), so a task's first round is ranked by what the others measured.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class TaskScheduler:
     def __init__(self, tasks: Sequence[SearchTask], task_weights: Sequence[float] | None = None,
                  objective_func: Callable[[list[float]], float] | None = None, strategy: str = "gradient",
                  load_log_file: str | None = None, alpha: float = 0.2, beta: float = 2.0,
-                 backward_window_size: int = 3, seed: int = 0, policy_factory: Callable | None = None):
+                 backward_window_size: int = 3, seed: int = 0, policy_factory: Callable | None = None,
+                 share_cost_model: bool = True):
         if strategy not in STRATEGIES:
             raise ValueError(f"TaskScheduler strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
         if not tasks:
@@ -66,8 +69,10 @@ class TaskScheduler:
         if len(weights) != len(tasks):
             raise ValueError(f"TaskScheduler: {len(tasks)} tasks but {len(weights)} task_weights; give one per task")
         from ..search.policy import SketchPolicy
+        from ..search.shared_model import SharedCostModel
 
-        make_policy = policy_factory or (lambda task, n: SketchPolicy(task, seed=seed + n))
+        shared = SharedCostModel() if share_cost_model else None
+        make_policy = policy_factory or (lambda task, n: SketchPolicy(task, program_cost_model=shared, seed=seed + n))
         self.states = [_TaskState(task, float(w), make_policy(task, n)) for n, (task, w) in
                        enumerate(zip(tasks, weights))]
         self.objective_func = objective_func

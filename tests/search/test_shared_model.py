@@ -1,0 +1,64 @@
+"""A cost model shared by the tasks of a model: each task's features in one space,
+learned together, so a task's first round is ranked by what the others measured."""
+
+import numpy as np
+
+import tilecraft as tc
+from tilecraft.search.cost_model import XGBModel
+from tilecraft.search.policy import SketchPolicy
+from tilecraft.search.shared_model import SharedCostModel, TaskCostModel, task_descriptor
+from tilecraft.tune.scheduler import TaskScheduler
+
+
+def _task(*args):
+    return tc.SearchTask(func="matmul", args=args, target=tc.Target.host())
+
+
+def test_tasks_share_feature_names_and_are_told_apart_by_their_extents():
+    shared = SharedCostModel()
+    small, large = SketchPolicy(_task(32, 32, 32), shared), SketchPolicy(_task(64, 128, 32), shared)
+    assert isinstance(small.model, TaskCostModel) and small.model.shared is large.model.shared
+    # the same sketches: every feature name is shared, and each task's extents go to the same columns
+    assert len(shared.columns) == len(small.feature_space.names) + len(task_descriptor(small.task.compute_dag))
+    assert task_descriptor(large.task.compute_dag)["matmul.k.extent"] == 7.0  # log2 of L = 128
+    rows = small.features([c for c in small.next_batch(4)])
+    placed_small, placed_large = small.model._placed(rows), large.model._placed(rows)
+    np.testing.assert_array_equal(placed_small[:, small.model.positions], placed_large[:, large.model.positions])
+    assert not np.array_equal(placed_small[:, small.model.described], placed_large[:, large.model.described])
+
+
+def test_a_new_task_is_ranked_by_what_the_others_measured():
+    shared = SharedCostModel(XGBModel(num_warmup_sample=32, nthread=1))
+    first = SketchPolicy(_task(32, 32, 32), shared)
+    candidates = first.next_batch(48)
+    # a made-up cost: bigger innermost spatial tiles are faster
+    costs = [1.0 / (1 + first.features([c])[0, first.feature_space.names.index("matmul.j.t3")]) for c in candidates]
+    first.update(candidates, costs)
+    assert shared.model.is_trained
+    second = SketchPolicy(_task(48, 32, 64), shared)  # fresh, never measured
+    batch = second.next_batch(16)
+    scores = second.model.predict(second.features(batch))
+    np.testing.assert_array_equal(scores, second.model.predict(second.features(batch)))  # trained, not random
+    names = second.feature_space.names
+    innermost = second.features(batch)[:, names.index("matmul.j.t3")]
+    assert np.corrcoef(innermost, scores)[0, 1] > 0.5  # what the first task taught
+
+
+def test_a_task_that_brings_new_features_widens_the_model():
+    shared = SharedCostModel(XGBModel(num_warmup_sample=8, nthread=1))
+    matmul = SketchPolicy(_task(32, 32, 32), shared)
+    chosen = matmul.next_batch(8)
+    matmul.update(chosen, [1e-3 * (n + 1) for n in range(len(chosen))])
+    before = len(shared.columns)
+    softmax = SketchPolicy(tc.SearchTask(func="softmax", args=(64, 128), target=tc.Target.host()), shared)
+    assert len(shared.columns) > before
+    assert softmax.model.predict(softmax.features(softmax.next_batch(4))).shape == (4,)
+    assert matmul.model.predict(matmul.features(chosen)).shape == (len(chosen),)
+
+
+def test_the_task_scheduler_shares_one_model_unless_told_not_to():
+    tasks = [_task(32, 32, 32), _task(64, 32, 32)]
+    shared = TaskScheduler(tasks).states
+    assert shared[0].policy.model.shared is shared[1].policy.model.shared
+    alone = TaskScheduler(tasks, share_cost_model=False).states
+    assert isinstance(alone[0].policy.model, XGBModel) and alone[0].policy.model is not alone[1].policy.model

@@ -1,0 +1,93 @@
+"""One cost model learned across the tasks of a model, as Ansor's task scheduler shares one.
+
+A task alone has a random cost model until it has ~100 measurements, so when a network's
+tasks get one or two rounds each, most of their trials are spent before their model knows
+anything. Shared, the model has seen the other tasks by then: ResNet-50's convolutions
+differ in shape, not in which tilings pay.
+
+Rows of every task live in one feature space: a feature keeps its name across tasks (the
+log2 tile factors of ``conv2d_nhwc_0.y`` mean the same in every convolution), and each
+task adds what tells it apart, the log2 extent of every loop of every stage and its FLOPs.
+Each task sees the model through a ``CostModel`` view that places its columns; labels are
+normalised within each task (its best is 1), so tasks of different speeds mix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .cost_model import CostModel, XGBModel, _BoostedTreesModel
+
+
+class SharedCostModel:
+    """Pass it as ``program_cost_model`` to the ``SketchPolicy`` of every task that shares it.
+
+    The default ``XGBModel`` retrains after every update: rows arrive a round of one task
+    at a time, and waiting for 20% more rows (adaptive training) would keep a task's own
+    measurements out of its model for many rounds once thousands are in.
+    """
+
+    def __init__(self, model: _BoostedTreesModel | None = None):
+        self.model = model if model is not None else XGBModel(adaptive_training=False)
+        self.columns: dict[str, int] = {}
+        self.groups: dict[str, int] = {}  # workload key -> the task's group in the model
+
+    def view(self, task, feature_names: list[str]) -> TaskCostModel:
+        """The model as ``task`` sees it, its candidates described by ``feature_names``."""
+        group = self.groups.setdefault(task.workload_key, len(self.groups))
+        descriptor = task_descriptor(task.compute_dag)
+        positions = np.array([self._column(name) for name in feature_names], dtype=np.int64)
+        described = np.array([self._column(name) for name in descriptor], dtype=np.int64)
+        self.model.widen(len(self.columns))
+        return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())))
+
+    def _column(self, name: str) -> int:
+        return self.columns.setdefault(name, len(self.columns))
+
+
+class TaskCostModel(CostModel):
+    """One task's view of a ``SharedCostModel``: its rows placed in the shared columns."""
+
+    def __init__(self, shared: SharedCostModel, group: int, positions: np.ndarray, described: np.ndarray,
+                 descriptor: np.ndarray):
+        self.shared, self.group = shared, group
+        self.positions, self.described, self.descriptor = positions, described, descriptor
+
+    @property
+    def num_samples(self) -> int:
+        return self.shared.model.num_samples
+
+    def update(self, features: np.ndarray, costs: np.ndarray) -> None:
+        self.shared.model.update(self._placed(features), costs, group=self.group)
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return self.shared.model.predict(self._placed(features))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Save the shared model, every task's rows."""
+        self.shared.model.save(path)
+
+    def load(self, path: str | os.PathLike) -> None:
+        self.shared.model.load(path)
+
+    def _placed(self, features: np.ndarray) -> np.ndarray:
+        features = np.asarray(features, dtype=np.float32)
+        if features.ndim != 2 or features.shape[1] != len(self.positions):
+            raise ValueError(f"features must have {len(self.positions)} columns (this task's feature names), "
+                             f"got shape {features.shape}")
+        placed = np.full((len(features), len(self.shared.columns)), np.nan, dtype=np.float32)
+        placed[:, self.positions] = features
+        placed[:, self.described] = self.descriptor
+        return placed
+
+
+def task_descriptor(dag) -> dict[str, float]:
+    """What tells a task apart: log2 FLOPs, and the log2 extent of each loop of each stage."""
+    described = {"task.log2_flop": math.log2(max(dag.flop_count(), 1.0))}
+    for tensor in dag.compute_ops:
+        for axis in (*tensor.op.axis, *tensor.op.reduce_axis):
+            described[f"{tensor.name}.{axis.var.name}.extent"] = math.log2(axis.extent)
+    return described
