@@ -1,7 +1,7 @@
 """Ablation of the search policies: the sketch bandit and the learned mutation policy.
 
     python benchmarks/ablation.py [--trials 1000] [--seeds 3] [--only matmul_1024,dense]
-                                  [--arms baseline,both] [--live] [--records DIR] [--out FILE]
+                                  [--arms baseline,both] [--live] [--transfer] [--records DIR] [--out FILE]
 
 Four arms, the same trial budget and seeds each:
 
@@ -17,7 +17,8 @@ candidate the record holds costs what the record says; one it does not hold is b
 measured live and added to the record, so the record grows with every run and later runs
 replay more. Every arm thus sees one fixed cost per schedule. ``--live`` measures
 everything afresh instead. The records are kept in the repository (``--archive``,
-xz-compressed) and unpacked into ``--records`` when missing there.
+xz-compressed) and unpacked into ``--records`` when missing there. ``--transfer`` first
+teaches every arm's cost model the records of the other workloads (a ``SharedCostModel``).
 
 Time is simulated the same way for every arm: the search and cost-model seconds the arm
 really spent, plus each measured candidate's recorded build-and-run seconds (its
@@ -44,6 +45,7 @@ from tilecraft.database import load_records
 from tilecraft.database.record import trace_key
 from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput
 from tilecraft.search.policy import SketchPolicy
+from tilecraft.search.shared_model import SharedCostModel
 
 from archive import restore, save  # benchmarks/archive.py, beside this script
 
@@ -99,9 +101,15 @@ class Search:
     """One arm's search with one seed, advanced a round at a time; it keeps the best
     GFLOPS and the simulated seconds after each trial."""
 
-    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int):
+    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int, donors: list[tuple] = ()):
         sketch_policy, mutation_policy = ARMS[arm]
-        self.policy = SketchPolicy(task, seed=seed, sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+        model = None
+        if donors:  # transfer: one cost model, first taught the other workloads' records
+            model = SharedCostModel()
+            for donor, records in donors:
+                SketchPolicy(donor, model).preload(records, mark_measured=False)
+        self.policy = SketchPolicy(task, model, seed=seed, sketch_policy=sketch_policy,
+                                   mutation_policy=mutation_policy)
         self.arm, self.seed, self.trials = arm, seed, trials
         self.flop = task.compute_dag.flop_count()
         self.best_gflops: list[float] = []
@@ -138,10 +146,10 @@ class Search:
 
 
 def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
-                 measurements: Measurements) -> list[dict]:
+                 measurements: Measurements, donors: list[tuple] = ()) -> list[dict]:
     """Every arm and seed in lockstep, a round each in turn, so that whatever load the
     machine has while the record grows falls on all arms alike."""
-    searches = [Search(task, arm, seed, trials) for seed in range(seeds) for arm in arms]
+    searches = [Search(task, arm, seed, trials, donors) for seed in range(seeds) for arm in arms]
     started = time.perf_counter()
     while not all(s.done for s in searches):
         for one in searches:
@@ -152,6 +160,19 @@ def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
         print(f"  {progress} trials each ({time.perf_counter() - started:.0f} s, {measurements.measured} measured "
               f"live, {measurements.replayed} replayed): {leaders}", flush=True)
     return [s.result() for s in searches]
+
+
+def recorded_workloads(known: dict, archive: Path, records: Path, but: str) -> list[tuple]:
+    """(task, its records) of every workload but ``but`` that has a record."""
+    found = []
+    for name, (func, workload_args) in known.items():
+        record = records / f"{name}.json"
+        restore(archive / f"{name}.json.xz", record)
+        if name != but and record.exists():
+            task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
+            found.append((task, load_records(record, task.workload_key, task.target)))
+    print(f"  transfer from {', '.join(t.desc for t, _ in found) or 'nothing (no other records)'}", flush=True)
+    return found
 
 
 def reach(curve: np.ndarray, level: float) -> int | None:
@@ -224,6 +245,8 @@ def main() -> None:
     parser.add_argument("--records", default="benchmarks/results/ablation_records")
     parser.add_argument("--archive", default="benchmarks/records", help="where the records are kept, compressed")
     parser.add_argument("--out", default="benchmarks/results/ablation.json")
+    parser.add_argument("--transfer", action="store_true",
+                        help="every arm's cost model first learns the other workloads' records")
     args = parser.parse_args()
     known = {**WORKLOADS, **QUICK}
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
@@ -235,7 +258,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
-               "live": args.live, "workloads": {}}
+               "live": args.live, "transfer": args.transfer, "workloads": {}}
     for name in names:
         func, workload_args = known[name]
         task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
@@ -243,7 +266,9 @@ def main() -> None:
         restore(archive, record)
         measurements = Measurements(task, record, args.live)
         try:
-            runs = run_workload(task, arms, args.seeds, args.trials, measurements)
+            donors = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
+                      if args.transfer else [])
+            runs = run_workload(task, arms, args.seeds, args.trials, measurements, donors)
         finally:
             measurements.close()
             save(record, archive)
