@@ -100,7 +100,7 @@ def broadcast_read(x: Tensor, index: Index, shape: Sequence[int]) -> Expr:
     it broadcasts. A size-1 dim that is size 1 in ``shape`` too keeps its axis, so that
     the read stays element-wise (what lets the scheduler fuse the op into a producer)."""
     lead = len(index) - x.ndim
-    return x[tuple(0 if x.shape[d] == 1 != shape[lead + d] else index[lead + d] for d in range(x.ndim))]
+    return x[tuple(0 if x.shape[d] == 1 and shape[lead + d] != 1 else index[lead + d] for d in range(x.ndim))]
 
 
 def pair(value: int | Sequence[int], op: str, what: str, minimum: int = 1) -> tuple[int, int]:

@@ -342,6 +342,10 @@ class Schedule:
         except LoweringError as error:  # the new location has no region the block can compute
             raise ScheduleError(f"{primitive} of block {stage.name} at loop {target.name}: {error}") from None
 
+    def _holds_others(self, stage: Stage) -> bool:
+        """Whether other blocks are computed at loops of ``stage``."""
+        return any(s.attach and s.attach.stage == stage.name for s in self.state.stages)
+
     def compute_inline(self, block: BlockRV) -> None:
         self._inline(self._stage(block))
         self._record("compute_inline", {"block": block})
@@ -353,7 +357,7 @@ class Schedule:
         if stage.is_reduction:
             raise ScheduleError(f"compute_inline: block {stage.name} is a reduction; only element-wise blocks "
                                 "can be inlined (use compute_at instead)")
-        if any(s.attach and s.attach.stage == stage.name for s in self.state.stages):
+        if self._holds_others(stage):
             raise ScheduleError(f"compute_inline: other blocks are computed at loops of {stage.name}; move them first")
         consumers = self.state.consumers_of(stage.name)
         for producer in self.state.stages:
@@ -623,8 +627,7 @@ class Schedule:
         stage = self._stage(block)
         consumers = self.state.consumers_of(stage.name)
         candidates = [ROOT]
-        holds_others = any(s.attach and s.attach.stage == stage.name for s in self.state.stages)
-        if not stage.is_reduction and not stage.is_output and not holds_others:
+        if not stage.is_reduction and not stage.is_output and not self._holds_others(stage):
             candidates.append(INLINE)
         if len(consumers) == 1 and not stage.is_output:
             candidates += self.loop_path(consumers[0].name)
