@@ -2,6 +2,7 @@
 learned together, so a task's first round is ranked by what the others measured."""
 
 import numpy as np
+import pytest
 
 import tilecraft as tc
 from tilecraft.search.cost_model import XGBModel
@@ -62,3 +63,11 @@ def test_the_task_scheduler_shares_one_model_unless_told_not_to():
     assert shared[0].policy.model.shared is shared[1].policy.model.shared
     alone = TaskScheduler(tasks, share_cost_model=False).states
     assert isinstance(alone[0].policy.model, XGBModel) and alone[0].policy.model is not alone[1].policy.model
+
+
+def test_rows_of_the_wrong_width_name_the_task_feature_count():
+    shared = SharedCostModel()
+    policy = SketchPolicy(_task(32, 32, 32), shared)
+    width = len(policy.feature_space.names)
+    with pytest.raises(ValueError, match=rf"features must have {width} columns \(this task's feature names\)"):
+        policy.model.predict(np.zeros((2, width + 1)))

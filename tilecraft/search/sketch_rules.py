@@ -92,9 +92,10 @@ class AlwaysInline(SketchRule):
 class AddRfactor(SketchRule):
     """A tiled reduction with too little spatial parallelism for the cores (Ansor's
     NeedsRfactor), or an untiled one of at least ``min_reduction`` elements (Ansor takes
-    any longer than the cores, pooling windows too): fuse its reduction loops, split them by a sampled factor and factor out either piece,
-    the outer to run the partial reductions in parallel, the inner as vector lanes (it is
-    the rf block's innermost loop). Both blocks are then left as they are, as in Ansor."""
+    any longer than the cores, pooling windows too): fuse its reduction loops, split them
+    by a sampled factor and factor out either piece, the outer to run the partial
+    reductions in parallel, the inner as vector lanes (it is the rf block's innermost
+    loop). Both blocks are then left as they are, as in Ansor."""
 
     name: str = "rfactor"
     max_innermost_factor: int = 64
@@ -109,7 +110,7 @@ class AddRfactor(SketchRule):
         reduce = math.prod(iv.extent for iv in stage.op.reduce_axis)
         if needs_multi_level_tiling(stage.op):
             wanted = space <= reduce and space <= self.jobs_per_core * draft.num_cores
-        else:  # Ansor: any reduction longer than the cores
+        else:  # Ansor asks only for more elements than cores
             wanted = reduce > draft.num_cores and reduce >= self.min_reduction
         return Condition.APPLY if wanted else Condition.SKIP
 
