@@ -33,6 +33,7 @@ workload plots best GFLOPS against trials and time (mean, and the range over see
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
 import time
@@ -101,13 +102,9 @@ class Search:
     """One arm's search with one seed, advanced a round at a time; it keeps the best
     GFLOPS and the simulated seconds after each trial."""
 
-    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int, donors: list[tuple] = ()):
+    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int, taught: SharedCostModel | None):
         sketch_policy, mutation_policy = ARMS[arm]
-        model = None
-        if donors:  # transfer: one cost model, first taught the other workloads' records
-            model = SharedCostModel()
-            for donor, records in donors:
-                SketchPolicy(donor, model).preload(records, mark_measured=False)
+        model = copy.deepcopy(taught)  # each search learns on from its own copy
         self.policy = SketchPolicy(task, model, seed=seed, sketch_policy=sketch_policy,
                                    mutation_policy=mutation_policy)
         self.arm, self.seed, self.trials = arm, seed, trials
@@ -149,7 +146,12 @@ def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
                  measurements: Measurements, donors: list[tuple] = ()) -> list[dict]:
     """Every arm and seed in lockstep, a round each in turn, so that whatever load the
     machine has while the record grows falls on all arms alike."""
-    searches = [Search(task, arm, seed, trials, donors) for seed in range(seeds) for arm in arms]
+    taught = None
+    if donors:  # transfer: one cost model, first taught the other workloads' records
+        taught = SharedCostModel()
+        for donor, records in donors:
+            SketchPolicy(donor, taught).preload(records, mark_measured=False)
+    searches = [Search(task, arm, seed, trials, taught) for seed in range(seeds) for arm in arms]
     started = time.perf_counter()
     while not all(s.done for s in searches):
         for one in searches:

@@ -61,6 +61,21 @@ def test_a_subgraph_without_a_default_schedule_gets_naive_loops_and_the_warning_
     np.testing.assert_array_equal(model(x=x)[0], np.maximum(x, 0))
 
 
+def test_profile_times_each_kernel_over_all_its_calls_most_expensive_first(kernel_cache):
+    g = GraphBuilder()
+    x = g.add_input("x", (64, 64), "float32")
+    for n in range(2):  # one kernel, called twice
+        x = g.emit("matmul", [x, g.add_constant(f"w{n}", np.ones((64, 64), "float32"))], {}, f"mm{n}")
+    out = g.emit("softmax", [x], {"axis": -1}, "softmax")
+    model = compile_quietly(g.finish([out]), cache_dir=kernel_cache)
+    times = model.profile({"x": np.ones((64, 64), "float32")}, rounds=3)
+    assert sorted((t.desc.split()[0], t.calls) for t in times) == [("matmul", 2), ("softmax", 1)]
+    assert all(t.seconds > 0 for t in times) and times[0].seconds >= times[1].seconds
+    assert {t.workload_key for t in times} == {k.workload_key for k in model.kernels}
+    with pytest.raises(ValueError, match="rounds=0"):
+        model.profile({"x": np.ones((64, 64), "float32")}, rounds=0)
+
+
 def test_inputs_are_checked_by_name_shape_and_dtype(kernel_cache):
     model = compile_quietly(two_output_graph(), cache_dir=kernel_cache)
     with pytest.raises(ModelInputError, match=r"missing input\(s\) \['x'\] and unknown input\(s\) \['z'\]; "

@@ -189,6 +189,18 @@ def test_worker_of_a_killed_tuner_exits_even_inside_an_endless_kernel(kernel):
     assert not _is_running(worker_pid)
 
 
+def test_a_flushing_runner_times_one_call_ten_times_unless_told_otherwise(kernel):
+    with LocalRunner(enable_cpu_cache_flush=True) as flushing:
+        (result,) = _run(flushing, kernel("add"))
+        assert result.is_valid and len(result.costs) == 10
+        assert (flushing.number, flushing.min_repeat_ms) == (1, 0)
+    chosen = LocalRunner(enable_cpu_cache_flush=True, number=4, repeat=2, min_repeat_ms=5)
+    plain = LocalRunner()
+    assert (chosen.number, chosen.repeat, chosen.min_repeat_ms) == (4, 2, 5)
+    assert (plain.number, plain.repeat, plain.min_repeat_ms) == (3, 1, 100)
+    chosen.close(), plain.close()
+
+
 def test_invalid_options_are_rejected():
     with pytest.raises(ValueError, match="timeout_secs"):
         LocalRunner(timeout_secs=0)

@@ -20,7 +20,9 @@ import json
 import math
 import os
 import shutil
+import time
 import warnings
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +70,16 @@ class Kernel:
 
 
 @dataclass(frozen=True, slots=True)
+class KernelTime:
+    """A kernel's share of a model call (``CompiledModel.profile``): ``seconds`` over its ``calls``."""
+
+    desc: str
+    workload_key: str
+    calls: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Step:
     """``kernels[kernel]`` reads ``inputs`` and writes ``outputs`` (its arguments in order);
     ``kernel`` None: ``outputs[0]`` is a reshaped view of ``inputs[0]``."""
@@ -104,16 +116,43 @@ class CompiledModel:
         return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arrays = self._arrays(inputs)
+        for n in range(len(self.steps)):
+            self._step(n, arrays)
+        return {name: arrays[name] if name in self._fresh else arrays[name].copy() for name in self.outputs}
+
+    def profile(self, inputs: Mapping[str, np.ndarray], rounds: int = 20) -> list[KernelTime]:
+        """Where a call's time goes: per kernel, the median over ``rounds`` whole-model calls
+        of the seconds spent in all its calls, timed in place (its inputs as cold or warm as the
+        model leaves them), most expensive first."""
+        if rounds < 1:
+            raise ValueError(f"profile: rounds={rounds} must be >= 1")
+        arrays = self._arrays(inputs)
+        spent = np.zeros((rounds, len(self.kernels)))
+        for r in range(rounds):
+            for n, step in enumerate(self.steps):
+                started = time.perf_counter()
+                self._step(n, arrays)
+                if step.kernel is not None:
+                    spent[r, step.kernel] += time.perf_counter() - started
+        calls = Counter(step.kernel for step in self.steps)
+        times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])))
+                 for n, kernel in enumerate(self.kernels)]
+        return sorted(times, key=lambda t: -t.seconds)
+
+    def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = {**self._fixed, **self._checked(inputs)}
         arrays.update((name, aligned_empty(self.values[name].shape, self.values[name].dtype)) for name in self._fresh)
-        for step, (module, args, call) in zip(self.steps, self._calls):
-            if call is not None:
-                call()
-            elif module is None:
-                arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
-            else:
-                module(*[arrays[name] for name in args])
-        return {name: arrays[name] if name in self._fresh else arrays[name].copy() for name in self.outputs}
+        return arrays
+
+    def _step(self, n: int, arrays: dict[str, np.ndarray]) -> None:
+        step, (module, args, call) = self.steps[n], self._calls[n]
+        if call is not None:
+            call()
+        elif module is None:
+            arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
+        else:
+            module(*[arrays[name] for name in args])
 
     def _bind(self, step: Step) -> tuple[Module | None, tuple[str, ...], Callable[[], None] | None]:
         """The step's kernel with its constant packed weights bound, the values of its other arguments,

@@ -52,7 +52,10 @@ class LocalRunner:
     timeout_secs: the longest one candidate may run in the worker (loading, checking and
         timing) before the worker is killed (RUN_TIMEOUT).
     number, repeat, min_repeat_ms, enable_cpu_cache_flush: the timing protocol of
-        ``Module.time_evaluator``; ``costs`` has one entry per repeat.
+        ``Module.time_evaluator``; ``costs`` has one entry per repeat. By default 3 calls
+        a repeat, at least 100 ms, once; with the cache flushed before every call (as the
+        layers of a model find it: their weights evicted by the layers between), Ansor's
+        one call a repeat and no minimum, ten times.
     max_memory_bytes: when set, the worker's address-space limit (RLIMIT_AS); a kernel
         that allocates beyond it fails instead of swapping the machine. Address space
         counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
@@ -62,8 +65,13 @@ class LocalRunner:
     reference data; both also happen when the runner is garbage-collected or at exit.
     """
 
-    def __init__(self, timeout_secs: float = 10.0, number: int = 3, repeat: int = 1, min_repeat_ms: float = 100,
-                 enable_cpu_cache_flush: bool = False, max_memory_bytes: int | None = None) -> None:
+    def __init__(self, timeout_secs: float = 10.0, number: int | None = None, repeat: int | None = None,
+                 min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
+                 max_memory_bytes: int | None = None) -> None:
+        flushed = enable_cpu_cache_flush
+        number = number if number is not None else 1 if flushed else 3
+        repeat = repeat if repeat is not None else 10 if flushed else 1
+        min_repeat_ms = min_repeat_ms if min_repeat_ms is not None else 0 if flushed else 100
         for name, value, least in (("timeout_secs", timeout_secs, 1e-3), ("number", number, 1),
                                    ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0)):
             if value < least:
