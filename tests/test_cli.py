@@ -177,8 +177,12 @@ def test_run_model_of_a_saved_model_and_its_input_errors(onnx_model, tmp_path, c
         warnings.simplefilter("ignore")
         tc.compile_model(str(onnx_model)).save(tmp_path / "saved")
     np.save(tmp_path / "x64.npy", np.zeros((1, 2, 6, 6)))
-    assert main(["run-model", str(tmp_path / "saved")]) == 0  # random inputs
-    assert "y: float32[1, 4, 4, 4]" in capsys.readouterr().out
+    assert main(["run-model", str(tmp_path / "saved"), "--profile"]) == 0  # random inputs
+    out = capsys.readouterr().out
+    assert "y: float32[1, 4, 4, 4]" in out
+    rows = out[out.index("calls"):].splitlines()[1:]
+    assert len(rows) == 4 and all(row.split()[-1] == "default" for row in rows[:3])  # 3 kernels, then the total
+    assert rows[-1].startswith("all kernels") and int(rows[-1].split()[2]) == 3
     assert main(["run-model", str(tmp_path / "saved"), "--input", str(tmp_path / "x64.npy")]) == 2
     assert "input x must be a numpy array float32[1, 2, 6, 6] but got float64" in capsys.readouterr().err
     assert main(["run-model", str(tmp_path / "nothing.onnx")]) == 2

@@ -312,6 +312,8 @@ def add_run_model_command(subparsers: Any) -> None:
     command.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy",
                          help="an input array; NAME= may be left out for a model with one input (repeatable)")
     command.add_argument("--output", type=Path, help="save the output to this .npy (several: one file each)")
+    command.add_argument("--profile", action="store_true",
+                         help="also list each kernel's time inside a model call, most expensive first")
     command.set_defaults(run=run_run_model)
 
 
@@ -332,12 +334,24 @@ def run_run_model(args: argparse.Namespace) -> int:
         print(f"{name}: {array.dtype}{list(array.shape)} {np.array2string(array.reshape(-1)[:6], precision=4)}")
     result = time_callable(lambda: model.run(inputs), number=1, repeat=7, min_repeat_ms=20)
     print(f"latency: {result.median * 1e3:.3f} ms (median of {len(result.results)})")
+    if args.profile:
+        _print_profile(model.profile(inputs))
     if args.output:
         for name, array in outputs.items():
             file = args.output if len(outputs) == 1 else args.output.with_name(f"{args.output.stem}_{name}.npy")
             np.save(file, array, allow_pickle=False)
             print(f"wrote {file}")
     return 0
+
+
+def _print_profile(times) -> None:
+    total = sum(t.seconds for t in times) or 1.0
+    width = max(len(t.desc) for t in times)
+    print(f"{'kernel'.ljust(width)}  calls  {'ms':>8s}  share  schedule")
+    for t in times:
+        print(f"{t.desc.ljust(width)}  {t.calls:5d}  {t.seconds * 1e3:8.3f}  {t.seconds / total:5.1%}  "
+              f"{'tuned' if t.tuned else 'default'}")
+    print(f"{'all kernels'.ljust(width)}  {sum(t.calls for t in times):5d}  {total * 1e3:8.3f}")
 
 
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:

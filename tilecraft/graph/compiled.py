@@ -71,12 +71,14 @@ class Kernel:
 
 @dataclass(frozen=True, slots=True)
 class KernelTime:
-    """A kernel's share of a model call (``CompiledModel.profile``): ``seconds`` over its ``calls``."""
+    """A kernel's share of a model call (``CompiledModel.profile``): ``seconds`` over its ``calls``;
+    ``tuned``: its schedule is a log's record."""
 
     desc: str
     workload_key: str
     calls: int
     seconds: float
+    tuned: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +138,7 @@ class CompiledModel:
                 if step.kernel is not None:
                     spent[r, step.kernel] += time.perf_counter() - started
         calls = Counter(step.kernel for step in self.steps)
-        times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])))
+        times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])), kernel.tuned)
                  for n, kernel in enumerate(self.kernels)]
         return sorted(times, key=lambda t: -t.seconds)
 
