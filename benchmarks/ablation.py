@@ -10,6 +10,9 @@ Four arms, the same trial budget and seeds each:
     predictor  sketch_policy="uniform", mutation_policy="learned"
     both       sketch_policy="bandit",  mutation_policy="learned"
 
+and, when named in --arms, both+local: "both" with a quarter of each round measuring
+neighbours of the best candidates (SearchParams.local_share, search/local.py).
+
 By default the searches run against a replay of recorded measurements, so that the
 comparison is cheap to repeat and not hostage to the load on a shared machine: each
 workload has a record (a tuning log in ``--records``) keyed by the trace of a schedule. A
@@ -45,6 +48,7 @@ import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.database.record import trace_key
 from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput
+from tilecraft.search.evolution import SearchParams
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
 
@@ -59,12 +63,14 @@ WORKLOADS = {
     "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128)),
 }
 QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only matmul_128
-ARMS = {
-    "baseline": ("uniform", "fixed"),
-    "bandit": ("bandit", "fixed"),
-    "predictor": ("uniform", "learned"),
-    "both": ("bandit", "learned"),
+ARMS = {  # name -> (sketch policy, mutation policy, local share)
+    "baseline": ("uniform", "fixed", 0.0),
+    "bandit": ("bandit", "fixed", 0.0),
+    "predictor": ("uniform", "learned", 0.0),
+    "both": ("bandit", "learned", 0.0),
+    "both+local": ("bandit", "learned", 0.25),  # not run unless named in --arms
 }
+DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
 
 
@@ -103,10 +109,10 @@ class Search:
     GFLOPS and the simulated seconds after each trial."""
 
     def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int, taught: SharedCostModel | None):
-        sketch_policy, mutation_policy = ARMS[arm]
+        sketch_policy, mutation_policy, local_share = ARMS[arm]
         model = copy.deepcopy(taught)  # each search learns on from its own copy
-        self.policy = SketchPolicy(task, model, seed=seed, sketch_policy=sketch_policy,
-                                   mutation_policy=mutation_policy)
+        self.policy = SketchPolicy(task, model, SearchParams(local_share=local_share), seed=seed,
+                                   sketch_policy=sketch_policy, mutation_policy=mutation_policy)
         self.arm, self.seed, self.trials = arm, seed, trials
         self.flop = task.compute_dag.flop_count()
         self.best_gflops: list[float] = []
@@ -242,7 +248,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated workloads (default: all)")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms")
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated arms of {', '.join(ARMS)}")
     parser.add_argument("--live", action="store_true", help="measure every candidate afresh, no replay")
     parser.add_argument("--records", default="benchmarks/results/ablation_records")
     parser.add_argument("--archive", default="benchmarks/records", help="where the records are kept, compressed")

@@ -33,6 +33,7 @@ class SearchParams:
     mutation_prob: float = 0.85
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
+    local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
 
 
 @dataclass(frozen=True)

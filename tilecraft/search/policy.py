@@ -23,6 +23,7 @@ from .cost_model import CostModel, XGBModel
 from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
+from .local import local_candidates
 from .mutation_predictor import MUTATION_POLICIES
 from .shared_model import SharedCostModel
 from .space import ScheduleFn, generate_sketches
@@ -87,9 +88,12 @@ class SketchPolicy:
             return self.model.predict(self.feature_space.features(sketch, rows))
 
         seeds = [c for _, c in self.best]
-        chosen = evolutionary_search(self.sketches, score, count, self.measured, seeds, self.rng,
-                                     self.min_parallel, self.params, self.sketch_policy.shares(),
-                                     self.mutation_policy)
+        nearby = local_candidates(self.sketches, score, seeds, self.measured,
+                                  int(round(count * self.params.local_share)))
+        taken = self.measured | {c.key for c in nearby} if nearby else self.measured
+        chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
+                                              self.min_parallel, self.params, self.sketch_policy.shares(),
+                                              self.mutation_policy)
         if not self.measured:  # the rule-made default of every sketch first: tuning never ends below it
             defaults = [Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
                         for n, s in enumerate(self.sketches)]
