@@ -1,0 +1,129 @@
+"""Each kernel of a tuned model: its time inside the model against its time alone.
+
+    python benchmarks/model_profile.py [--model resnet50] [--rounds 20] [--out FILE]
+
+The tuner times a candidate by calling it many times in a row on the same buffers, so its
+weights and inputs sit in the caches; inside the model every layer's weights are evicted
+by the layers between two calls. This script compiles the model from its kept tuning log
+(benchmarks/records) and, per kernel, puts side by side: the seconds it spends in a model
+call (``CompiledModel.profile``, all its calls), the same calls timed alone with warm
+caches and with the caches flushed before every call, and the tuning record's cost. The
+ratios show whether the tuned objective predicts the model's latency, and which
+measurement protocol to tune model tasks with. A second table sets the kernels beside
+onnxruntime's nodes (its own profiler, 2 threads), summed by output shape, so the layers
+where tilecraft loses are named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+import tilecraft as tc
+from tilecraft.database.log import best_records
+
+sys.path.insert(0, str(Path(__file__).parent))
+import model_zoo  # noqa: E402
+from archive import restore  # noqa: E402
+
+
+def alone_seconds(module, flush: bool) -> float:
+    """Seconds per call of ``module`` on random arguments, repeated on the same buffers."""
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in module.args if not a.is_output]
+    packed = {module.args[p.arg_index].name: inputs[p.arg_index] for p in module.packs}
+    bound = module.bind_weights(**packed) if packed else module
+    free = [array for arg, array in zip(module.args, inputs) if arg.name not in packed]
+    timer = bound.time_evaluator(number=3, repeat=5, min_repeat_ms=50, enable_cpu_cache_flush=flush)
+    return timer(*free).median
+
+
+def onnxruntime_ms_by_shape(path: Path, x: np.ndarray, runs: int, directory: Path) -> dict[tuple, float]:
+    """Milliseconds per model call that onnxruntime's nodes spend, summed by output shape (as NHWC)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
+    options.enable_profiling, options.profile_file_prefix = True, str(directory / "onnxruntime_profile")
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        session.run(None, {"input": x})
+    events = json.loads(Path(session.end_profiling()).read_text())
+    spent: dict[tuple, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") != "Node" or not event["name"].endswith("_kernel_time"):
+            continue
+        shape = tuple(next(iter(event["args"]["output_type_shape"][0].values())))
+        nhwc = (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else shape
+        spent[nhwc] += event["dur"] / 1e3 / runs
+    return spent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="resnet50", choices=sorted(model_zoo.MODELS))
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--directory", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/model_profile.json"))
+    args = parser.parse_args()
+    path = model_zoo.export(args.model, args.directory / "onnx")
+    log = args.directory / "model_logs" / f"{args.model}.json"
+    restore(Path("benchmarks/records") / f"{args.model}_tuning.json.xz", log)
+    if not log.exists():
+        raise SystemExit(f"no tuning log for {args.model}; tune it first: python benchmarks/models.py "
+                         f"--only {args.model} --trials 2000")
+    target = tc.Target.host()
+    model = tc.compile_model(str(path), target, log=str(log))
+    recorded = {r.workload_key: r.mean_cost for r in best_records(str(log), target=target)}
+    x = np.random.default_rng(0).standard_normal(model_zoo.MODELS[args.model][1]).astype("float32")
+    modules = {k.workload_key: k.module for k in model.kernels}
+
+    rows = []
+    for t in model.profile({"input": x}, rounds=args.rounds):
+        module = modules[t.workload_key]
+        rows.append({"kernel": t.desc, "calls": t.calls, "in_model_ms": t.seconds * 1e3,
+                     "alone_warm_ms": alone_seconds(module, flush=False) * t.calls * 1e3,
+                     "alone_flushed_ms": alone_seconds(module, flush=True) * t.calls * 1e3,
+                     "record_ms": recorded[t.workload_key] * t.calls * 1e3 if t.workload_key in recorded else None})
+    whole = model.profile({"input": x}, rounds=args.rounds)  # again, after the kernels ran alone
+    totals = {key: sum(r[key] or 0.0 for r in rows) for key in ("in_model_ms", "alone_warm_ms", "alone_flushed_ms",
+                                                                 "record_ms")}
+    totals["in_model_again_ms"] = sum(t.seconds for t in whole) * 1e3
+
+    print(f"{'kernel':58s} {'calls':>5s} {'in model':>9s} {'warm':>8s} {'flushed':>8s} {'record':>8s} "
+          f"{'model/warm':>10s} {'model/flushed':>13s}")
+    for r in rows:
+        record = "-" if r["record_ms"] is None else f"{r['record_ms']:8.3f}"
+        print(f"{r['kernel'][:58]:58s} {r['calls']:5d} {r['in_model_ms']:9.3f} {r['alone_warm_ms']:8.3f} "
+              f"{r['alone_flushed_ms']:8.3f} {record:>8s} {r['in_model_ms'] / r['alone_warm_ms']:10.2f} "
+              f"{r['in_model_ms'] / r['alone_flushed_ms']:13.2f}")
+    print(f"{'total (ms)':58s} {'':5s} {totals['in_model_ms']:9.2f} {totals['alone_warm_ms']:8.2f} "
+          f"{totals['alone_flushed_ms']:8.2f} {totals['record_ms']:8.2f} "
+          f"{totals['in_model_ms'] / totals['alone_warm_ms']:10.2f} "
+          f"{totals['in_model_ms'] / totals['alone_flushed_ms']:13.2f}")
+    print(f"in-model total timed again after the kernels ran alone: {totals['in_model_again_ms']:.2f} ms")
+
+    theirs = onnxruntime_ms_by_shape(path, x, args.rounds, args.directory)
+    ours: dict[tuple, float] = defaultdict(float)
+    for t in model.profile({"input": x}, rounds=args.rounds):
+        ours[tuple(int(v) for v in t.desc.split()[-1].split("x"))] += t.seconds * 1e3
+    by_shape = [{"output_shape": list(shape), "tilecraft_ms": ours.get(shape, 0.0),
+                 "onnxruntime_ms": theirs.get(shape, 0.0)}
+                for shape in sorted(set(ours) | set(theirs), key=lambda k: -max(ours.get(k, 0), theirs.get(k, 0)))]
+    print(f"\n{'output shape (NHWC)':22s} {'tilecraft ms':>12s} {'onnxruntime ms':>14s} {'ratio':>6s}")
+    for row in by_shape:
+        ratio = row["tilecraft_ms"] / row["onnxruntime_ms"] if row["onnxruntime_ms"] else float("nan")
+        print(f"{'x'.join(map(str, row['output_shape'])):22s} {row['tilecraft_ms']:12.3f} "
+              f"{row['onnxruntime_ms']:14.3f} {ratio:6.2f}")
+    print(f"{'total':22s} {sum(ours.values()):12.2f} {sum(theirs.values()):14.2f}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"model": args.model, "rows": rows, "totals": totals, "by_output_shape": by_shape},
+                                   indent=1))
+
+
+if __name__ == "__main__":
+    main()
