@@ -69,6 +69,8 @@ def local_candidates(sketches: Sequence[Sketch], score: Scorer, best: Sequence[C
                      count: int) -> list[Candidate]:
     """Up to ``count`` unmeasured neighbours of ``best`` (best first), ranked by ``score``
     among the neighbours of each: the best candidate's, then the next one's."""
+    if count <= 0:
+        return []
     chosen: list[Candidate] = []
     taken = set(measured)
     for start in best:
