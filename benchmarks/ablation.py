@@ -84,6 +84,7 @@ class Measurements:
         self.task, self.record, self.live = task, record, live
         recorded = load_records(record, task.workload_key, task.target) if record.exists() and not live else []
         self.known: dict[str, tuple[float, float]] = {}  # trace key -> (latest cost, first measurement's seconds)
+        self.sketch_of = {r.trace_json: r.sketch for r in recorded}
         for r in recorded:
             first = self.known.get(r.trace_json)
             self.known[r.trace_json] = (r.mean_cost, first[1] if first else r.all_cost)
@@ -102,8 +103,7 @@ class Measurements:
         traces = [Trace.from_json(json.loads(key)) for key in keys]
         inputs = [MeasureInput(self.task.compute_dag, self.task.target, trace) for trace in traces]
         results = self.runner.run(inputs, self.builder.build(inputs))
-        sketches = {r.trace_json: r.sketch for r in load_records(self.record, self.task.workload_key, self.task.target)}
-        self.write(self.task, inputs, results, sketches=[sketches.get(key, "") for key in keys])
+        self.write(self.task, inputs, results, sketches=[self.sketch_of.get(key, "") for key in keys])
         for key, result in zip(keys, results):
             if result.is_valid:
                 self.known[key] = (result.mean_cost, self.known[key][1])
@@ -118,6 +118,7 @@ class Measurements:
             self.write(self.task, inputs, results, sketches=[sketches[n] for n in missing])
             for n, result in zip(missing, results):
                 self.known[keys[n]] = (result.mean_cost, result.all_cost)
+                self.sketch_of[keys[n]] = sketches[n]
         self.measured += len(missing)
         self.replayed += len(keys) - len(missing)
         return [self.known[k][0] for k in keys], [self.known[k][1] for k in keys]

@@ -345,11 +345,11 @@ def run_run_model(args: argparse.Namespace) -> int:
 
 
 def _print_profile(times) -> None:
-    total = sum(t.seconds for t in times) or 1.0
-    width = max(len(t.desc) for t in times)
+    total = sum(t.seconds for t in times)
+    width = max([len(t.desc) for t in times] + [len("all kernels")])
     print(f"{'kernel'.ljust(width)}  calls  {'ms':>8s}  share  schedule")
     for t in times:
-        print(f"{t.desc.ljust(width)}  {t.calls:5d}  {t.seconds * 1e3:8.3f}  {t.seconds / total:5.1%}  "
+        print(f"{t.desc.ljust(width)}  {t.calls:5d}  {t.seconds * 1e3:8.3f}  {t.seconds / (total or 1.0):5.1%}  "
               f"{'tuned' if t.tuned else 'default'}")
     print(f"{'all kernels'.ljust(width)}  {sum(t.calls for t in times):5d}  {total * 1e3:8.3f}")
 

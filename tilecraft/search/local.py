@@ -39,7 +39,7 @@ def neighbours(sketch: Sketch, row: Sequence[int]) -> np.ndarray:
         if slot.role != "tile":
             found.update((n, int(i)) for i in (row[n] - 1, row[n] + 1) if 0 <= i < len(slot.domain))
             continue
-        logs = np.log2(np.asarray(slot.domain, dtype=float))
+        logs = sketch.domain_logs(n)
         distance = np.abs(logs - logs[row[n]]).sum(axis=1)
         found.update((n, int(i)) for i in np.flatnonzero((distance > 0) & (distance <= NEAR_TILING)))
         found.update((n, i) for i in _prime_moves(sketch, n, slot.domain[row[n]]))

@@ -87,6 +87,10 @@ class Sketch:
         """Position of ``decision`` in the domain of ``slot``; None if it is not there."""
         return self._index[slot].get(decision)
 
+    def domain_logs(self, slot: int) -> np.ndarray:
+        """log2 of every tiling in the domain of tile slot ``slot``, one row per decision."""
+        return self._log_tables[slot]
+
     def decisions(self, row: Sequence[int]) -> dict[int, object]:
         return {slot.step: slot.domain[int(i)] for slot, i in zip(self.slots, row)}
 
