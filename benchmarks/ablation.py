@@ -281,6 +281,8 @@ def main() -> None:
     parser.add_argument("--transfer", action="store_true",
                         help="every arm's cost model first learns the other workloads' records")
     args = parser.parse_args()
+    if args.remeasure < 0:
+        raise SystemExit(f"--remeasure {args.remeasure}: give how many recorded candidates to measure again (0: none)")
     known = {**WORKLOADS, **QUICK}
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
     arms = [a for a in args.arms.split(",") if a]
