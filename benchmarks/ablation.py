@@ -19,7 +19,9 @@ comparison is cheap to repeat and not hostage to the load on a shared machine: e
 workload has a record (a tuning log in ``--records``) keyed by the trace of a schedule. A
 candidate the record holds costs what the record says; one it does not hold is built and
 measured live and added to the record, so the record grows with every run and later runs
-replay more. Every arm thus sees one fixed cost per schedule. ``--live`` measures
+replay more. Every arm thus sees one fixed cost per schedule. Live costs are scaled by
+a reference candidate measured around them, so that the record holds one machine speed
+(``Measurements``); the scales applied are in the output. ``--live`` measures
 everything afresh instead. The records are kept in the repository (``--archive``,
 xz-compressed) and unpacked into ``--records`` when missing there. ``--transfer`` first
 teaches every arm's cost model the records of the other workloads (a ``SharedCostModel``).
@@ -41,6 +43,7 @@ import copy
 import json
 import platform
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -48,8 +51,9 @@ import numpy as np
 import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.database.record import trace_key
-from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput
+from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult
 from tilecraft.schedule.trace import Trace
+from tilecraft.search.default import default_schedule
 from tilecraft.search.evolution import SearchParams
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
@@ -74,11 +78,19 @@ ARMS = {  # name -> (sketch policy, mutation policy, local share)
 }
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
+SCALE_CHUNK = 32  # live measurements between two of the reference
 
 
 class Measurements:
     """Costs of candidates: from the record when it holds them, else measured live (and
-    then added to the record, unless ``live``, which measures everything)."""
+    then added to the record, unless ``live``, which measures everything).
+
+    Live costs are put on one scale. Every chunk of live measurements is bracketed by two
+    measurements of a reference candidate (the task's default schedule), and its costs
+    are multiplied by the reference's first recorded cost over its cost now. The record
+    thus reads as if every candidate had been measured with the machine as fast as when
+    the reference first was: on a shared machine the speed moves by up to 1.5x over hours,
+    and unscaled, all arms' best-so-far curves jumped together in the round it got faster."""
 
     def __init__(self, task: tc.SearchTask, record: Path, live: bool):
         self.task, self.record, self.live = task, record, live
@@ -88,22 +100,44 @@ class Measurements:
         for r in recorded:
             first = self.known.get(r.trace_json)
             self.known[r.trace_json] = (r.mean_cost, first[1] if first else r.all_cost)
+        reference = default_schedule(task.compute_dag, task.target).trace
+        self.reference = MeasureInput(task.compute_dag, task.target, reference)
+        self.reference_cost = next((r.mean_cost for r in recorded if r.trace_json == trace_key(reference)), None)
+        self.scales: list[float] = []  # of every chunk measured live, in order
         self.builder, self.runner = LocalBuilder(), LocalRunner()
         self.write = tc.RecordToFile(record)
         self.replayed = self.measured = 0
 
+    def _measure(self, traces: list[Trace], sketches: list[str]) -> list[MeasureResult]:
+        """Measure ``traces`` live, scaled to the reference's first cost, and record them."""
+        scaled = []
+        for at in range(0, len(traces), SCALE_CHUNK):
+            inputs = [MeasureInput(self.task.compute_dag, self.task.target, t) for t in traces[at:at + SCALE_CHUNK]]
+            bracketed = [self.reference, *inputs, self.reference]
+            before, *results, after = self.runner.run(bracketed, self.builder.build(bracketed))
+            if not (before.is_valid and after.is_valid):
+                raise RuntimeError(f"the reference (default) schedule of {self.task.desc} failed: "
+                                   f"{before.error_msg or after.error_msg}")
+            now = float(np.sqrt(before.mean_cost * after.mean_cost))
+            if self.reference_cost is None:  # the first time: this speed becomes the scale
+                self.reference_cost = now
+                self.write(self.task, [self.reference], [before])
+            scale = self.reference_cost / now
+            self.scales.append(scale)
+            results = [replace(r, costs=tuple(c * scale for c in r.costs)) for r in results]
+            self.write(self.task, inputs, results, sketches=sketches[at:at + SCALE_CHUNK])
+            scaled += results
+        return scaled
+
     def remeasure(self, count: int, seed: int = 0) -> None:
         """Measure the ``count`` fastest recorded candidates again, in one sitting and in
-        random order, and replay their new costs (failures keep the old ones). Records
-        measured hours apart on a shared machine differ by up to 1.5x: without this, all
-        arms' best-so-far curves jump together in the round the machine got faster."""
+        random order, and replay their new costs (failures keep the old ones): records
+        made before costs were scaled, or scaled by another reference, come onto this scale."""
         best = sorted((cost, key) for key, (cost, _) in self.known.items() if np.isfinite(cost))[:count]
         keys = [key for _, key in best]
         np.random.default_rng(seed).shuffle(keys)
-        traces = [Trace.from_json(json.loads(key)) for key in keys]
-        inputs = [MeasureInput(self.task.compute_dag, self.task.target, trace) for trace in traces]
-        results = self.runner.run(inputs, self.builder.build(inputs))
-        self.write(self.task, inputs, results, sketches=[self.sketch_of.get(key, "") for key in keys])
+        results = self._measure([Trace.from_json(json.loads(key)) for key in keys],
+                                [self.sketch_of.get(key, "") for key in keys])
         for key, result in zip(keys, results):
             if result.is_valid:
                 self.known[key] = (result.mean_cost, self.known[key][1])
@@ -113,9 +147,7 @@ class Measurements:
         keys = [trace_key(t) for t in traces]
         missing = [n for n, k in enumerate(keys) if k not in self.known]
         if missing:
-            inputs = [MeasureInput(self.task.compute_dag, self.task.target, traces[n]) for n in missing]
-            results = self.runner.run(inputs, self.builder.build(inputs))
-            self.write(self.task, inputs, results, sketches=[sketches[n] for n in missing])
+            results = self._measure([traces[n] for n in missing], [sketches[n] for n in missing])
             for n, result in zip(missing, results):
                 self.known[keys[n]] = (result.mean_cost, result.all_cost)
                 self.sketch_of[keys[n]] = sketches[n]
@@ -188,8 +220,9 @@ def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
                 one.round(measurements)
         progress = min(len(s.best_gflops) for s in searches)
         leaders = ", ".join(f"{s.arm}/{s.seed} {s.best_gflops[-1]:.1f}" for s in searches if s.best_gflops)
+        scale = f", scale {measurements.scales[-1]:.2f}" if measurements.scales else ""
         print(f"  {progress} trials each ({time.perf_counter() - started:.0f} s, {measurements.measured} measured "
-              f"live, {measurements.replayed} replayed): {leaders}", flush=True)
+              f"live, {measurements.replayed} replayed{scale}): {leaders}", flush=True)
     return [s.result() for s in searches]
 
 
@@ -311,7 +344,7 @@ def main() -> None:
             save(record, archive)
         table = summarise(runs, args.trials)
         results["workloads"][name] = {"table": table, "runs": runs, "replayed": measurements.replayed,
-                                      "measured_live": measurements.measured}
+                                      "measured_live": measurements.measured, "scales": measurements.scales}
         plot(name, runs, args.trials, out.with_name(f"ablation_{name}.png"))
         out.write_text(json.dumps(results, indent=1))
         print_table(name, table)
