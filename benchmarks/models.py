@@ -1,11 +1,12 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
-    python benchmarks/models.py [--trials N] [--only resnet50,bert_layer] [--out FILE]
+    python benchmarks/models.py [--trials N] [--only resnet50,bert_layer] [--tasks REGEX] [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
 with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
-its tasks (TaskScheduler) and compiled again from the log. The log is kept in
+its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
+regular expression, say the 7x7 layers) and compiled again from the log. The log is kept in
 benchmarks/records (xz-compressed), so a later run resumes the tuning. Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -56,7 +58,7 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float) -> dict:
+def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "") -> dict:
     path = model_zoo.export(name, directory / "onnx")
     shape = model_zoo.MODELS[name][1]
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
@@ -82,10 +84,16 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float) -> 
         log, archive = directory / "model_logs" / f"{name}.json", ARCHIVE / f"{name}_tuning.json.xz"
         restore(archive, log)
         log.parent.mkdir(parents=True, exist_ok=True)
+        chosen = [n for n, task in enumerate(tasks) if re.search(only_tasks, task.desc)]
+        if not chosen:
+            raise SystemExit(f"--tasks {only_tasks!r} matches none of {name}'s tasks: "
+                             + "; ".join(t.desc for t in tasks))
         started = time.perf_counter()
         try:
-            tc.TaskScheduler(tasks, weights, load_log_file=str(log) if log.exists() else None).tune(
-                tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
+            scheduler = tc.TaskScheduler([tasks[n] for n in chosen], [weights[n] for n in chosen],
+                                         load_log_file=str(log) if log.exists() else None)
+            scheduler.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))],
+                                            verbose=1))
         finally:
             save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
@@ -104,6 +112,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/models.json"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--min-ms", type=float, default=200)
+    parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
     options = parser.parse_args()
     names = [n for n in options.only.split(",") if n] or list(model_zoo.MODELS)
     unknown = [n for n in names if n not in model_zoo.MODELS]
@@ -113,7 +122,7 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
     rows = []
     for name in names:
-        rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms))
+        rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks))
         print(f"  {name}: done", flush=True)
 
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731

@@ -60,14 +60,14 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
 
 
 def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
-    """The register tile with the most FMAs per load (accumulators over broadcasts plus
-    weight vectors per reduction step), discounted by the padding it needs; a width that
-    divides its loop first, since a padded last tile reads packed weights by gathering."""
+    """The register tile with the most FMAs per load (accumulators over the vector loads
+    of a reduction step), discounted by the padding it needs; a width that divides its
+    loop first, since a padded last tile reads packed weights by gathering."""
     extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
 
     def value(shape):
-        vectors, rows = shape[0] // tile.lanes, math.prod(shape[1:])
+        accumulators = shape[0] // tile.lanes * math.prod(shape[1:])
         padding = math.prod(-(-e // f) * f / e for e, f in zip(extents, shape))
-        return extents[0] % shape[0] == 0, vectors * rows / (vectors + rows) / padding
+        return extents[0] % shape[0] == 0, accumulators / tile.loads_per_step(shape) / padding
 
     return max((tuple(int(v) for v in shape) for shape in tile.shapes), key=value)
