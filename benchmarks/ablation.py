@@ -79,6 +79,7 @@ ARMS = {  # name -> (sketch policy, mutation policy, local share)
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
 SCALE_CHUNK = 32  # live measurements between two of the reference
+SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a median
 
 
 class Measurements:
@@ -90,7 +91,11 @@ class Measurements:
     are multiplied by the reference's first recorded cost over its cost now. The record
     thus reads as if every candidate had been measured with the machine as fast as when
     the reference first was: on a shared machine the speed moves by up to 1.5x over hours,
-    and unscaled, all arms' best-so-far curves jumped together in the round it got faster."""
+    and unscaled, all arms' best-so-far curves jumped together in the round it got faster.
+    The reference's cost now is the median over the last SCALE_WINDOW chunks of the
+    faster of its two measurements: a load spike that slows one measurement of the
+    reference would otherwise make a whole chunk read up to 1.5x fast (it did, above the
+    machine's peak), and a wrongly fast candidate becomes every arm's best."""
 
     def __init__(self, task: tc.SearchTask, record: Path, live: bool):
         self.task, self.record, self.live = task, record, live
@@ -104,6 +109,7 @@ class Measurements:
         self.reference = MeasureInput(task.compute_dag, task.target, reference)
         self.reference_cost = next((r.mean_cost for r in recorded if r.trace_json == trace_key(reference)), None)
         self.scales: list[float] = []  # of every chunk measured live, in order
+        self.reference_now: list[float] = []  # the reference's cost around every chunk
         self.builder, self.runner = LocalBuilder(), LocalRunner()
         self.write = tc.RecordToFile(record)
         self.replayed = self.measured = 0
@@ -118,11 +124,11 @@ class Measurements:
             if not (before.is_valid and after.is_valid):
                 raise RuntimeError(f"the reference (default) schedule of {self.task.desc} failed: "
                                    f"{before.error_msg or after.error_msg}")
-            now = float(np.sqrt(before.mean_cost * after.mean_cost))
+            self.reference_now.append(min(before.mean_cost, after.mean_cost))
             if self.reference_cost is None:  # the first time: this speed becomes the scale
-                self.reference_cost = now
-                self.write(self.task, [self.reference], [before])
-            scale = self.reference_cost / now
+                self.reference_cost = self.reference_now[-1]
+                self.write(self.task, [self.reference], [min(before, after, key=lambda r: r.mean_cost)])
+            scale = self.reference_cost / float(np.median(self.reference_now[-SCALE_WINDOW:]))
             self.scales.append(scale)
             results = [replace(r, costs=tuple(c * scale for c in r.costs)) for r in results]
             self.write(self.task, inputs, results, sketches=sketches[at:at + SCALE_CHUNK])
