@@ -19,9 +19,9 @@ comparison is cheap to repeat and not hostage to the load on a shared machine: e
 workload has a record (a tuning log in ``--records``) keyed by the trace of a schedule. A
 candidate the record holds costs what the record says; one it does not hold is built and
 measured live and added to the record, so the record grows with every run and later runs
-replay more. Every arm thus sees one fixed cost per schedule. Live costs are scaled by
-a reference candidate measured around them, so that the record holds one machine speed
-(``Measurements``); the scales applied are in the output. ``--live`` measures
+replay more. Every arm thus sees one fixed cost per schedule. Live costs measured while
+the machine is faster than when the record began are scaled by a reference candidate
+measured around them (``Measurements``); the scales applied are in the output. ``--live`` measures
 everything afresh instead. The records are kept in the repository (``--archive``,
 xz-compressed) and unpacked into ``--records`` when missing there. ``--transfer`` first
 teaches every arm's cost model the records of the other workloads (a ``SharedCostModel``).
@@ -86,16 +86,17 @@ class Measurements:
     """Costs of candidates: from the record when it holds them, else measured live (and
     then added to the record, unless ``live``, which measures everything).
 
-    Live costs are put on one scale. Every chunk of live measurements is bracketed by two
-    measurements of a reference candidate (the task's default schedule), and its costs
-    are multiplied by the reference's first recorded cost over its cost now. The record
-    thus reads as if every candidate had been measured with the machine as fast as when
-    the reference first was: on a shared machine the speed moves by up to 1.5x over hours,
-    and unscaled, all arms' best-so-far curves jumped together in the round it got faster.
-    The reference's cost now is the median over the last SCALE_WINDOW chunks of the
-    faster of its two measurements: a load spike that slows one measurement of the
-    reference would otherwise make a whole chunk read up to 1.5x fast (it did, above the
-    machine's peak), and a wrongly fast candidate becomes every arm's best."""
+    Live costs are never read faster than the machine was when the record began. Every
+    chunk of live measurements is bracketed by two measurements of a reference candidate
+    (the task's default schedule); when the reference now runs faster than its first
+    recorded cost, the chunk's costs are multiplied by the ratio. On a shared machine the
+    speed moves by up to 1.5x over hours, and unscaled, all arms' best-so-far curves
+    jumped together in the round it got faster. Costs are never scaled down: the load of
+    the other tenants is intermittent, so a slowed reference says little about the
+    candidates measured beside it, and dividing by it made chunks read up to 1.35x fast
+    (above the machine's peak); a wrongly fast candidate becomes every arm's best. The
+    reference's cost now is the median over the last SCALE_WINDOW chunks of the faster of
+    its two measurements."""
 
     def __init__(self, task: tc.SearchTask, record: Path, live: bool):
         self.task, self.record, self.live = task, record, live
@@ -115,7 +116,7 @@ class Measurements:
         self.replayed = self.measured = 0
 
     def _measure(self, traces: list[Trace], sketches: list[str]) -> list[MeasureResult]:
-        """Measure ``traces`` live, scaled to the reference's first cost, and record them."""
+        """Measure ``traces`` live, slowed to the reference's first speed, and record them."""
         scaled = []
         for at in range(0, len(traces), SCALE_CHUNK):
             inputs = [MeasureInput(self.task.compute_dag, self.task.target, t) for t in traces[at:at + SCALE_CHUNK]]
@@ -128,7 +129,7 @@ class Measurements:
             if self.reference_cost is None:  # the first time: this speed becomes the scale
                 self.reference_cost = self.reference_now[-1]
                 self.write(self.task, [self.reference], [min(before, after, key=lambda r: r.mean_cost)])
-            scale = self.reference_cost / float(np.median(self.reference_now[-SCALE_WINDOW:]))
+            scale = max(1.0, self.reference_cost / float(np.median(self.reference_now[-SCALE_WINDOW:])))
             self.scales.append(scale)
             results = [replace(r, costs=tuple(c * scale for c in r.costs)) for r in results]
             self.write(self.task, inputs, results, sketches=sketches[at:at + SCALE_CHUNK])
