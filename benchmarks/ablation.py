@@ -80,6 +80,7 @@ DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
 SCALE_CHUNK = 32  # live measurements between two of the reference
 SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a median
+REFERENCE = "reference"  # the sketch name that marks the reference's measurement setting a record's speed
 
 
 class Measurements:
@@ -108,7 +109,8 @@ class Measurements:
             self.known[r.trace_json] = (r.mean_cost, first[1] if first else r.all_cost)
         reference = default_schedule(task.compute_dag, task.target).trace
         self.reference = MeasureInput(task.compute_dag, task.target, reference)
-        self.reference_cost = next((r.mean_cost for r in recorded if r.trace_json == trace_key(reference)), None)
+        self.reference_cost = next((r.mean_cost for r in reversed(recorded)  # the speed the record is kept at
+                                    if r.trace_json == trace_key(reference) and r.sketch == REFERENCE), None)
         self.scales: list[float] = []  # of every chunk measured live, in order
         self.reference_now: list[float] = []  # the reference's cost around every chunk
         self.builder, self.runner = LocalBuilder(), LocalRunner()
@@ -128,7 +130,8 @@ class Measurements:
             self.reference_now.append(min(before.mean_cost, after.mean_cost))
             if self.reference_cost is None:  # the first time: this speed becomes the scale
                 self.reference_cost = self.reference_now[-1]
-                self.write(self.task, [self.reference], [min(before, after, key=lambda r: r.mean_cost)])
+                self.write(self.task, [self.reference], [min(before, after, key=lambda r: r.mean_cost)],
+                           sketches=[REFERENCE])
             scale = max(1.0, self.reference_cost / float(np.median(self.reference_now[-SCALE_WINDOW:])))
             self.scales.append(scale)
             results = [replace(r, costs=tuple(c * scale for c in r.costs)) for r in results]
@@ -139,7 +142,10 @@ class Measurements:
     def remeasure(self, count: int, seed: int = 0) -> None:
         """Measure the ``count`` fastest recorded candidates again, in one sitting and in
         random order, and replay their new costs (failures keep the old ones): records
-        made before costs were scaled, or scaled by another reference, come onto this scale."""
+        made before costs were scaled, or scaled by another reference, come onto this scale.
+        The sitting sets the record's speed anew: the reference's earlier cost belongs to
+        whatever the machine's speed was then (one read 1.6x slower than this sitting)."""
+        self.reference_cost = None
         best = sorted((cost, key) for key, (cost, _) in self.known.items() if np.isfinite(cost))[:count]
         keys = [key for _, key in best]
         np.random.default_rng(seed).shuffle(keys)
