@@ -40,7 +40,7 @@ class RegisterTile:
         column while the weights fit the registers beside the accumulators, else one per
         FMA (a memory operand)."""
         vectors, rows = shape[0] // self.lanes, int(np.prod(shape[1:]))
-        weights_fit = rows * vectors + vectors + 2 <= self.registers
+        weights_fit = rows * vectors <= _beside_weights(self.registers, vectors)
         return rows + (vectors if weights_fit else rows * vectors)
 
     def draw(self, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -52,6 +52,12 @@ class RegisterTile:
                 where = shapes[:, column] == value
                 out[where, column] = rng.choice(table[int(value)], size=int(where.sum()))
         return out
+
+
+def _beside_weights(registers: int, vectors: int) -> int:
+    """Accumulators that fit beside one weight vector per column, a broadcast and a
+    spare (the rule BLIS sizes its micro-kernels by)."""
+    return registers - 2 - vectors
 
 
 def _filling_shapes(by_inner: list[dict], lanes: int, registers: int) -> np.ndarray:
@@ -69,7 +75,7 @@ def _filling_shapes(by_inner: list[dict], lanes: int, registers: int) -> np.ndar
         vectors = width // lanes
         if width % lanes or vectors > MAX_VECTORS or vectors & (vectors - 1):
             continue
-        free = registers - 2 - vectors
+        free = _beside_weights(registers, vectors)
         partial = [((width,), 1)]
         for table in by_inner[1:]:
             partial = [(shape + (v,), rows * v) for shape, rows in partial for v in sorted(table)
