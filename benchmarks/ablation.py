@@ -89,8 +89,9 @@ class Measurements:
 
     Live costs are never read faster than the machine was when the record began. Every
     chunk of live measurements is bracketed by two measurements of a reference candidate
-    (the task's default schedule); when the reference now runs faster than its first
-    recorded cost, the chunk's costs are multiplied by the ratio. On a shared machine the
+    (the task's default schedule); when the reference now runs faster than the cost that
+    set the record's speed (recorded under the sketch name REFERENCE), the chunk's costs
+    are multiplied by the ratio. On a shared machine the
     speed moves by up to 1.5x over hours, and unscaled, all arms' best-so-far curves
     jumped together in the round it got faster. Costs are never scaled down: the load of
     the other tenants is intermittent, so a slowed reference says little about the
@@ -100,7 +101,7 @@ class Measurements:
     its two measurements."""
 
     def __init__(self, task: tc.SearchTask, record: Path, live: bool):
-        self.task, self.record, self.live = task, record, live
+        self.task = task
         recorded = load_records(record, task.workload_key, task.target) if record.exists() and not live else []
         self.known: dict[str, tuple[float, float]] = {}  # trace key -> (latest cost, first measurement's seconds)
         self.sketch_of = {r.trace_json: r.sketch for r in recorded}
@@ -109,8 +110,9 @@ class Measurements:
             self.known[r.trace_json] = (r.mean_cost, first[1] if first else r.all_cost)
         reference = default_schedule(task.compute_dag, task.target).trace
         self.reference = MeasureInput(task.compute_dag, task.target, reference)
+        reference_key = trace_key(reference)
         self.reference_cost = next((r.mean_cost for r in reversed(recorded)  # the speed the record is kept at
-                                    if r.trace_json == trace_key(reference) and r.sketch == REFERENCE), None)
+                                    if r.trace_json == reference_key and r.sketch == REFERENCE), None)
         self.scales: list[float] = []  # of every chunk measured live, in order
         self.reference_now: list[float] = []  # the reference's cost around every chunk
         self.builder, self.runner = LocalBuilder(), LocalRunner()
@@ -118,7 +120,7 @@ class Measurements:
         self.replayed = self.measured = 0
 
     def _measure(self, traces: list[Trace], sketches: list[str]) -> list[MeasureResult]:
-        """Measure ``traces`` live, slowed to the reference's first speed, and record them."""
+        """Measure ``traces`` live, slowed to the record's speed, and record them."""
         scaled = []
         for at in range(0, len(traces), SCALE_CHUNK):
             inputs = [MeasureInput(self.task.compute_dag, self.task.target, t) for t in traces[at:at + SCALE_CHUNK]]
@@ -128,7 +130,7 @@ class Measurements:
                 raise RuntimeError(f"the reference (default) schedule of {self.task.desc} failed: "
                                    f"{before.error_msg or after.error_msg}")
             self.reference_now.append(min(before.mean_cost, after.mean_cost))
-            if self.reference_cost is None:  # the first time: this speed becomes the scale
+            if self.reference_cost is None:  # a new record, or a re-measuring sitting: this speed becomes the record's
                 self.reference_cost = self.reference_now[-1]
                 self.write(self.task, [self.reference], [min(before, after, key=lambda r: r.mean_cost)],
                            sketches=[REFERENCE])

@@ -114,6 +114,14 @@ def main() -> int:
     parser.add_argument("--min-ms", type=float, default=200)
     parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
     options = parser.parse_args()
+    if options.tasks:
+        if not options.trials:
+            parser.error(f"--tasks {options.tasks!r} picks tasks to tune: give --trials N > 0 as well")
+        try:
+            re.compile(options.tasks)
+        except re.error as error:
+            parser.error(f"--tasks {options.tasks!r} is not a regular expression ({error}); "
+                         f"match task descriptions such as '1x7x7x'")
     names = [n for n in options.only.split(",") if n] or list(model_zoo.MODELS)
     unknown = [n for n in names if n not in model_zoo.MODELS]
     if unknown:
