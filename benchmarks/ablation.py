@@ -2,7 +2,8 @@
 
     python benchmarks/ablation.py [--trials 1000] [--seeds 3] [--only matmul_1024,dense]
                                   [--arms baseline,both] [--live] [--transfer] [--remeasure N]
-                                  [--records DIR] [--out FILE]
+                                  [--no-defaults] [--records DIR] [--out FILE]
+    python benchmarks/ablation.py --tables RESULTS.json [RESULTS.json ...]
 
 Four arms, the same trial budget and seeds each:
 
@@ -13,6 +14,16 @@ Four arms, the same trial budget and seeds each:
 
 and, when named in --arms, both+local: "both" with a quarter of each round measuring
 neighbours of the best candidates (SearchParams.local_share, search/local.py).
+
+The workloads are single operators, and, when named in --only, whole models tuned by the
+task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
+model's curve is its throughput: all its FLOPs over the weighted sum of its tasks' best
+latencies. Its record starts from the log benchmarks/models.py keeps for it.
+
+Every search measures each sketch's default schedule first (SearchParams.defaults_first),
+as tilecraft's tuning does. Where a default already sits on the plateau (matmul 1024, the
+1x1 convolution) that leaves a policy little to find; ``--no-defaults`` searches from
+random samples only, as Ansor does, which measures the search itself.
 
 By default the searches run against a replay of recorded measurements, so that the
 comparison is cheap to repeat and not hostage to the load on a shared machine: each
@@ -32,7 +43,9 @@ really spent, plus each measured candidate's recorded build-and-run seconds (its
 
 Reported per workload and arm: the best GFLOPS after all trials (mean and range over
 seeds), and the trials and simulated time the arm's mean curve needs to reach the
-baseline's final mean best, as a share of the baseline's budget and time. A PNG per
+baseline's final mean best, as a share of the baseline's budget and time; and the same
+for coming within 1% of it (the measurement noise). ``--tables`` prints these tables
+again, and their means over workloads, from the results of earlier runs. A PNG per
 workload plots best GFLOPS against trials and time (mean, and the range over seeds).
 """
 
@@ -51,7 +64,7 @@ import numpy as np
 import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.database.record import trace_key
-from tilecraft.measure import LocalBuilder, LocalRunner, MeasureInput, MeasureResult
+from tilecraft.measure import LocalBuilder, LocalRunner, MeasureErrorKind, MeasureInput, MeasureResult
 from tilecraft.schedule.trace import Trace
 from tilecraft.search.default import default_schedule
 from tilecraft.search.evolution import SearchParams
@@ -69,6 +82,9 @@ WORKLOADS = {
     "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128)),
 }
 QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only matmul_128
+# Whole models, tuned by the task scheduler: name (benchmarks/model_zoo.py) -> the log of
+# benchmarks/models.py that a new record starts from. Run only when named in --only.
+MODELS = {"resnet50": "resnet50_tuning"}
 ARMS = {  # name -> (sketch policy, mutation policy, local share)
     "baseline": ("uniform", "fixed", 0.0),
     "bandit": ("bandit", "fixed", 0.0),
@@ -78,6 +94,10 @@ ARMS = {  # name -> (sketch policy, mutation policy, local share)
 }
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
+# The second, looser level the shares are reported at: within the measurement noise
+# (about 1%) of the baseline's final mean best. Reaching the final itself is luck when the
+# default schedule already sits on the plateau (conv2d_r50_1x1).
+NEAR = 0.99
 SCALE_CHUNK = 32  # live measurements between two of the reference
 SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a median
 REFERENCE = "reference"  # the sketch name that marks the reference's measurement setting a record's speed
@@ -100,7 +120,7 @@ class Measurements:
     reference's cost now is the median over the last SCALE_WINDOW chunks of the faster of
     its two measurements."""
 
-    def __init__(self, task: tc.SearchTask, record: Path, live: bool):
+    def __init__(self, task: tc.SearchTask, record: Path, live: bool, runner: LocalRunner):
         self.task = task
         recorded = load_records(record, task.workload_key, task.target) if record.exists() and not live else []
         self.known: dict[str, tuple[float, float]] = {}  # trace key -> (latest cost, first measurement's seconds)
@@ -115,7 +135,7 @@ class Measurements:
                                     if r.trace_json == reference_key and r.sketch == REFERENCE), None)
         self.scales: list[float] = []  # of every chunk measured live, in order
         self.reference_now: list[float] = []  # the reference's cost around every chunk
-        self.builder, self.runner = LocalBuilder(), LocalRunner()
+        self.builder, self.runner = LocalBuilder(), runner  # the runner is shared by a model's tasks
         self.write = tc.RecordToFile(record)
         self.replayed = self.measured = 0
 
@@ -170,19 +190,19 @@ class Measurements:
         self.replayed += len(keys) - len(missing)
         return [self.known[k][0] for k in keys], [self.known[k][1] for k in keys]
 
-    def close(self) -> None:
-        self.runner.close()
-
 
 class Search:
     """One arm's search with one seed, advanced a round at a time; it keeps the best
     GFLOPS and the simulated seconds after each trial."""
 
-    def __init__(self, task: tc.SearchTask, arm: str, seed: int, trials: int, taught: SharedCostModel | None):
+    def __init__(self, task: tc.SearchTask, measurements: Measurements, arm: str, seed: int, trials: int,
+                 taught: SharedCostModel | None, defaults_first: bool = True):
         sketch_policy, mutation_policy, local_share = ARMS[arm]
         model = copy.deepcopy(taught)  # each search learns on from its own copy
-        self.policy = SketchPolicy(task, model, SearchParams(local_share=local_share), seed=seed,
+        params = SearchParams(local_share=local_share, defaults_first=defaults_first)
+        self.policy = SketchPolicy(task, model, params, seed=seed,
                                    sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+        self.measurements = measurements
         self.arm, self.seed, self.trials = arm, seed, trials
         self.flop = task.compute_dag.flop_count()
         self.best_gflops: list[float] = []
@@ -193,7 +213,7 @@ class Search:
     def done(self) -> bool:
         return self.exhausted or len(self.best_gflops) >= self.trials
 
-    def round(self, measurements: Measurements) -> None:
+    def round(self) -> None:
         policy = self.policy
         started = time.perf_counter()
         candidates = policy.next_batch(min(PER_ROUND, self.trials - len(self.best_gflops)))
@@ -202,7 +222,7 @@ class Search:
             return
         searched = time.perf_counter() - started
         traces = [policy.trace_of(c) for c in candidates]
-        costs, seconds = measurements.costs(traces, [policy.sketches[c.sketch].name for c in candidates])
+        costs, seconds = self.measurements.costs(traces, [policy.sketches[c.sketch].name for c in candidates])
         started = time.perf_counter()
         policy.update(candidates, costs)
         self.simulated += searched + time.perf_counter() - started
@@ -218,27 +238,128 @@ class Search:
                 "final_sketch_shares": None if shares is None else shares.tolist()}
 
 
-def run_workload(task: tc.SearchTask, arms: list[str], seeds: int, trials: int,
-                 measurements: Measurements, donors: list[tuple] = ()) -> list[dict]:
-    """Every arm and seed in lockstep, a round each in turn, so that whatever load the
-    machine has while the record grows falls on all arms alike."""
+class ModelSearch:
+    """One arm's tuning of a whole model by the task scheduler (Ansor's gradient policy,
+    one cost model shared by the tasks), with one seed, a round at a time. Its curve is the
+    model's throughput: the FLOPs of all its subgraphs over the weighted sum of its tasks'
+    best latencies, 0 until every task has a valid one (the warm-up round of each)."""
+
+    def __init__(self, tasks: list, weights: list, measurements: list[Measurements], arm: str, seed: int,
+                 trials: int, defaults_first: bool = True):
+        sketch_policy, mutation_policy, local_share = ARMS[arm]
+        shared = SharedCostModel()
+        params = SearchParams(local_share=local_share, defaults_first=defaults_first)
+
+        def policy(task: tc.SearchTask, n: int) -> SketchPolicy:
+            return SketchPolicy(task, shared, params, seed=seed * 1000 + n,
+                                sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+
+        self.scheduler = tc.TaskScheduler(tasks, weights, seed=seed, policy_factory=policy)
+        self.runner = _ReplayRunner({id(m.task.compute_dag): m for m in measurements}, self._measured)
+        self.weight = {id(t.compute_dag): w for t, w in zip(tasks, weights)}
+        self.best = dict.fromkeys(self.weight, np.inf)
+        self.flop = sum(w * t.compute_dag.flop_count() for t, w in zip(tasks, weights))
+        self.arm, self.seed, self.trials = arm, seed, trials
+        self.best_gflops: list[float] = []
+        self.seconds: list[float] = []
+        self.simulated, self.exhausted = 0.0, False
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted or len(self.best_gflops) >= self.trials
+
+    def round(self) -> None:
+        before = len(self.best_gflops)
+        started, self.runner.spent = time.perf_counter(), 0.0
+        self.scheduler.tune(tc.TuningOptions(num_measure_trials=min(PER_ROUND, self.trials - before),
+                                             num_measures_per_round=PER_ROUND, builder=_NoBuild(),
+                                             runner=self.runner, verbose=0))
+        # The search's and the cost model's own seconds; they count at the end of the round.
+        self.simulated += time.perf_counter() - started - self.runner.spent
+        self.exhausted = len(self.best_gflops) == before
+
+    def _measured(self, dag: int, cost: float, seconds: float) -> None:
+        self.best[dag] = min(self.best[dag], cost)
+        self.simulated += seconds if np.isfinite(seconds) else 0.0
+        latency = sum(self.weight[d] * c for d, c in self.best.items())
+        self.best_gflops.append(self.flop / latency / 1e9 if np.isfinite(latency) else 0.0)
+        self.seconds.append(self.simulated)
+
+    def result(self) -> dict:
+        return {"arm": self.arm, "seed": self.seed, "best_gflops": self.best_gflops, "seconds": self.seconds,
+                "trials_per_task": [s.summary.trials for s in self.scheduler.states]}
+
+
+class _NoBuild:
+    """The task scheduler's builder in the ablation: nothing to build before a replay, and
+    a live measurement builds in ``Measurements``."""
+
+    def build(self, inputs: list) -> list[None]:
+        return [None] * len(inputs)
+
+
+class _ReplayRunner:
+    """The task scheduler's runner in the ablation: each candidate costs what its task's
+    ``Measurements`` say (replayed, or measured live and recorded), and ``measured`` hears
+    of each with the seconds the record gives it. ``spent`` counts the seconds spent here,
+    which are not the search's."""
+
+    def __init__(self, measurements: dict[int, Measurements], measured):
+        self.measurements, self.measured, self.spent = measurements, measured, 0.0
+
+    def run(self, inputs: list[MeasureInput], builds: list, on_result=None) -> list[MeasureResult]:
+        started = time.perf_counter()
+        dag = id(inputs[0].dag)
+        costs, seconds = self.measurements[dag].costs([i.trace for i in inputs], [None] * len(inputs))
+        self.spent += time.perf_counter() - started
+        results = []
+        for n, (cost, spent) in enumerate(zip(costs, seconds)):
+            valid = np.isfinite(cost)
+            results.append(MeasureResult((cost,) if valid else (), MeasureErrorKind.NONE if valid else
+                                         MeasureErrorKind.RUNTIME, "" if valid else "failed when recorded",
+                                         spent, time.time()))
+            self.measured(dag, cost, spent)
+            if on_result is not None:
+                on_result(n, results[-1])
+        return results
+
+
+def run_lockstep(searches: list, measurements: list[Measurements]) -> list[dict]:
+    """Every search (an arm and a seed) in lockstep, a round each in turn, so that whatever
+    load the machine has while the record grows falls on all arms alike."""
+    started = time.perf_counter()
+    while not all(s.done for s in searches):
+        for one in searches:
+            if not one.done:
+                one.round()
+        progress = min(len(s.best_gflops) for s in searches)
+        leaders = ", ".join(f"{s.arm}/{s.seed} {s.best_gflops[-1]:.1f}" for s in searches if s.best_gflops)
+        scales = [scale for m in measurements for scale in m.scales[-1:]]
+        scale = f", scale {max(scales):.2f}" if scales else ""
+        print(f"  {progress} trials each ({time.perf_counter() - started:.0f} s, "
+              f"{sum(m.measured for m in measurements)} measured live, "
+              f"{sum(m.replayed for m in measurements)} replayed{scale}): {leaders}", flush=True)
+    return [s.result() for s in searches]
+
+
+def operator_searches(task: tc.SearchTask, measurements: Measurements, arms: list[str], seeds: int, trials: int,
+                      donors: list[tuple] = (), defaults_first: bool = True) -> list[Search]:
     taught = None
     if donors:  # transfer: one cost model, first taught the other workloads' records
         taught = SharedCostModel()
         for donor, records in donors:
             SketchPolicy(donor, taught).preload(records, mark_measured=False)
-    searches = [Search(task, arm, seed, trials, taught) for seed in range(seeds) for arm in arms]
-    started = time.perf_counter()
-    while not all(s.done for s in searches):
-        for one in searches:
-            if not one.done:
-                one.round(measurements)
-        progress = min(len(s.best_gflops) for s in searches)
-        leaders = ", ".join(f"{s.arm}/{s.seed} {s.best_gflops[-1]:.1f}" for s in searches if s.best_gflops)
-        scale = f", scale {measurements.scales[-1]:.2f}" if measurements.scales else ""
-        print(f"  {progress} trials each ({time.perf_counter() - started:.0f} s, {measurements.measured} measured "
-              f"live, {measurements.replayed} replayed{scale}): {leaders}", flush=True)
-    return [s.result() for s in searches]
+    return [Search(task, measurements, arm, seed, trials, taught, defaults_first)
+            for seed in range(seeds) for arm in arms]
+
+
+def model_tasks(name: str, directory: Path) -> tuple[list, list]:
+    """The tasks and weights of model ``name``, exported to ONNX once (that needs torch)."""
+    try:
+        import model_zoo  # benchmarks/model_zoo.py, beside this script
+    except ImportError as error:
+        raise SystemExit(f"the model workloads are exported to ONNX from PyTorch ({error}): pip install torch")
+    return tc.extract_tasks(str(model_zoo.export(name, directory / "onnx")), tc.Target.host())
 
 
 def recorded_workloads(known: dict, archive: Path, records: Path, but: str) -> list[tuple]:
@@ -261,24 +382,31 @@ def reach(curve: np.ndarray, level: float) -> int | None:
 
 
 def summarise(runs: list[dict], trials: int) -> dict:
-    """Per arm: final best (mean, min, max over seeds) and the trials and time its mean
-    curve needs to reach the baseline's final mean best."""
+    """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
+    curve needs to reach the baseline's final mean best, and to come within NEAR of it."""
     by_arm: dict[str, list[dict]] = {}
     for run in runs:
         by_arm.setdefault(run["arm"], []).append(run)
     curves = {arm: np.mean([_padded(r["best_gflops"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     target = curves["baseline"][-1] if "baseline" in curves else None
+
+    def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
+        if not at:
+            return None, None, None
+        return at, at / trials, float(clocks[arm][at - 1] / clocks["baseline"][-1])
+
     table = {}
     for arm, rs in by_arm.items():
         finals = [r["best_gflops"][-1] for r in rs]
-        at = reach(curves[arm], target) if target else None
+        at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
+        near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
-            "trials_to_baseline_best": at,
-            "trial_share": at / trials if at else None,
-            "time_share": float(clocks[arm][at - 1] / clocks["baseline"][-1]) if at and target else None,
+            "trials_to_baseline_best": at, "trial_share": trial_share, "time_share": time_share,
+            "trials_to_near_baseline": near, "near_trial_share": near_trial_share,
+            "near_time_share": near_time_share,
             "simulated_secs": float(clocks[arm][-1]),
         }
     return table
@@ -328,71 +456,117 @@ def main() -> None:
                         help="first measure the N fastest recorded candidates again, in one sitting")
     parser.add_argument("--transfer", action="store_true",
                         help="every arm's cost model first learns the other workloads' records")
+    parser.add_argument("--no-defaults", action="store_true",
+                        help="search from random samples only, as Ansor does: no sketch's default schedule first")
+    parser.add_argument("--tables", nargs="+", metavar="RESULTS",
+                        help="measure nothing: print the tables of saved results (--out files of earlier runs)")
     args = parser.parse_args()
+    if args.tables:
+        return print_saved(args.tables)
     if args.remeasure < 0:
         raise SystemExit(f"--remeasure {args.remeasure}: give how many recorded candidates to measure again (0: none)")
     known = {**WORKLOADS, **QUICK}
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
     arms = [a for a in args.arms.split(",") if a]
     for name in names + arms:
-        if name not in known and name not in ARMS:
-            raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join(known)}; "
+        if name not in known and name not in MODELS and name not in ARMS:
+            raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join([*known, *MODELS])}; "
                              f"arms: {', '.join(ARMS)}")
+    if args.transfer and any(name in MODELS for name in names):
+        raise SystemExit("--transfer is for single operators: a model's tasks already share one cost model; "
+                         "leave out --transfer or the model")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
-               "live": args.live, "transfer": args.transfer, "workloads": {}}
+               "live": args.live, "transfer": args.transfer, "defaults_first": not args.no_defaults, "workloads": {}}
     for name in names:
-        func, workload_args = known[name]
-        task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
         record, archive = Path(args.records) / f"{name}.json", Path(args.archive) / f"{name}.json.xz"
         restore(archive, record)
-        measurements = Measurements(task, record, args.live)
+        if name in MODELS:
+            tasks, weights = model_tasks(name, out.parent)
+            warm_up = len(tasks) * PER_ROUND
+            if args.trials <= warm_up:
+                raise SystemExit(f"{name} has {len(tasks)} tasks, whose warm-up rounds alone take {warm_up} trials: "
+                                 f"give --trials well above that (4000, say)")
+            restore(Path(args.archive) / f"{MODELS[name]}.json.xz", record)  # a new record starts from models.py's log
+        else:
+            func, workload_args = known[name]
+            tasks = [tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())]
+        runner = LocalRunner()
+        measurements = [Measurements(task, record, args.live, runner) for task in tasks]
         try:
-            if args.remeasure:
-                measurements.remeasure(args.remeasure)
-            donors = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
-                      if args.transfer else [])
-            runs = run_workload(task, arms, args.seeds, args.trials, measurements, donors)
+            for each in measurements if args.remeasure else []:
+                each.remeasure(args.remeasure)
+            if name in MODELS:
+                searches = [ModelSearch(tasks, weights, measurements, arm, seed, args.trials, not args.no_defaults)
+                            for seed in range(args.seeds) for arm in arms]
+            else:
+                donors = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
+                          if args.transfer else [])
+                searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donors,
+                                             not args.no_defaults)
+            runs = run_lockstep(searches, measurements)
         finally:
-            measurements.close()
+            runner.close()
             save(record, archive)
         table = summarise(runs, args.trials)
-        results["workloads"][name] = {"table": table, "runs": runs, "replayed": measurements.replayed,
-                                      "measured_live": measurements.measured, "scales": measurements.scales}
+        results["workloads"][name] = {"table": table, "runs": runs,
+                                      "replayed": sum(m.replayed for m in measurements),
+                                      "measured_live": sum(m.measured for m in measurements),
+                                      "scales": [m.scales for m in measurements] if name in MODELS else
+                                      measurements[0].scales}
         plot(name, runs, args.trials, out.with_name(f"ablation_{name}.png"))
         out.write_text(json.dumps(results, indent=1))
         print_table(name, table)
     print_overall(results)
 
 
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def print_table(name: str, table: dict) -> None:
     print(f"\n{name}")
     print(f"{'arm':10s} {'final GFLOPS (min-max)':>24s} {'trials to base':>15s} {'trial share':>12s} "
-          f"{'time share':>11s}")
+          f"{'time share':>11s} {'to 99%':>7s} {'trial share':>12s} {'time share':>11s}")
     for arm, row in table.items():
-        share = "-" if row["trial_share"] is None else f"{row['trial_share']:.2f}"
-        time_share = "-" if row["time_share"] is None else f"{row['time_share']:.2f}"
         print(f"{arm:10s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
               f"{row['final_gflops_max']:.1f}) {str(row['trials_to_baseline_best'] or 'never'):>15s} "
-              f"{share:>12s} {time_share:>11s}")
+              f"{_share(row['trial_share']):>12s} {_share(row['time_share']):>11s} "
+              f"{str(row['trials_to_near_baseline'] or 'never'):>7s} {_share(row['near_trial_share']):>12s} "
+              f"{_share(row['near_time_share']):>11s}")
 
 
 def print_overall(results: dict) -> None:
     """Means over the workloads of each arm's shares and final best relative to baseline."""
-    rows: dict[str, list[tuple]] = {}
+    rows: dict[str, list[dict]] = {}
     for data in results["workloads"].values():
         table = data["table"]
         base = table.get("baseline")
         for arm, row in table.items():
             ratio = row["final_gflops_mean"] / base["final_gflops_mean"] if base else float("nan")
-            rows.setdefault(arm, []).append((row["trial_share"], row["time_share"], ratio))
-    print("\nover all workloads (shares count 1.0 where the arm never reached the baseline's best)")
-    print(f"{'arm':10s} {'mean trial share':>17s} {'mean time share':>16s} {'worst final vs base':>20s}")
+            rows.setdefault(arm, []).append({**row, "ratio": ratio})
+    print(f"\nover {len(results['workloads'])} workloads (shares count 1.0 where the arm never reached the level)")
+    print(f"{'arm':10s} {'mean trial share':>17s} {'mean time share':>16s} {'within 1%: trial':>17s} "
+          f"{'time':>6s} {'worst final vs base':>20s}")
     for arm, values in rows.items():
-        trial = np.mean([1.0 if t is None else t for t, _, _ in values])
-        spent = np.mean([1.0 if s is None else s for _, s, _ in values])
-        print(f"{arm:10s} {trial:17.2f} {spent:16.2f} {min(r for _, _, r in values):20.3f}")
+        def mean(key: str) -> float:
+            return float(np.mean([1.0 if v[key] is None else v[key] for v in values]))
+        print(f"{arm:10s} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} {mean('near_trial_share'):17.2f} "
+              f"{mean('near_time_share'):6.2f} {min(v['ratio'] for v in values):20.3f}")
+
+
+def print_saved(paths: list[str]) -> None:
+    """The tables of earlier runs, summarised anew from their saved curves; where several
+    files hold a workload, the last one named wins."""
+    results: dict = {"workloads": {}}
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        for name, data in saved["workloads"].items():
+            table = summarise(data["runs"], saved["trials"])
+            results["workloads"][name] = {"table": table}
+            print_table(f"{name} ({path})", table)
+    print_overall(results)
 
 
 if __name__ == "__main__":

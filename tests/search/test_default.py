@@ -73,3 +73,16 @@ def test_default_rows_of_rfactor_sketches_match_numpy(kernel_cache):
         sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * target.num_cores)).replay(dag)
         func = tc.build(sch, cache_dir=kernel_cache)
         np.testing.assert_allclose(func(*inputs), inputs[0] @ inputs[1], rtol=1e-4, atol=1e-4)
+
+
+def test_without_defaults_first_the_first_round_is_the_searchs_own():
+    from tilecraft.search.default import JOBS_PER_CORE, default_row
+    from tilecraft.search.evolution import SearchParams
+    from tilecraft.search.policy import SketchPolicy
+
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    policy = SketchPolicy(task, params=SearchParams(population=64, num_iters=1, defaults_first=False), seed=0)
+    min_parallel = JOBS_PER_CORE * task.target.num_cores
+    defaults = {(n, tuple(default_row(s, min_parallel))) for n, s in enumerate(policy.sketches)}
+    batch = policy.next_batch(len(defaults))
+    assert len(batch) == len(defaults) and not defaults <= {(c.sketch, c.row) for c in batch}

@@ -34,6 +34,9 @@ class SearchParams:
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
     local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
+    # The first round starts with every sketch's rule-made default schedule (search/default.py), so
+    # tuning never ends below it; False searches from random samples only, as Ansor does.
+    defaults_first: bool = True
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ class SketchPolicy:
         chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
                                               self.min_parallel, self.params, self.sketch_policy.shares(),
                                               self.mutation_policy)
-        if not self.measured:  # the rule-made default of every sketch first: tuning never ends below it
+        if self.params.defaults_first and not self.measured:  # so tuning never ends below them
             defaults = [Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
                         for n, s in enumerate(self.sketches)]
             keys = {c.key for c in defaults}

@@ -1,0 +1,120 @@
+"""The ablation's summary: the shares the faster-search claims rest on, and its command line."""
+
+import json
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.database.record import trace_key
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import ablation  # noqa: E402  (benchmarks/ablation.py, beside its archive module)
+
+TRIALS = 10
+
+
+def run(arm: str, best: list[float], seconds_per_trial: float = 1.0) -> dict:
+    return {"arm": arm, "seed": 0, "best_gflops": best, "seconds": list(np.cumsum([seconds_per_trial] * len(best)))}
+
+
+def runs() -> list[dict]:
+    return [
+        run("baseline", [50, 60, 70, 80, 90, 95, 99, 99, 99, 100]),
+        run("both", [60, 80, 95, 99.5, 100, 100, 100, 100, 100, 101], seconds_per_trial=2.0),
+        run("bandit", [40, 50, 60, 70, 80, 98, 98, 98, 98, 98]),
+    ]
+
+
+def test_shares_count_the_trials_and_time_to_the_baselines_final_mean_and_to_within_one_percent():
+    table = ablation.summarise(runs(), TRIALS)
+    base, both, bandit = table["baseline"], table["both"], table["bandit"]
+    assert (base["trials_to_baseline_best"], base["trial_share"], base["time_share"]) == (10, 1.0, 1.0)
+    assert (base["trials_to_near_baseline"], base["near_trial_share"]) == (7, 0.7)
+    # "both" reaches 100 at trial 5 but spends two seconds a trial: half the trials, the same time.
+    assert (both["trials_to_baseline_best"], both["trial_share"], both["time_share"]) == (5, 0.5, 1.0)
+    assert (both["trials_to_near_baseline"], both["near_trial_share"], both["near_time_share"]) == (4, 0.4, 0.8)
+    assert bandit["trials_to_baseline_best"] is None and bandit["trial_share"] is None
+    assert bandit["trials_to_near_baseline"] is None  # 98 is not within 1% of 100
+    assert both["final_gflops_mean"] == 101 and bandit["final_gflops_max"] == 98
+
+
+def test_an_arm_is_judged_by_the_mean_curve_over_its_seeds():
+    seeds = [run("baseline", [100] * TRIALS), run("both", [100] * TRIALS), run("both", [90] * 9 + [100])]
+    table = ablation.summarise(seeds, TRIALS)
+    assert table["both"]["seeds"] == 2
+    assert table["both"]["trials_to_baseline_best"] == 10  # the mean is 95 until both seeds are at 100
+    assert table["both"]["final_gflops_min"] == 100
+
+
+def test_a_short_curve_is_held_at_its_last_value():
+    table = ablation.summarise([run("baseline", [100] * TRIALS), run("both", [80, 100])], TRIALS)
+    assert table["both"]["trials_to_baseline_best"] == 2
+    assert table["both"]["final_gflops_mean"] == 100
+
+
+def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    stale = [run("baseline", [1.0] * TRIALS), run("both", [1.0] * TRIALS)]
+    first.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": stale},
+                                                                  "dense": {"runs": runs()}}}))
+    second.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": runs()}}}))
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
+                          capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    overall = lines[lines.index(next(line for line in lines if line.startswith("over 2 workloads"))):]
+    both = next(line for line in overall if line.startswith("both")).split()
+    # matmul's later file wins, so both workloads hold runs(): "both" at 0.50 / 1.00 / 0.40 / 0.80.
+    assert both[1:5] == ["0.50", "1.00", "0.40", "0.80"]
+    bandit = next(line for line in overall if line.startswith("bandit")).split()
+    assert bandit[1:5] == ["1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--remeasure", "-1"], "--remeasure -1"),
+    (["--only", "conv2d_r50_9x9"], "unknown workload or arm 'conv2d_r50_9x9'"),
+    (["--arms", "baseline,greedy"], "unknown workload or arm 'greedy'"),
+])
+def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), *arguments,
+                           "--records", str(tmp_path), "--archive", str(tmp_path), "--out", str(tmp_path / "o.json")],
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
+class FakeMeasurements:
+    """Replays a made-up cost per trace (a few fail), so no candidate is built."""
+
+    def __init__(self, task):
+        self.task, self.scales, self.measured, self.replayed = task, [], 0, 0
+        self.seen: list[float] = []
+
+    def costs(self, traces, sketches):
+        codes = [zlib.crc32(trace_key(t).encode()) for t in traces]
+        costs = [np.inf if code % 7 == 0 else 1e-6 * (1 + code % 1000) for code in codes]
+        self.seen += costs
+        self.replayed += len(traces)
+        return costs, [0.5] * len(traces)
+
+
+def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_task_scheduler():
+    tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
+    weights = [3, 1]
+    measurements = [FakeMeasurements(task) for task in tasks]
+    search = ablation.ModelSearch(tasks, weights, measurements, "both", seed=0, trials=3 * ablation.PER_ROUND)
+    runs = ablation.run_lockstep([search], measurements)
+    curve = runs[0]["best_gflops"]
+    assert len(curve) == 3 * ablation.PER_ROUND and sum(runs[0]["trials_per_task"]) == len(curve)
+    assert curve[ablation.PER_ROUND - 1] == 0  # the second task has had no round yet
+    assert curve[2 * ablation.PER_ROUND - 1] > 0 and np.all(np.diff(curve) >= 0)
+    flop = sum(w * t.compute_dag.flop_count() for t, w in zip(tasks, weights))
+    latency = sum(w * min(m.seen) for w, m in zip(weights, measurements))
+    assert curve[-1] == pytest.approx(flop / latency / 1e9)
+    assert np.all(np.diff(runs[0]["seconds"]) >= 0.5)  # each trial adds its recorded seconds
