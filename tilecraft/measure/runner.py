@@ -30,6 +30,7 @@ from time import perf_counter, time
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..te.dag import ComputeDAG
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
@@ -182,7 +183,10 @@ class LocalRunner:
         key = dag.workload_key
         if key not in self._references:
             inputs = dag.random_inputs(np.random.default_rng(REFERENCE_SEED))
-            outputs = dag.evaluate_numpy(inputs)
+            # On one BLAS thread: OpenBLAS's threads spin for ~0.1 s after a call, and that
+            # slowed the timing of the next candidate (a new task's first) by up to 2x.
+            with threadpool_limits(limits=1, user_api="blas"):
+                outputs = dag.evaluate_numpy(inputs)
             arrays = {t.name: a for t, a in zip(dag.placeholders, inputs)}
             arrays.update({t.name: a for t, a in zip(dag.outputs, outputs)})
             path = Path(self._directory.name) / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
