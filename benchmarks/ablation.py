@@ -547,13 +547,13 @@ def print_overall(results: dict) -> None:
             ratio = row["final_gflops_mean"] / base["final_gflops_mean"] if base else float("nan")
             rows.setdefault(arm, []).append({**row, "ratio": ratio})
     print(f"\nover {len(results['workloads'])} workloads (shares count 1.0 where the arm never reached the level)")
-    print(f"{'arm':10s} {'mean trial share':>17s} {'mean time share':>16s} {'within 1%: trial':>17s} "
-          f"{'time':>6s} {'worst final vs base':>20s}")
+    print(f"{'arm':10s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
+          f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s}")
     for arm, values in rows.items():
         def mean(key: str) -> float:
             return float(np.mean([1.0 if v[key] is None else v[key] for v in values]))
-        print(f"{arm:10s} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} {mean('near_trial_share'):17.2f} "
-              f"{mean('near_time_share'):6.2f} {min(v['ratio'] for v in values):20.3f}")
+        print(f"{arm:10s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
+              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} {min(v['ratio'] for v in values):20.3f}")
 
 
 def print_saved(paths: list[str]) -> None:

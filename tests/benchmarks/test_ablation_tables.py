@@ -70,9 +70,9 @@ def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
     overall = lines[lines.index(next(line for line in lines if line.startswith("over 2 workloads"))):]
     both = next(line for line in overall if line.startswith("both")).split()
     # matmul's later file wins, so both workloads hold runs(): "both" at 0.50 / 1.00 / 0.40 / 0.80.
-    assert both[1:5] == ["0.50", "1.00", "0.40", "0.80"]
+    assert both[1:6] == ["2", "0.50", "1.00", "0.40", "0.80"]
     bandit = next(line for line in overall if line.startswith("bandit")).split()
-    assert bandit[1:5] == ["1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
+    assert bandit[1:6] == ["2", "1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
 
 
 @pytest.mark.parametrize("arguments, message", [
