@@ -561,9 +561,14 @@ def print_saved(paths: list[str]) -> None:
     files hold a workload, the last one named wins."""
     results: dict = {"workloads": {}}
     for path in paths:
-        saved = json.loads(Path(path).read_text())
-        for name, data in saved["workloads"].items():
-            table = summarise(data["runs"], saved["trials"])
+        try:
+            saved = json.loads(Path(path).read_text())
+            workloads, trials = saved["workloads"], saved["trials"]
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise SystemExit(f"--tables {path}: not the results of an ablation run ({type(error).__name__}: "
+                             f"{error}); name files that ablation.py wrote with --out")
+        for name, data in workloads.items():
+            table = summarise(data["runs"], trials)
             results["workloads"][name] = {"table": table}
             print_table(f"{name} ({path})", table)
     print_overall(results)

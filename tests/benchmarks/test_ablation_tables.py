@@ -75,6 +75,18 @@ def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
     assert bandit[1:6] == ["2", "1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
 
 
+@pytest.mark.parametrize("content", [None, "not json", '{"trials": 10}'])
+def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content, tmp_path):
+    path = tmp_path / "results.json"
+    if content is not None:
+        path.write_text(content)
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(path)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert f"--tables {path}: not the results of an ablation run" in done.stderr
+    assert "name files that ablation.py wrote with --out" in done.stderr
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["--remeasure", "-1"], "--remeasure -1"),
     (["--only", "conv2d_r50_9x9"], "unknown workload or arm 'conv2d_r50_9x9'"),
