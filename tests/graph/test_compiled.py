@@ -203,6 +203,12 @@ def test_a_missing_or_corrupt_file_is_named(saved):
         tc.load_model(saved / "weights")
 
 
+def test_a_corrupt_runner_is_named(saved):
+    (saved / "runner.so").write_bytes(b"not a library")
+    with pytest.raises(ModelLoadError, match=r"cannot load the runner of the kernels from .*runner.so"):
+        tc.load_model(saved)
+
+
 def test_buffers_are_shared_once_every_reader_has_run_and_a_view_keeps_its_source_alive():
     from tilecraft.graph.compiled import Step, _plan_buffers
     from tilecraft.graph.ir import Value

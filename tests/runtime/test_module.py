@@ -5,6 +5,7 @@ import pytest
 
 from tilecraft.errors import BuildError
 from tilecraft.runtime import ArgSpec, Module, PackSpec, ProfileResult, aligned_empty, compile_c
+from tilecraft.runtime.plan import NativePlan, compile_plan_runner
 from tilecraft.target import Target
 
 N = 1000
@@ -181,16 +182,27 @@ def test_packed_weights_are_packed_once_when_bound(matvec):
     assert pack_calls(matvec) == 1
 
 
-def test_a_bound_call_reruns_on_the_same_buffers_and_refuses_weights_packed_per_call(matvec):
+def test_plan_calls_use_weights_bound_once_and_pack_an_unbound_input_at_every_run(matvec, tmp_path):
     w = np.arange(12, dtype=np.float32).reshape(4, 3)
     x, y = np.zeros(4, dtype=np.float32), np.empty(3, dtype=np.float32)
-    call = matvec.bind_weights(w=w).bound_call(x, y)
+    runner = compile_plan_runner(3, Target.host(), tmp_path)
+    bound = matvec.bind_weights(w=w)
+    packs = pack_calls(matvec)
+    calls, buffers = bound.plan_calls([x.ctypes.data, "y"])
+    plan = NativePlan(calls, runner, keep=[bound])
+    assert len(plan) == 1 and buffers == [] and plan.slots == ("y",)
     for k in range(2):
         x[:] = k
-        call()
+        plan.run({"y": y})
         np.testing.assert_allclose(y, x @ w)
-    with pytest.raises(TypeError, match=r"\['w'\] are packed at every call; bind them with bind_weights"):
-        matvec.bound_call(x, w, y)
+    assert pack_calls(matvec) == packs  # packed once, by bind_weights
+    calls, buffers = matvec.plan_calls(["x", w.ctypes.data, y.ctypes.data])
+    assert len(calls) == 2 and [b.shape for b in buffers] == [(3, 4)]  # the pack, then the entry
+    NativePlan(calls, runner, keep=buffers).run({"x": np.ones(4, dtype=np.float32)})
+    np.testing.assert_allclose(y, np.ones(4) @ w)
+    assert pack_calls(matvec) == packs + 1
+    with pytest.raises(TypeError, match=r"2 argument\(s\) for the 3 not bound \(x, w, y\)"):
+        matvec.plan_calls(["x", "y"])
 
 
 @pytest.mark.parametrize("shape, dtype", [((3,), "float16"), ((1000, 7), "float32"), ((1 << 20,), "float64"), ((5,), "int8")])

@@ -6,12 +6,13 @@ distinct subgraph the best schedule of the tuning log for its workload key and t
 for several kernels at once, one per core: ResNet-50 has ~50 distinct ones). Weights
 a kernel repacks are packed here, once; other constants are passed as they are. Buffers
 between kernels are allocated once, aligned, and shared by values whose lifetimes do not
-overlap; a reshape is a view. A call allocates only the model's outputs, new every call; the
-shared buffers make a CompiledModel unsafe to call from several threads at once.
+overlap; a reshape is a view. A call allocates only the model's outputs, new every call, and
+makes all the kernels' calls in one C call (``runtime/plan.py``); the shared buffers make a
+CompiledModel unsafe to call from several threads at once.
 
 ``save`` writes a directory that ``load_model`` reads without the ONNX model, the log or a
-compiler: ``model.json`` (the plan), each kernel's shared library and C source, and the
-weights as ``.npy`` files.
+compiler: ``model.json`` (the plan), each kernel's shared library and C source, the runner
+library that calls them, and the weights as ``.npy`` files.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ import json
 import math
 import os
 import shutil
-import time
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from ..build import build
 from ..database.log import best_records
 from ..errors import BuildError, ScheduleError, TilecraftError
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
+from ..runtime.plan import NativePlan, compile_plan_runner
 from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from ..search.default import default_schedule
@@ -43,7 +44,7 @@ from .fuse import partition, subgraph_dag
 from .ir import Value
 from .tasks import describe, prepare_graph
 
-FORMAT, FORMAT_VERSION = "tilecraft-compiled-model", 1
+FORMAT, FORMAT_VERSION = "tilecraft-compiled-model", 2
 
 
 class ModelInputError(TilecraftError, ValueError):
@@ -93,20 +94,19 @@ class Step:
 
 class CompiledModel:
     """``model(**inputs)`` returns the output array (a tuple of them, in output order, for several);
-    ``model.run({name: array})`` returns a dict by output name. Inputs are given by name."""
+    ``model.run({name: array})`` returns a dict by output name. Inputs are given by name.
+    ``runner``: the library of the loop that makes the kernels' calls (``compile_plan_runner``)."""
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
                  kernels: Sequence[Kernel], steps: Sequence[Step], constants: Mapping[str, np.ndarray],
-                 target: str) -> None:
+                 target: str, runner: Path) -> None:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
+        self._root = _view_roots(self.steps)
         self._fixed = {**self.constants, **_plan_buffers(self.steps, self.values, set(self._fresh))}
-        for step in self.steps:  # a view of a fixed buffer is fixed
-            if step.kernel is None and step.inputs[0] in self._fixed:
-                self._fixed[step.outputs[0]] = self._fixed[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
-        self._calls = [self._bind(step) for step in self.steps]
+        self._plan, self._plan_kernels = self._native_plan(runner)
 
     def __repr__(self) -> str:
         tuned = sum(kernel.tuned for kernel in self.kernels)
@@ -119,9 +119,9 @@ class CompiledModel:
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         arrays = self._arrays(inputs)
-        for n in range(len(self.steps)):
-            self._step(n, arrays)
-        return {name: arrays[name] if name in self._fresh else arrays[name].copy() for name in self.outputs}
+        self._plan.run(arrays)
+        return {name: arrays[name] if name in self._fresh else self._array(name, arrays).copy()
+                for name in self.outputs}
 
     def profile(self, inputs: Mapping[str, np.ndarray], rounds: int = 20) -> list[KernelTime]:
         """Where a call's time goes: per kernel, the median over ``rounds`` whole-model calls
@@ -130,44 +130,58 @@ class CompiledModel:
         if rounds < 1:
             raise ValueError(f"profile: rounds={rounds} must be >= 1")
         arrays = self._arrays(inputs)
+        seconds = np.zeros(len(self._plan))
         spent = np.zeros((rounds, len(self.kernels)))
         for r in range(rounds):
-            for n, step in enumerate(self.steps):
-                started = time.perf_counter()
-                self._step(n, arrays)
-                if step.kernel is not None:
-                    spent[r, step.kernel] += time.perf_counter() - started
+            self._plan.run(arrays, seconds)
+            np.add.at(spent[r], self._plan_kernels, seconds)
         calls = Counter(step.kernel for step in self.steps)
         times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])), kernel.tuned)
                  for n, kernel in enumerate(self.kernels)]
         return sorted(times, key=lambda t: -t.seconds)
 
     def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        arrays = {**self._fixed, **self._checked(inputs)}
+        """The checked inputs and new arrays for the outputs kernels write: the plan's slots."""
+        arrays = self._checked(inputs)
         arrays.update((name, aligned_empty(self.values[name].shape, self.values[name].dtype)) for name in self._fresh)
         return arrays
 
-    def _step(self, n: int, arrays: dict[str, np.ndarray]) -> None:
-        step, (module, args, call) = self.steps[n], self._calls[n]
-        if call is not None:
-            call()
-        elif module is None:
-            arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
-        else:
-            module(*[arrays[name] for name in args])
+    def _array(self, name: str, arrays: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Value ``name``: a buffer, a slot, or a view of one (all C-contiguous, so a view starts where
+        its source does)."""
+        if name in self._fixed or name in arrays:
+            return self._fixed[name] if name in self._fixed else arrays[name]
+        root = self._root[name]
+        return (self._fixed[root] if root in self._fixed else arrays[root]).reshape(self.values[name].shape)
 
-    def _bind(self, step: Step) -> tuple[Module | None, tuple[str, ...], Callable[[], None] | None]:
-        """The step's kernel with its constant packed weights bound, the values of its other arguments,
-        and, when all of them are fixed buffers, the call itself, checked once (it saves ~20 us a kernel)."""
-        if step.kernel is None:
-            return None, (), None
-        module, args = self.kernels[step.kernel].module, step.inputs + step.outputs
-        packed = {module.args[p.arg_index].name: self.constants[args[p.arg_index]]
-                  for p in module.packs if args[p.arg_index] in self.constants}
-        free = tuple(name for spec, name in zip(module.args, args) if spec.name not in packed)
-        module = module.bind_weights(**packed) if packed else module
-        fixed = len(packed) == len(module.packs) and all(name in self._fixed for name in free)
-        return module, free, module.bound_call(*[self._fixed[name] for name in free]) if fixed else None
+    def _native_plan(self, runner: Path) -> tuple[NativePlan, np.ndarray]:
+        """Every kernel's calls in step order, its constant packed weights bound (packed once, here),
+        and which kernel each call belongs to. A value that is not a fixed buffer (an input, a new
+        output, or a view of one) is a slot of the plan, named by the value that owns its memory."""
+        calls, owners, keep = [], [], []
+        for step in self.steps:
+            if step.kernel is None:
+                continue
+            module, names = self.kernels[step.kernel].module, step.inputs + step.outputs
+            for spec, name in zip(module.args, names):
+                value = self.values[name]
+                if spec.shape != value.shape or spec.dtype != value.dtype:
+                    raise ValueError(f"kernel {self.kernels[step.kernel].desc} takes {spec.name} as "
+                                     f"{spec.dtype}{list(spec.shape)} but is given {name}: {value}")
+            packed = {module.args[p.arg_index].name: self.constants[names[p.arg_index]]
+                      for p in module.packs if names[p.arg_index] in self.constants}
+            module = module.bind_weights(**packed) if packed else module
+            free = [name for spec, name in zip(module.args, names) if spec.name not in packed]
+            step_calls, buffers = module.plan_calls([self._address(name) for name in free])
+            calls += step_calls
+            owners += [step.kernel] * len(step_calls)
+            keep += [module, *buffers]
+        keep += self._fixed.values()
+        return NativePlan(calls, runner, keep), np.array(owners, dtype=np.int64)
+
+    def _address(self, name: str) -> int | str:
+        root = self._root.get(name, name)
+        return self._fixed[root].ctypes.data if root in self._fixed else root
 
     def _checked(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         expected = {value.name: value for value in self.inputs}
@@ -204,28 +218,37 @@ class CompiledModel:
                             "trace": kernel.trace, "library": library, "source": source, "entry": module.entry_name,
                             "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in module.args],
                             "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in module.packs]})
+        runner = f"runner{self._plan.library.suffix}"
+        shutil.copyfile(self._plan.library, directory / runner)
         weights = {name: f"weights/{n}.npy" for n, name in enumerate(self.constants)}
         for name, path in weights.items():
             np.save(directory / path, self.constants[name], allow_pickle=False)
         plan = {"format": FORMAT, "version": FORMAT_VERSION, "target": self.target,
                 "inputs": [v.name for v in self.inputs], "outputs": list(self.outputs),
                 "values": {name: [list(v.shape), v.dtype] for name, v in self.values.items()},
-                "weights": weights, "kernels": kernels,
+                "weights": weights, "kernels": kernels, "runner": runner,
                 "steps": [[s.kernel, list(s.inputs), list(s.outputs)] for s in self.steps]}
         (directory / "model.json").write_text(json.dumps(plan, indent=1))
+
+
+def _view_roots(steps: Sequence[Step]) -> dict[str, str]:
+    """Each view -> the value that owns its memory."""
+    root: dict[str, str] = {}
+    for step in steps:
+        if step.kernel is None:
+            root[step.outputs[0]] = root.get(step.inputs[0], step.inputs[0])
+    return root
 
 
 def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str]) -> dict[str, np.ndarray]:
     """An aligned array for each value a kernel writes, except ``per_call`` ones (the model's outputs).
     A buffer whose readers have all run is reused for a later value (the smallest free one that fits);
     a view keeps its source's buffer alive until the view's last reader."""
-    root: dict[str, str] = {}  # a view -> the value that owns its memory
+    root = _view_roots(steps)
     last_read: dict[str, int] = {}
     for n, step in enumerate(steps):
         for name in step.inputs:
             last_read[root.get(name, name)] = n
-        if step.kernel is None:
-            root[step.outputs[0]] = root.get(step.inputs[0], step.inputs[0])
     free: list[np.ndarray] = []
     owned: dict[str, np.ndarray] = {}
     buffers = {}
@@ -286,7 +309,8 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None, log: 
     used = {*constants, *graph.outputs, *(v.name for v in graph.inputs),
             *(name for step in steps for name in step.inputs + step.outputs)}
     values = {name: value for name, value in graph.values.items() if name in used}  # not those inside kernels
-    return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target))
+    runner = compile_plan_runner(max((len(k.module.args) for k in kernels), default=1), target, cache_dir)
+    return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), runner)
 
 
 def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
@@ -320,8 +344,13 @@ def load_model(directory: str | Path) -> CompiledModel:
         constants = {name: _load_weight(directory / file, values[name]) for name, file in plan["weights"].items()}
         kernels = [_load_kernel(directory, entry) for entry in plan["kernels"]]
         steps = [Step(kernel, tuple(inputs), tuple(outputs)) for kernel, inputs, outputs in plan["steps"]]
-        return CompiledModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
-                             constants, plan["target"])
+        runner = directory / plan["runner"]
+        try:
+            return CompiledModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
+                                 constants, plan["target"], runner)
+        except OSError as error:
+            raise ModelLoadError(f"cannot load the runner of the kernels from {runner}: {error}; save the model "
+                                 "again") from None
     except ModelLoadError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as error:

@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import BuildError
 from ..target import Target
 from ..te.dtype import DTYPES
+from .plan import Call
 from .timer import ProfileResult, cache_flusher, time_callable
 
 
@@ -96,15 +97,29 @@ class Module:
         module._bound = bound
         return module
 
-    def bound_call(self, *arrays: np.ndarray) -> Callable[[], None]:
-        """``module(*arrays)`` with all its arguments as a function of nothing, checked once, here: a
-        compiled model calls its kernels on the same buffers every time. The arrays must outlive it."""
-        unbound = [self.args[i].name for i in self._pack_fns if i not in self._bound]
-        if unbound:
-            raise TypeError(f"{self.entry_name}: {unbound} are packed at every call; bind them with bind_weights "
-                            "first, or call the module")
-        buffers, _ = self._prepare(arrays, None)
-        return functools.partial(self._entry, *[buffer.ctypes.data for buffer in buffers])
+    def plan_calls(self, arguments: Sequence[int | str]) -> tuple[list[Call], list[np.ndarray]]:
+        """The C calls of ``module(*arguments)`` for a ``NativePlan``: ``arguments`` are the
+        addresses of the arguments not bound, in order, or names of the plan's slots. The caller
+        has checked what they point to. An input packed at every call is packed into a buffer
+        made here, returned beside the calls for the plan to keep alive."""
+        free = [i for i in range(len(self.args)) if i not in self._bound]
+        if len(arguments) != len(free):
+            raise TypeError(f"{self.entry_name}: {len(arguments)} argument(s) for the "
+                            f"{len(free)} not bound ({', '.join(self.args[i].name for i in free)})")
+        given = dict(zip(free, arguments))
+        calls, buffers, entry_args = [], [], []
+        for index in range(len(self.args)):
+            if index in self._bound:
+                entry_args.append(self._bound[index].ctypes.data)
+            elif index in self._pack_fns:
+                pack_fn, packed_shape = self._pack_fns[index]
+                buffers.append(aligned_empty(packed_shape, self._dtypes[index]))
+                calls.append((_address(pack_fn), (given[index], buffers[-1].ctypes.data)))
+                entry_args.append(buffers[-1].ctypes.data)
+            else:
+                entry_args.append(given[index])
+        calls.append((_address(self._entry), tuple(entry_args)))
+        return calls, buffers
 
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
                        enable_cpu_cache_flush: bool = False, warmup: bool = True) -> Callable[..., ProfileResult]:
@@ -197,6 +212,10 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(tuple(shape))
+
+
+def _address(function) -> int:
+    return ctypes.cast(function, ctypes.c_void_p).value
 
 
 def _c_function(lib: ctypes.CDLL, name: str, arity: int, lib_path: Path):
