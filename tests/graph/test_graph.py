@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from tilecraft.errors import TeError
-from tilecraft.graph import OPERATORS, eliminate_dead_code, fold_batch_norm, fuse_gelu, run_reference
+from tilecraft.graph import OPERATORS, eliminate_dead_code, fold_batch_norm, fuse_gelu, run_reference, sink_reshapes
+from tilecraft.graph.fuse import partition
 from tilecraft.graph.builder import GraphBuilder
 from tilecraft.graph.operators import build_alone
 
@@ -108,6 +109,40 @@ def test_fuse_gelu_recognises_the_erf_form(rng, form):
     assert [(n.op, n.inputs, n.output) for n in fused.nodes] == [("gelu", ("x",), "y")] and not fused.constants
     feed = {"x": rng.standard_normal((3, 5)).astype("float32") * 3}
     np.testing.assert_allclose(run_reference(fused, feed)["y"], run_reference(graph, feed)["y"], rtol=1e-5, atol=1e-6)
+
+
+def linear_3d(g, x, width, name):
+    """A 3-D MatMul with bias as the ONNX importer emits it: dense on the rows, reshaped back, then the add."""
+    batch, rows, depth = g.values[x].shape
+    flat = g.emit("reshape", [x], {"newshape": (batch * rows, depth)}, f"{name}_rows")
+    weight = g.add_constant(f"{name}_w", np.full((width, depth), 0.1, "float32"))
+    product = g.emit("dense", [flat, weight], {}, f"{name}_dense")
+    shaped = g.emit("reshape", [product], {"newshape": (batch, rows, width)}, f"{name}_shaped")
+    return g.emit("add", [g.add_constant(f"{name}_b", np.arange(width, dtype="float32")), shaped], {}, f"{name}_bias")
+
+
+def test_sink_reshapes_fuses_bias_gelu_and_residual_into_the_dense(rng):
+    g = GraphBuilder()
+    x = g.add_input("x", (1, 4, 6), "float32")
+    h = g.emit("gelu", [linear_3d(g, x, 8, "up")], {"approximate": "none"}, "gelu")
+    y = g.emit("add", [x, linear_3d(g, h, 6, "down")], {}, "residual", output="y")
+    graph = g.finish([y])
+    sunk = eliminate_dead_code(sink_reshapes(graph))
+    fused = [s.ops for s in partition(sunk)]
+    assert fused == ["reshape", "dense+add+gelu", "reshape", "reshape", "reshape", "dense+add+add", "reshape"]
+    assert sunk.values["y"].shape == (1, 4, 6)
+    feed = {"x": rng.standard_normal((1, 4, 6)).astype("float32")}
+    np.testing.assert_allclose(run_reference(sunk, feed)["y"], run_reference(graph, feed)["y"], rtol=1e-6)
+
+
+def test_a_reshape_stays_where_an_operand_varies_along_an_axis_it_changes_or_another_node_reads_it():
+    g = GraphBuilder()
+    x = g.add_input("x", (4, 6), "float32")
+    shaped = g.emit("reshape", [x], {"newshape": (2, 12)}, "shaped")
+    y = g.emit("add", [shaped, g.add_constant("row", np.ones(12, "float32"))], {}, "add", output="y")
+    assert sink_reshapes(g.finish([y])).nodes == g.finish([y]).nodes  # 12 spans the rows of 6
+    z = g.emit("relu", [shaped], {}, "relu", output="z")
+    assert [n.op for n in sink_reshapes(g.finish([y, z])).nodes] == ["reshape", "add", "relu"]  # read twice
 
 
 def test_eliminate_dead_code_keeps_only_what_the_outputs_need(rng):

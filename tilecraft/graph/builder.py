@@ -26,7 +26,8 @@ def identifier(text: str) -> str:
     return name if name[0].isalpha() else f"n{name}"
 
 
-def _unique(hint: str, taken) -> str:
+def unique_name(hint: str, taken) -> str:
+    """``hint``, or ``hint_1``, ``hint_2``... the first not in ``taken``."""
     name, k = hint, 0
     while name in taken:
         k += 1
@@ -55,13 +56,13 @@ class GraphBuilder:
         return name
 
     def fresh_value(self, hint: str) -> str:
-        return _unique(hint, self.values)
+        return unique_name(hint, self.values)
 
     def emit(self, op: str, inputs: Sequence[str], attrs: dict[str, Any], name: str,
              output: str | None = None) -> str:
         """Add ``output = op(*inputs, **attrs)`` (a fresh output name when None), or fold it to a constant."""
         node = Node(op, tuple(inputs), output or self.fresh_value(f"{name}_{op}"), dict(attrs),
-                    _unique(identifier(name), self._node_names))
+                    unique_name(identifier(name), self._node_names))
         if all(i in self.constants for i in node.inputs):
             return self.add_constant(node.output, evaluate_node(node, self.values, self.constants))
         _, out = build_alone(node, self.values)

@@ -2,24 +2,34 @@
 
 ``simplify`` runs them in order: BatchNorm folded into the convolution before it (one
 heavy node instead of a heavy node and a per-channel affine pass), the erf form of GELU
-that exporters emit recognised as one ``gelu`` node, then dead nodes and constants removed.
+that exporters emit recognised as one ``gelu`` node, reshapes sunk below the element-wise
+nodes that read them (so that those fuse with the node before the reshape), then dead
+nodes and constants removed.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 
 import numpy as np
 
+from .builder import unique_name
 from .ir import Graph, Node, Value
+from .operators import BROADCAST, ELEMENTWISE, OPERATORS
 
 _CONV_CHANNEL_AXIS = {"conv2d": 0, "depthwise_conv2d": None, "conv2d_transpose": 1}
 """The kernel axis of each convolution's output channels (depthwise: its first two axes together)."""
 
 
+_SINKABLE = {name for name, op in OPERATORS.items() if op.pattern in (ELEMENTWISE, BROADCAST)} - {"batch_norm"}
+"""Element-wise operators that a reshape may sink below (batch_norm's parameters follow an axis)."""
+
+
 def simplify(graph: Graph) -> Graph:
-    return eliminate_dead_code(fuse_gelu(fold_batch_norm(graph)))
+    # the pieces of a GELU die first: a reshape sinks only below the one node that reads it
+    return eliminate_dead_code(sink_reshapes(eliminate_dead_code(fuse_gelu(fold_batch_norm(graph)))))
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -105,6 +115,80 @@ def fuse_gelu(graph: Graph) -> Graph:
     return Graph(graph.inputs, graph.outputs, nodes, graph.constants, graph.values)
 
 
+def sink_reshapes(graph: Graph) -> Graph:
+    """``op(reshape(x), y)`` -> ``reshape(op(x, y'))`` for an element-wise ``op`` that alone reads the
+    reshape, when the other operands vary only along trailing axes that the reshape keeps (``y'``:
+    ``y`` without its leading unit axes, a view). Fusion stops at a reshape, and exporters put one
+    between every 3-D MatMul and its bias add (``dense`` on the rows, reshaped back to 3-D): sunk,
+    the bias, a GELU and a residual add fuse into the dense kernel as its epilogue. Nodes are visited
+    in order, so a reshape sinks through a whole element-wise chain."""
+    nodes = graph.nodes
+    graph = Graph(graph.inputs, graph.outputs, [], dict(graph.constants), dict(graph.values))
+    producers: dict[str, Node] = {}
+    readers = Counter(name for node in nodes for name in set(node.inputs))
+    names = {node.name for node in nodes}
+    for node in nodes:
+        sunk = _sunk(graph, node, producers, readers, names) if node.op in _SINKABLE else None
+        if sunk is None:
+            graph.nodes.append(node)
+            producers[node.output] = node
+            continue
+        reshape, replacements = sunk
+        graph.nodes.remove(reshape)
+        graph.nodes += replacements
+        producers.update((n.output, n) for n in replacements)
+    return graph
+
+
+def _sunk(graph: Graph, node: Node, producers: dict[str, Node], readers: Counter,
+          names: set[str]) -> tuple[Node, list[Node]] | None:
+    """The reshape that ``node`` reads and the nodes that replace both, or None when none may sink."""
+    for name in dict.fromkeys(node.inputs):
+        reshape = producers.get(name)
+        if reshape is None or reshape.op != "reshape" or readers[name] != 1 or name in graph.outputs:
+            continue
+        source, shape = reshape.inputs[0], graph.values[name].shape
+        if graph.values[node.output].shape != shape:
+            continue  # the other operands broadcast the result beyond the reshape's shape
+        before = graph.values[source].shape
+        kept = 0  # trailing axes the reshape keeps
+        while kept < min(len(before), len(shape)) and before[len(before) - 1 - kept] == shape[len(shape) - 1 - kept]:
+            kept += 1
+        others = [other for other in dict.fromkeys(node.inputs) if other != name]
+        if all(len(graph.values[o].shape) <= kept or _trimmable(graph, o, kept) for o in others):
+            return reshape, _sink(graph, node, reshape, others, kept, names)
+    return None
+
+
+def _trimmable(graph: Graph, name: str, kept: int) -> bool:
+    """Whether operand ``name`` is 1 along every axis before the last ``kept`` (a scalar for a
+    constant when none are kept)."""
+    shape = graph.values[name].shape
+    return all(d == 1 for d in shape[:len(shape) - kept]) and (kept > 0 or graph.is_constant(name))
+
+
+def _sink(graph: Graph, node: Node, reshape: Node, others: list[str], kept: int, names: set[str]) -> list[Node]:
+    nodes, operands = [], {reshape.output: reshape.inputs[0]}
+    for other in others:
+        shape = graph.values[other].shape
+        trimmed = shape[len(shape) - kept:] if len(shape) > kept else shape
+        if trimmed == shape:
+            operands[other] = other
+        elif graph.is_constant(other):
+            operands[other] = _add_constant(graph, f"{other}_trimmed", graph.constants[other].reshape(trimmed))
+        else:
+            operands[other] = _add_value(graph, f"{other}_trimmed", trimmed, graph.values[other].dtype)
+            trim = unique_name(f"{node.name}_trim", names)
+            names.add(trim)
+            nodes.append(Node("reshape", (other,), operands[other], {"newshape": trimmed}, trim))
+    result = _add_value(graph, f"{node.output}_unshaped", graph.values[reshape.inputs[0]].shape,
+                        graph.values[node.output].dtype)
+    nodes.append(Node(node.op, tuple(operands[i] for i in node.inputs), result, node.attrs, node.name))
+    nodes.append(Node("reshape", (result,), node.output, {"newshape": graph.values[node.output].shape},
+                      reshape.name))
+    return nodes
+
+
 def _other(node: Node, name: str) -> str | None:
     """The other operand of a binary ``node`` that reads ``name``."""
     a, b = node.inputs
@@ -138,10 +222,13 @@ def _gelu_product(graph: Graph, x: str, one_plus: str) -> Node | None:
 
 
 def _add_constant(graph: Graph, hint: str, array: np.ndarray) -> str:
-    name, k = hint, 0
-    while name in graph.values:
-        k += 1
-        name = f"{hint}_{k}"
+    name = _add_value(graph, hint, array.shape, array.dtype.name)
     graph.constants[name] = array
-    graph.values[name] = Value(name, array.shape, array.dtype.name)
+    return name
+
+
+def _add_value(graph: Graph, hint: str, shape: tuple[int, ...], dtype: str) -> str:
+    """A new value named ``hint`` (or ``hint_1``... if taken)."""
+    name = unique_name(hint, graph.values)
+    graph.values[name] = Value(name, tuple(shape), dtype)
     return name
