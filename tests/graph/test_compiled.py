@@ -203,6 +203,16 @@ def test_a_missing_or_corrupt_file_is_named(saved):
         tc.load_model(saved / "weights")
 
 
+def test_a_plan_whose_values_do_not_fit_its_kernels_is_refused_naming_both(saved):
+    plan = json.loads((saved / "model.json").read_text())
+    name, kernel = plan["steps"][0][2][0], plan["kernels"][plan["steps"][0][0]]
+    plan["values"][name][0] = [n + 1 for n in plan["values"][name][0]]
+    (saved / "model.json").write_text(json.dumps(plan))
+    with pytest.raises(ModelLoadError, match=rf"corrupt \(ValueError: kernel {kernel['desc']} takes .* but is given "
+                                             rf"{name}: float32"):
+        tc.load_model(saved)
+
+
 def test_a_corrupt_runner_is_named(saved):
     (saved / "runner.so").write_bytes(b"not a library")
     with pytest.raises(ModelLoadError, match=r"cannot load the runner of the kernels from .*runner.so"):
