@@ -1,13 +1,14 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
-    python benchmarks/models.py [--trials N] [--only resnet50,bert_layer] [--tasks REGEX] [--out FILE]
+    python benchmarks/models.py [--trials N | --kept] [--only resnet50,bert_layer] [--tasks REGEX] [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
 with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
 its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
 regular expression, say the 7x7 layers) and compiled again from the log. The log is kept in
-benchmarks/records (xz-compressed), so a later run resumes the tuning. Every compiled model's output
+benchmarks/records (xz-compressed), so a later run resumes the tuning; --kept compiles the
+tuned model from that log as it is, tuning nothing, to time it again. Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
 """
@@ -58,7 +59,8 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "") -> dict:
+def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "",
+        kept: bool = False) -> dict:
     path = model_zoo.export(name, directory / "onnx")
     shape = model_zoo.MODELS[name][1]
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
@@ -80,8 +82,12 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
                "tilecraft_untuned": lambda: untuned(input=x)}
     row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
-    if trials:
-        log, archive = directory / "model_logs" / f"{name}.json", ARCHIVE / f"{name}_tuning.json.xz"
+    log, archive = directory / "model_logs" / f"{name}.json", ARCHIVE / f"{name}_tuning.json.xz"
+    if kept:
+        restore(archive, log)
+        if not log.exists():
+            raise SystemExit(f"--kept: {name} has no kept tuning log ({archive}); tune it first with --trials N")
+    elif trials:
         restore(archive, log)
         log.parent.mkdir(parents=True, exist_ok=True)
         chosen = [n for n, task in enumerate(tasks) if re.search(only_tasks, task.desc)]
@@ -97,6 +103,7 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
         finally:
             save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
+    if trials or kept:
         tuned = tc.compile_model(str(path), target, log=str(log))
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
         row["tuned_correct"] = bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4))
@@ -113,7 +120,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--min-ms", type=float, default=200)
     parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
+    parser.add_argument("--kept", action="store_true", help="time the tuned model of the kept log, tuning nothing")
     options = parser.parse_args()
+    if options.kept and options.trials:
+        parser.error(f"--kept times the kept log as it is; --trials {options.trials} would tune it further: "
+                     f"give one of the two")
     if options.tasks:
         if not options.trials:
             parser.error(f"--tasks {options.tasks!r} picks tasks to tune: give --trials N > 0 as well")
@@ -130,7 +141,8 @@ def main() -> int:
     os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
     rows = []
     for name in names:
-        rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks))
+        rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks,
+                         options.kept))
         print(f"  {name}: done", flush=True)
 
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
