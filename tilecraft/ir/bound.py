@@ -1,7 +1,8 @@
 """Bound inference: the range each stage must compute, given where it is attached.
 
-A stage at the root computes its whole tensor. A stage computed at a loop of its
-consumer computes only the region that the consumer's iterations inside that loop read;
+A stage at the root computes its whole tensor. A stage computed at a loop that encloses
+its consumers computes only the union of the regions their iterations inside that loop
+read (a softmax's row of exponentials, read by the sum and by the division);
 a stage reverse-computed at a loop of its producer consumes only what was produced
 inside it, which must be a whole box (``writes_box_inside``). Regions have a symbolic
 start (in the enclosing loop variables) and a constant extent, so the buffer of an
@@ -116,18 +117,18 @@ class BoundInference:
         return {var: extent for _, var, extent in path[ids.index(loop_id) + 1:]}
 
     def _producer_region(self, stage: Stage):
-        consumer = next(s for s in self.state.stages if any(t is stage.tensor for t in s.op.input_tensors))
-        cb = self.of(consumer.name)
+        """The union of what the consumers read inside the attach loop, each over its own inner loops."""
         self.of(stage.attach.stage)
-        varying = self._varying(consumer.name, stage.attach.loop)
+        uses = []  # (indices of a read, its consumer's axes as loop expressions, the consumer's inner loops)
+        for consumer in self.state.consumers_of(stage.name):
+            index = self.root_index(consumer, self.of(consumer.name))
+            varying = self._varying(consumer.name, stage.attach.loop)
+            walk(consumer.op.body, lambda n: uses.append((n.indices, index, varying)) if isinstance(n, TensorRead)
+                 and n.tensor is stage.tensor else None)
         ranges = self.ranges()
-        index = self.root_index(consumer, cb)
-        reads: list[tuple[Expr, ...]] = []
-        walk(consumer.op.body, lambda n: reads.append(n.indices) if isinstance(n, TensorRead)
-             and n.tensor is stage.tensor else None)
         mins, extents = [], []
         for dim, size in enumerate(stage.tensor.shape):
-            found = [interval(substitute(r[dim], index), varying, ranges) for r in reads]
+            found = [interval(substitute(r[dim], index), varying, ranges) for r, index, varying in uses]
             region = _union(found, ranges)
             mins_dim, extent = (const(0), size) if region is None else region
             mins_dim, extent = _clamp(mins_dim, extent, size, ranges)

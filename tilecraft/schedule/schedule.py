@@ -324,15 +324,12 @@ class Schedule:
                 raise ScheduleError(f"compute_at: block {stage.name} writes an output; use reverse_compute_at "
                                     "to move a consumer into its producer instead")
             consumers = self.state.consumers_of(stage.name)
-            if len(consumers) != 1:
+            outside = [c.name for c in consumers if target.id not in self.loop_path(c.name)]
+            if outside:
                 raise ScheduleError(
-                    f"compute_at: block {stage.name} has {len(consumers)} consumers "
-                    f"({', '.join(c.name for c in consumers)}); it can be computed at a loop only when it has one"
-                )
-            if target.id not in self.loop_path(consumers[0].name):
-                raise ScheduleError(
-                    f"compute_at: loop {target.name} does not enclose block {consumers[0].name}, the consumer of "
-                    f"{stage.name}, so the values would not be there when read; choose one of its loops"
+                    f"compute_at: loop {target.name} does not enclose block {', '.join(outside)}, which reads "
+                    f"{stage.name}, so the values would not be there when read; choose a loop that encloses "
+                    f"every consumer ({', '.join(c.name for c in consumers)})"
                 )
         state = self.state.with_stage(replace(stage, attach=Attach(owner.name, target.id, reverse)))
         from ..ir.bound import refresh_extents
@@ -622,15 +619,14 @@ class Schedule:
 
     def compute_location_candidates(self, block: BlockRV) -> list[int]:
         """Decisions ``sample_compute_location`` may take: root, inline (unless it is a
-        reduction, an output or holds blocks computed at its loops), or a loop id of the
-        block's single consumer."""
+        reduction, an output or holds blocks computed at its loops), or the id of a loop that
+        encloses all the block's consumers."""
         stage = self._stage(block)
-        consumers = self.state.consumers_of(stage.name)
         candidates = [ROOT]
         if not stage.is_reduction and not stage.is_output and not self._holds_others(stage):
             candidates.append(INLINE)
-        if len(consumers) == 1 and not stage.is_output:
-            candidates += self.loop_path(consumers[0].name)
+        if not stage.is_output:
+            candidates += _common_prefix([self.loop_path(c.name) for c in self.state.consumers_of(stage.name)])
         return candidates
 
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
@@ -707,3 +703,13 @@ def _move_attachments(state: State, stage_name: str, old_loop: int, new_loop: in
         if other.attach and other.attach.stage == stage_name and other.attach.loop == old_loop:
             state = state.with_stage(replace(other, attach=replace(other.attach, loop=new_loop)))
     return state
+
+
+def _common_prefix(paths: list[list[int]]) -> list[int]:
+    """The loops that lead to every one of ``paths`` (loop ids, outermost first)."""
+    if not paths:
+        return []
+    common = 0
+    while all(len(p) > common and p[common] == paths[0][common] for p in paths):
+        common += 1
+    return paths[0][:common]
