@@ -63,10 +63,10 @@ def test_a_block_read_by_two_consumers_is_computed_at_a_loop_enclosing_both(kern
     sch.compute_at(exp, row)
     for name in ("softmax_max", "softmax_max_rf"):
         sch.compute_at(sch.get_block(name), row)
-    source = tc.build(sch, cache_dir=kernel_cache)
+    kernel = tc.build(sch, cache_dir=kernel_cache)
     assert "softmax_exp: float32[1, 1, 24] (local)" in str(tc.lower(sch))  # one row at a time, not the tensor
     inputs = dag.random_inputs()
-    np.testing.assert_allclose(source(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(kernel(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-5, atol=1e-7)
 
 
 def test_a_block_read_by_two_consumers_is_offered_only_loops_enclosing_both(kernel_cache):
