@@ -148,7 +148,7 @@ class Module:
     def _prepare(self, arrays: Sequence[np.ndarray], out: np.ndarray | Sequence[np.ndarray] | None):
         """The address of every entry argument, in order, once checked; the arrays made here
         (packed inputs, which the caller keeps alive while the entry runs); what the call returns.
-        A call from Python costs about 5 us over the kernel, half of it in reading addresses."""
+        A call from Python costs about 7 us over the kernel (torch.add: 4), 3 of them reading addresses."""
         free, inputs, outputs = self._free, self._inputs, self._output_args
         if len(arrays) == len(free) and out is None:
             given, result = dict(zip(free, arrays)), None
