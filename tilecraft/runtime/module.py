@@ -89,7 +89,7 @@ class Module:
         return f"Module({self.entry_name!r}, args=({', '.join(arg.name for arg in self.args)}), lib={self.lib_path})"
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | Sequence[np.ndarray] | None = None):
-        addresses, made, result = self._prepare(arrays, out)
+        addresses, made, result = self._prepare(arrays, out)  # ``made``: packed inputs, alive until it returns
         self._entry(*addresses)
         return result
 
@@ -171,9 +171,11 @@ class Module:
                     raise ValueError(f"{self.entry_name}: output {self.args[o].name!r} overlaps argument "
                                      f"{self.args[index].name!r}; the kernel assumes distinct memory, so pass "
                                      f"a separate output array")
-        made = [self._packed(i, given[i]) for i in self._pack_fns if i in given]
-        for index, packed in zip([i for i in self._pack_fns if i in given], made):
-            addresses[index] = packed.ctypes.data
+        made = []
+        for index in self._pack_fns:
+            if index in given:
+                made.append(self._packed(index, given[index]))
+                addresses[index] = made[-1].ctypes.data
         return [addresses[i] for i in range(len(self.args))], made, result
 
     def _outputs(self, outputs: list[int], out: np.ndarray | Sequence[np.ndarray] | None) -> tuple[np.ndarray, ...]:
