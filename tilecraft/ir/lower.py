@@ -16,7 +16,7 @@ import math
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute)
 from ..te.tensor import Tensor
-from ..schedule.state import Stage
+from ..schedule.state import Stage, common_prefix
 from .arith import bounds, simplify
 from .bound import BoundInference, StageBounds, loop_path
 from .nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
@@ -54,11 +54,8 @@ class _Lowering:
         ndim = len(stage.op.axis)
         # The deepest loop enclosing the producer and every consumer: a block reverse-computed
         # inside its producer but read by blocks outside it needs its buffer outside too.
-        paths = [loop_path(self.state, s.name) for s in [stage] + self.state.consumers_of(stage.name)]
-        common = 0
-        while all(len(p) > common and p[common] == paths[0][common] for p in paths):
-            common += 1
-        loop = paths[0][common - 1] if common else None
+        common = common_prefix([loop_path(self.state, s.name) for s in [stage] + self.state.consumers_of(stage.name)])
+        loop = common[-1] if common else None
         if loop is None:
             mins, shape = tuple(const(0) for _ in range(ndim)), tensor.shape
         elif stage.attach is not None and not stage.attach.reverse and loop == stage.attach.loop:

@@ -21,7 +21,7 @@ from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from . import sampling
 from .index_expr import index_expr_to_json
 from .rfactor import check_rfactor, factor_stages
-from .state import Attach, Fuse, Loop, PackedInput, Split, Stage, State, ceil_div, initial_stage
+from .state import Attach, Fuse, Loop, PackedInput, Split, Stage, State, ceil_div, common_prefix, initial_stage
 from .trace import IndexMap, RVRef, Step, Trace
 
 ROOT = -1
@@ -626,7 +626,7 @@ class Schedule:
         if not stage.is_reduction and not stage.is_output and not self._holds_others(stage):
             candidates.append(INLINE)
         if not stage.is_output:
-            candidates += _common_prefix([self.loop_path(c.name) for c in self.state.consumers_of(stage.name)])
+            candidates += common_prefix([self.loop_path(c.name) for c in self.state.consumers_of(stage.name)])
         return candidates
 
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
@@ -703,13 +703,3 @@ def _move_attachments(state: State, stage_name: str, old_loop: int, new_loop: in
         if other.attach and other.attach.stage == stage_name and other.attach.loop == old_loop:
             state = state.with_stage(replace(other, attach=replace(other.attach, loop=new_loop)))
     return state
-
-
-def _common_prefix(paths: list[list[int]]) -> list[int]:
-    """The loops that lead to every one of ``paths`` (loop ids, outermost first)."""
-    if not paths:
-        return []
-    common = 0
-    while all(len(p) > common and p[common] == paths[0][common] for p in paths):
-        common += 1
-    return paths[0][:common]

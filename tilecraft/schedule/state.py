@@ -159,3 +159,13 @@ def ceil_div(a: int, b: int) -> int:
 
 def fused_extent(extents: list[int]) -> int:
     return math.prod(extents)
+
+
+def common_prefix(paths: list[list[int]]) -> list[int]:
+    """The loops that lead to every one of ``paths`` (loop ids, outermost first)."""
+    if not paths:
+        return []
+    common = 0
+    while all(len(p) > common and p[common] == paths[0][common] for p in paths):
+        common += 1
+    return paths[0][:common]
