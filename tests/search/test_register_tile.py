@@ -50,6 +50,17 @@ def test_a_seven_wide_convolution_gets_seven_row_tiles_with_weights_read_from_me
     assert all(shape[0] // 8 * np.prod(shape[1:]) <= 14 for shape in shapes)
 
 
+def test_a_step_is_bound_by_the_fmas_the_loads_the_weights_from_l2_or_the_fma_latency():
+    from tilecraft.search.register_tile import MIN_STEP_CYCLES, step_cycles, step_loads
+
+    assert step_loads(6, 2, 16) == 8  # 6 broadcasts, 2 weight vectors held in registers
+    assert step_loads(7, 2, 16) == 7 + 1 + 7  # 14 accumulators leave room for one weight vector
+    assert step_cycles(6, 2, 16) == 6.0  # 12 FMAs on 2 units
+    assert step_cycles(4, 2, 16) == MIN_STEP_CYCLES  # 8 accumulators cannot hide the FMA latency
+    assert step_cycles(7, 2, 16) > 7.0  # 15 loads outlast 14 FMAs
+    assert step_cycles(3, 4, 16) > step_cycles(6, 2, 16)  # 4 weight vectors a step: L2 cannot keep up
+
+
 def test_half_the_random_population_gets_register_tiles_and_mutation_draws_one():
     dag = tc.ComputeDAG(WORKLOADS["matmul"](512, 512, 512))
     sketch = next(s for s in generate_sketches(dag, target=AVX2) if s.name.startswith("cache_write"))

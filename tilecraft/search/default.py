@@ -18,6 +18,7 @@ from ..schedule.sampling import divisors
 from ..schedule.schedule import ROOT, Schedule
 from ..target import Target
 from ..te.dag import ComputeDAG
+from .register_tile import step_loads
 from .space import Sketch, generate_sketches
 
 JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
@@ -60,14 +61,16 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
 
 
 def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
-    """The register tile with the most FMAs per load (accumulators over the vector loads
-    of a reduction step), discounted by the padding it needs; a width that divides its
-    loop first, since a padded last tile reads packed weights by gathering."""
+    """The register tile that does the most useful FMAs per cycle (``RegisterTile.fma_rate``
+    discounted by the padding it needs; rates within 1% are alike, the model is no finer),
+    then the one with the fewest loads per FMA; a width that divides its loop first, since a
+    padded last tile reads packed weights by gathering."""
     extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
 
     def value(shape):
-        accumulators = shape[0] // tile.lanes * math.prod(shape[1:])
+        vectors, rows = shape[0] // tile.lanes, math.prod(shape[1:])
         padding = math.prod(-(-e // f) * f / e for e, f in zip(extents, shape))
-        return extents[0] % shape[0] == 0, accumulators / tile.loads_per_step(shape) / padding
+        return (extents[0] % shape[0] == 0, round(tile.fma_rate(shape) / padding, 2),
+                -step_loads(rows, vectors, tile.registers) / (rows * vectors))
 
     return max((tuple(int(v) for v in shape) for shape in tile.shapes), key=value)

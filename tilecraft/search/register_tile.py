@@ -23,6 +23,18 @@ REGISTER_TILE_SHARE = 0.5
 MAX_VECTORS = 4
 """The widest register tile, in vectors along the vectorized axis."""
 
+FMA_PIPES = 2
+"""Vector FMAs a core starts per cycle (x86 since Haswell and Zen)."""
+LOADS_PER_CYCLE = 1.9
+L2_VECTORS_PER_CYCLE = 0.5
+MIN_STEP_CYCLES = 6.0
+"""Fitted to tiles timed on the AVX2 development machine, the rest of the default schedule
+fixed. ResNet-50's 7x7 3x3 convolution (ms): 7x2 vectors 1.33, 2x3x2 padded to 8x9 1.78,
+4x2 padded to 8 2.12, 2x2x2 padded to 8x8 2.45; a 14x14 one: 7x2 vectors 1.48, 2x3x2 1.37.
+So per FMA done, a tile of 8 accumulators runs at 0.65 of one of 12, and one whose weights
+are memory operands (7x2, 15 loads a step) at 0.86-0.91. BERT's dense layers (128 rows):
+3x4 vectors ran 1.27-1.31x slower than 6x2, both 12 accumulators."""
+
 
 @dataclass(frozen=True)
 class RegisterTile:
@@ -35,13 +47,11 @@ class RegisterTile:
     shapes: np.ndarray  # every register-filling tile: innermost factor per slot, one row each
     by_inner: tuple[dict[int, np.ndarray], ...]  # per slot: innermost factor -> its decisions
 
-    def loads_per_step(self, shape) -> int:
-        """Vector loads per reduction step: a broadcast per row, and a weight vector per
-        column while the weights fit the registers beside the accumulators, else one per
-        FMA (a memory operand)."""
+    def fma_rate(self, shape) -> float:
+        """The share of the FMA units' peak that a reduction step of this tile can keep busy
+        (``step_cycles``)."""
         vectors, rows = shape[0] // self.lanes, int(np.prod(shape[1:]))
-        weights_fit = rows * vectors <= _beside_weights(self.registers, vectors)
-        return rows + (vectors if weights_fit else rows * vectors)
+        return rows * vectors / FMA_PIPES / step_cycles(rows, vectors, self.registers)
 
     def draw(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """``count`` random register-filling tiles: a decision index per slot, one row each."""
@@ -52,6 +62,23 @@ class RegisterTile:
                 where = shapes[:, column] == value
                 out[where, column] = rng.choice(table[int(value)], size=int(where.sum()))
         return out
+
+
+def step_cycles(rows: int, vectors: int, registers: int) -> float:
+    """Cycles of one reduction step of a ``rows`` x ``vectors`` tile: its FMAs over the FMA
+    units, its loads over the load ports, its weight vectors over what L2 streams (a tile's
+    packed weights over the whole reduction outgrow L1), or ``MIN_STEP_CYCLES``, whichever
+    is longest."""
+    return max(rows * vectors / FMA_PIPES, step_loads(rows, vectors, registers) / LOADS_PER_CYCLE,
+               vectors / L2_VECTORS_PER_CYCLE, MIN_STEP_CYCLES)
+
+
+def step_loads(rows: int, vectors: int, registers: int) -> int:
+    """Loads of one reduction step: a broadcast per row, and each weight vector once while it
+    fits a register beside the accumulators and the broadcast, else once per row (an FMA's
+    memory operand)."""
+    held = min(vectors, max(registers - rows * vectors - 1, 0))
+    return rows + held + (vectors - held) * rows
 
 
 def _beside_weights(registers: int, vectors: int) -> int:
