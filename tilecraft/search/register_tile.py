@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..te.expr import free_vars
+from .access import reads_of
+
 REGISTER_TILE_SHARE = 0.5
 """Of random candidates, the share whose register tiles are drawn to fit the registers."""
 
@@ -46,6 +49,7 @@ class RegisterTile:
     slots: tuple[int, ...]  # the block's spatial tile slots, the vectorized one first
     shapes: np.ndarray  # every register-filling tile: innermost factor per slot, one row each
     by_inner: tuple[dict[int, np.ndarray], ...]  # per slot: innermost factor -> its decisions
+    broadcast: bool = True  # an operand misses the vectorized axis (see ``broadcasts``)
 
     def fma_rate(self, shape) -> float:
         """The share of the FMA units' peak that a reduction step of this tile can keep busy
@@ -114,9 +118,20 @@ def _filling_shapes(by_inner: list[dict], lanes: int, registers: int) -> np.ndar
     return np.array(shapes, dtype=np.int64)[keep].reshape(int(keep.sum()), len(by_inner))
 
 
-def find_register_tiles(sketch, dtypes: dict[str, str], target) -> tuple[RegisterTile, ...]:
+def broadcasts(op, axis_name: str) -> bool:
+    """Some operand of ``op`` misses its axis ``axis_name``, so one load of it feeds a row of
+    the tile (a matmul's A across j, a convolution's input across output channels). Without
+    one (a depthwise convolution: every read indexes the channel), each FMA loads its own
+    operand and more accumulators reuse nothing."""
+    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+    return axis is None or any(axis not in set().union(*(free_vars(i) for i in read.indices))
+                               for read in reads_of(op))
+
+
+def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
     """The register tiles of ``sketch``: one per block with tiled reduction loops whose
-    innermost loop is the innermost factor of one of its spatial tiles."""
+    innermost loop is the innermost factor of one of its spatial tiles (``ops``: the DAG's
+    compute ops by name)."""
     tiles = []
     for block, form in sketch.vector_loops.items():
         slots = [n for n, s in enumerate(sketch.slots) if s.role == "tile" and s.name.split(".")[0] == block]
@@ -132,10 +147,13 @@ def find_register_tiles(sketch, dtypes: dict[str, str], target) -> tuple[Registe
             for index, factors in enumerate(sketch.slots[n].domain):
                 table.setdefault(factors[-1], []).append(index)
             by_inner.append({v: np.array(i) for v, i in table.items()})
-        lanes = target.vector_lanes(dtypes.get(block, "float32"))
+        op = ops.get(block)
+        lanes = target.vector_lanes(op.dtype if op is not None else "float32")
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
+        broadcast = op is None or broadcasts(op, sketch.slots[vector_slot].name.split(".", 1)[1])
         if len(shapes):
-            tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner)))
+            tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner),
+                                      broadcast))
     return tuple(tiles)
 
 

@@ -229,7 +229,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     trace.replay(dag, observe=observe)
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
     if target is not None:
-        sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.dtype for t in dag.compute_ops}, target)
+        sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.op for t in dag.compute_ops}, target)
     return sketch
 
 
