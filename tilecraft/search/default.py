@@ -1,7 +1,8 @@
 """A sound schedule without tuning, for a subgraph that no tuning log covers.
 
 It is a candidate of the DAG's own sketches whose decisions come from rules instead of
-search: the register tile that holds the most accumulators for the least padding, the
+search: the register tile that a cycle model of its reduction step rates fastest for
+the least padding (a small one where no operand is broadcast across it), the
 innermost reduction loop as long as the tile limit allows, every middle tile level 1 so
 the outer loops carry the rest (and the parallelism), auto-unroll 512, and every free
 block computed at the root, but a padding that its consumer reads only within a reduction
