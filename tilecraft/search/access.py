@@ -15,6 +15,11 @@ def reads_of(op: ComputeOp) -> list[TensorRead]:
     return found
 
 
+def read_vars(read: TensorRead) -> set:
+    """The variables that index ``read``: the axes along which it reads different elements."""
+    return set().union(*(free_vars(i) for i in read.indices))
+
+
 def is_strictly_inlineable(op: ComputeOp) -> bool:
     """Element-wise, branch-free, no expensive math, every read in the axes' order (a
     broadcast read pins a unit dimension to the constant 0, which is still in order)."""
@@ -44,7 +49,7 @@ def needs_multi_level_tiling(op: ComputeOp) -> bool:
         return False
     axes = [iv.var for iv in op.axis if iv.extent > 1]
     for read in reads_of(op):
-        used = set().union(*(free_vars(i) for i in read.indices)) if read.indices else set()
+        used = read_vars(read)
         if any(axis not in used for axis in axes):
             return True
     return False
@@ -66,14 +71,23 @@ def reused_only_in_a_window(producer: Tensor, consumers: list[ComputeOp]) -> boo
     if costly:
         return False
     for consumer in consumers:
-        reads = [r for r in reads_of(consumer) if r.tensor is producer]
-        weighted = any(r.tensor is not producer for r in reads_of(consumer))
-        if not consumer.reduce_axis or not reads or not weighted:
+        every = reads_of(consumer)
+        reads = [r for r in every if r.tensor is producer]
+        if not consumer.reduce_axis or not reads or len(reads) == len(every):  # no weights read
             return False
         axes = {iv.var for iv in consumer.axis if iv.extent > 1}
-        if any(not axes <= set().union(*(free_vars(i) for i in r.indices)) for r in reads):
+        if any(not axes <= read_vars(r) for r in reads):
             return False
     return True
+
+
+def broadcasts(op: ComputeOp, axis_name: str) -> bool:
+    """Some operand of ``op`` misses its axis ``axis_name``, so one load of it feeds a row of
+    a register tile (a matmul's A across j, a convolution's input across output channels).
+    Without one (a depthwise convolution: every read indexes the channel), each FMA loads
+    its own operand and more accumulators reuse nothing."""
+    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+    return axis is None or any(axis not in read_vars(read) for read in reads_of(op))
 
 
 def is_elementwise_reader(consumer: ComputeOp, producer: Tensor) -> bool:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..te.expr import free_vars
-from .access import reads_of
+from .access import broadcasts
 
 REGISTER_TILE_SHARE = 0.5
 """Of random candidates, the share whose register tiles are drawn to fit the registers."""
@@ -116,16 +115,6 @@ def _filling_shapes(by_inner: list[dict], lanes: int, registers: int) -> np.ndar
     fill = np.array(fill)
     keep = fill >= 1 if (fill >= 1).any() else fill > 0
     return np.array(shapes, dtype=np.int64)[keep].reshape(int(keep.sum()), len(by_inner))
-
-
-def broadcasts(op, axis_name: str) -> bool:
-    """Some operand of ``op`` misses its axis ``axis_name``, so one load of it feeds a row of
-    the tile (a matmul's A across j, a convolution's input across output channels). Without
-    one (a depthwise convolution: every read indexes the channel), each FMA loads its own
-    operand and more accumulators reuse nothing."""
-    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
-    return axis is None or any(axis not in set().union(*(free_vars(i) for i in read.indices))
-                               for read in reads_of(op))
 
 
 def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
