@@ -88,6 +88,27 @@ def test_default_rows_of_rfactor_sketches_match_numpy(kernel_cache):
         np.testing.assert_allclose(func(*inputs), inputs[0] @ inputs[1], rtol=1e-4, atol=1e-4)
 
 
+def test_a_resumed_search_measures_todays_defaults_unless_its_log_has_them():
+    from tilecraft.search.default import JOBS_PER_CORE, default_row
+    from tilecraft.search.evolution import Candidate, SearchParams
+    from tilecraft.search.policy import SketchPolicy
+
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    searched = SketchPolicy(task, params=SearchParams(population=64, num_iters=1, defaults_first=False), seed=0)
+    logged = searched.next_batch(8)  # what an older search measured, without today's defaults
+    min_parallel = JOBS_PER_CORE * task.target.num_cores
+    defaults = [Candidate(n, tuple(default_row(s, min_parallel))) for n, s in enumerate(searched.sketches)]
+    assert not {c.key for c in defaults} & {c.key for c in logged}
+
+    resumed = SketchPolicy(task, seed=0)
+    resumed.update(logged, [1e-3] * len(logged))  # as preloading the log does
+    assert resumed.next_batch(8)[:len(defaults)] == defaults
+
+    up_to_date = SketchPolicy(task, seed=0)
+    up_to_date.update(logged + defaults, [1e-3] * (len(logged) + len(defaults)))
+    assert not {c.key for c in up_to_date.next_batch(8)} & {c.key for c in defaults + logged}
+
+
 def test_without_defaults_first_the_first_round_is_the_searchs_own():
     from tilecraft.search.default import JOBS_PER_CORE, default_row
     from tilecraft.search.evolution import SearchParams

@@ -51,6 +51,9 @@ class SketchPolicy:
         self.measured: set = set()
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []
+        # Offered in the first batch even when a log was preloaded: the defaults improve between
+        # releases, and a log tuned before may hold nothing as fast as today's default.
+        self.defaults_pending = self.params.defaults_first
         self.sketch_policy = self.mutation_policy = None
         self.use(sketch_policy, mutation_policy)
         for log in getattr(self.model, "pending_logs", ()):  # XGBModel().update_from_file(log)
@@ -94,9 +97,10 @@ class SketchPolicy:
         chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
                                               self.min_parallel, self.params, self.sketch_policy.shares(),
                                               self.mutation_policy)
-        if self.params.defaults_first and not self.measured:  # so tuning never ends below them
-            defaults = [Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
-                        for n, s in enumerate(self.sketches)]
+        if self.defaults_pending:  # so tuning never ends below them
+            self.defaults_pending = False
+            defaults = [c for c in (Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
+                                    for n, s in enumerate(self.sketches)) if c.key not in self.measured]
             keys = {c.key for c in defaults}
             chosen = (defaults + [c for c in chosen if c.key not in keys])[:count]
         if self.measured_traces:
