@@ -157,6 +157,25 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
     assert "have the default schedule" not in capsys.readouterr().err
 
 
+def test_tune_model_of_some_tasks_with_flushed_caches_into_a_log_run_model_takes_first(onnx_model, tmp_path,
+                                                                                       capsys):
+    tasks, _ = tc.extract_tasks(str(onnx_model))
+    chosen = [t for t in tasks if t.desc.startswith("conv2d_nhwc+relu")]
+    assert len(chosen) == 1
+    flushed = tmp_path / "flushed.json"
+    assert main(["tune-model", str(onnx_model), "--trials", "2", "--per-round", "2", "--log", str(flushed),
+                 "--tasks", "^conv2d_nhwc\\+relu", "--cache-flush", "--verbose", "0"]) == 0
+    assert {r.workload_key for r in tc.load_records(flushed)} == {chosen[0].workload_key}
+    capsys.readouterr()
+    assert main(["run-model", str(onnx_model), "--log", str(flushed), "--log", str(flushed)]) == 0
+    err = capsys.readouterr().err
+    assert "2 of 3 kernels have the default schedule" in err and f"no record in {flushed}, {flushed}" in err
+    assert main(["tune-model", str(onnx_model), "--tasks", "(", "--log", str(flushed)]) == 2
+    assert "--tasks '(' is not a regular expression" in capsys.readouterr().err
+    assert main(["tune-model", str(onnx_model), "--tasks", "softmax", "--log", str(flushed)]) == 2
+    assert "--tasks 'softmax' matches none of the model's tasks" in capsys.readouterr().err
+
+
 def test_run_model_runs_saves_the_output_and_times_it(onnx_model, tmp_path, capsys):
     from tilecraft.frontend import from_onnx
     from tilecraft.graph import run_reference

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import re
 import sys
 import time
 import warnings
@@ -27,6 +28,7 @@ from typing import Any, Callable, Sequence
 from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadSummary, canonical_target,
                        iter_records, load_best_record, summarize, workload_label)
 from .errors import TilecraftError
+from .measure import LocalRunner
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
 
@@ -281,6 +283,11 @@ def add_tune_model_command(subparsers: Any) -> None:
     command.add_argument("--strategy", choices=STRATEGIES, default="gradient")
     command.add_argument("--per-task-early-stopping", type=int, metavar="TRIALS",
                          help="stop tuning a task after this many trials without improvement")
+    command.add_argument("--tasks", metavar="REGEX", help="tune only the tasks whose description matches")
+    command.add_argument("--cache-flush", action="store_true",
+                         help="flush the caches before every timed call, as a layer whose weights come from memory "
+                              "finds them inside a large model; keep such a log apart from a warm one and give it "
+                              "first to run-model")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune_model)
 
@@ -289,13 +296,25 @@ def run_tune_model(args: argparse.Namespace) -> int:
     from .graph.tasks import extract_tasks, print_tasks
 
     tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
+    if args.tasks is not None:
+        try:
+            pattern = re.compile(args.tasks)
+        except re.error as error:
+            raise TilecraftError(f"--tasks {args.tasks!r} is not a regular expression ({error}); match task "
+                                 "descriptions as `tilecraft tasks` prints them, say '1x7x7x'") from None
+        chosen = [n for n, task in enumerate(tasks) if pattern.search(task.desc)]
+        if not chosen:
+            raise TilecraftError(f"--tasks {args.tasks!r} matches none of the model's tasks: "
+                                 + "; ".join(task.desc for task in tasks))
+        tasks, weights = [tasks[n] for n in chosen], [weights[n] for n in chosen]
     if args.verbose:
         print_tasks(tasks, weights)
     log = Path(args.log or Path(args.model).with_suffix(".json").name)
     scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None)
-    options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
-                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
-    latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
+    with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
+        options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
+                                measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
+        latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
     print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
           f"run it with: tilecraft run-model {args.model} --log {log}")
     return 0
@@ -308,7 +327,9 @@ def add_run_model_command(subparsers: Any) -> None:
                     "rest), or load a model saved with CompiledModel.save (a directory); run it on the given inputs "
                     "(random ones by default), print the outputs' shapes and first values and the latency.")
     _add_model_arguments(command)
-    command.add_argument("--log", help="the tuning log to take schedules from")
+    command.add_argument("--log", action="append", metavar="LOG",
+                         help="a tuning log to take schedules from; repeated, a kernel's schedule comes from the "
+                              "first log with a record for it")
     command.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy",
                          help="an input array; NAME= may be left out for a model with one input (repeatable)")
     command.add_argument("--output", type=Path, help="save the output to this .npy (several: one file each)")

@@ -148,6 +148,24 @@ def test_a_record_of_the_log_is_used_and_only_the_other_kernels_are_listed(tuned
     np.testing.assert_allclose(compiled(input=x), onnxruntime_output(model, x), rtol=1e-3, atol=1e-4)
 
 
+def test_of_several_logs_the_first_with_a_record_for_a_kernel_gives_its_schedule(tuned_log, tmp_path,
+                                                                                 kernel_cache):
+    log, task = tuned_log
+    records = [r for r in tc.load_records(log, task.workload_key) if r.is_valid]
+    slowest = max(records, key=lambda r: r.mean_cost)
+    assert tc.Trace.from_json(slowest.trace) != tc.Trace.from_json(tc.load_best_record(log, task.workload_key).trace)
+    flushed = tmp_path / "flushed.json"  # say, measured with another protocol: its costs are not compared
+    flushed.write_text(slowest.to_json_line() + "\n")
+    for logs, expected in (([flushed, log], slowest), ([log, flushed], tc.load_best_record(log, task.workload_key))):
+        with pytest.warns(DefaultScheduleWarning) as caught:
+            compiled = tc.compile_model(tiny_cnn(), TARGET, log=logs, cache_dir=kernel_cache)
+        (tuned,) = [k for k in compiled.kernels if k.tuned]
+        assert tc.Trace.from_json(tuned.trace) == tc.Trace.from_json(expected.trace)
+        assert f"no record in {logs[0]}, {logs[1]}" in str(caught[0].message)
+    with pytest.raises(FileNotFoundError, match="the tuning log nowhere.json does not exist"):
+        tc.compile_model(tiny_cnn(), TARGET, log=[log, "nowhere.json"])
+
+
 def test_a_record_that_does_not_replay_falls_back_with_the_reason(tuned_log, tmp_path, kernel_cache):
     log, task = tuned_log
     best = tc.load_best_record(log, task.workload_key, TARGET)

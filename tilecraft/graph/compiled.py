@@ -268,7 +268,8 @@ def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: 
     return buffers
 
 
-def compile_model(model_or_graph: Any, target: Target | str | None = None, log: str | Path | None = None,
+def compile_model(model_or_graph: Any, target: Target | str | None = None,
+                  log: str | Path | Sequence[str | Path] | None = None,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                   cache_dir: str | Path | None = None) -> CompiledModel:
     """Compile an ONNX model (a ``ModelProto`` or a path) or a Graph for ``target`` (the host by default),
@@ -277,13 +278,23 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None, log: 
 
         model = tc.compile_model("resnet50.onnx", log="resnet50.json")
         logits = model(data=image)
+
+    Several logs: a subgraph's schedule is the best of the first log that has a record for it.
+    Costs measured with different protocols (say with the caches flushed before every call,
+    and warm) are not comparable, so such logs are kept apart and ranked by their order.
     """
     target = target if isinstance(target, Target) else Target(target)
     graph = prepare_graph(model_or_graph, input_shapes)
-    if log is not None and not Path(log).is_file():
-        raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
-                                f"(tc.extract_tasks, tc.TaskScheduler with tc.RecordToFile), or compile without log=")
-    best = {r.workload_key: r for r in best_records(log, target=target)} if log is not None else {}
+    logs = [] if log is None else [log] if isinstance(log, (str, Path)) else list(log)
+    for path in logs:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"the tuning log {path} does not exist; tune the model's tasks into it first "
+                                    "(tc.extract_tasks, tc.TaskScheduler with tc.RecordToFile), or compile without "
+                                    "log=")
+    best = {}
+    for path in reversed(logs):  # the earlier logs' records replace the later ones'
+        best.update((r.workload_key, r) for r in best_records(path, target=target))
+    log = ", ".join(map(str, logs)) if logs else None
     jobs: dict[str, tuple] = {}  # workload key -> (kernel index, dag, description, best record)
     steps = []
     for subgraph in partition(graph):
