@@ -1,6 +1,7 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
-    python benchmarks/models.py [--trials N | --kept] [--only resnet50,bert_layer] [--tasks REGEX] [--out FILE]
+    python benchmarks/models.py [--trials N [--flushed] | --kept] [--only resnet50,bert_layer] [--tasks REGEX]
+                                [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
@@ -8,7 +9,10 @@ with default schedules (untuned), and, with --trials N > 0, tuned for N trials s
 its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
 regular expression, say the 7x7 layers) and compiled again from the log. The log is kept in
 benchmarks/records (xz-compressed), so a later run resumes the tuning; --kept compiles the
-tuned model from that log as it is, tuning nothing, to time it again. Every compiled model's output
+tuned model from that log as it is, tuning nothing, to time it again. --flushed tunes with the
+caches flushed before every timed call (as a layer finds its weights inside a model too large
+for the caches), into a log of its own (MODEL_flushed); the tuned model takes a kernel's
+schedule from that log first, then from the warm one. Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
 """
@@ -60,7 +64,7 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
 
 
 def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "",
-        kept: bool = False) -> dict:
+        kept: bool = False, flushed: bool = False) -> dict:
     path = model_zoo.export(name, directory / "onnx")
     shape = model_zoo.MODELS[name][1]
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
@@ -82,13 +86,17 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
                "tilecraft_untuned": lambda: untuned(input=x)}
     row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
-    log, archive = directory / "model_logs" / f"{name}.json", ARCHIVE / f"{name}_tuning.json.xz"
+    logs = directory / "model_logs"
+    warm_log, flushed_log = logs / f"{name}.json", logs / f"{name}_flushed.json"
+    archives = {warm_log: ARCHIVE / f"{name}_tuning.json.xz", flushed_log: ARCHIVE / f"{name}_flushed.json.xz"}
+    for kept_log, archive in archives.items():
+        restore(archive, kept_log)
+    log, archive = (flushed_log, archives[flushed_log]) if flushed else (warm_log, archives[warm_log])
     if kept:
-        restore(archive, log)
-        if not log.exists():
-            raise SystemExit(f"--kept: {name} has no kept tuning log ({archive}); tune it first with --trials N")
+        if not warm_log.exists():
+            raise SystemExit(f"--kept: {name} has no kept tuning log ({archives[warm_log]}); tune it first with "
+                             "--trials N")
     elif trials:
-        restore(archive, log)
         log.parent.mkdir(parents=True, exist_ok=True)
         chosen = [n for n, task in enumerate(tasks) if re.search(only_tasks, task.desc)]
         if not chosen:
@@ -98,13 +106,14 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
         try:
             scheduler = tc.TaskScheduler([tasks[n] for n in chosen], [weights[n] for n in chosen],
                                          load_log_file=str(log) if log.exists() else None)
-            scheduler.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))],
-                                            verbose=1))
+            with tc.LocalRunner(enable_cpu_cache_flush=flushed) as runner:
+                scheduler.tune(tc.TuningOptions(num_measure_trials=trials, runner=runner,
+                                                measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
         finally:
             save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
     if trials or kept:
-        tuned = tc.compile_model(str(path), target, log=str(log))
+        tuned = tc.compile_model(str(path), target, log=[str(p) for p in (flushed_log, warm_log) if p.exists()])
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
         row["tuned_correct"] = bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4))
     with torch.no_grad():
@@ -121,10 +130,14 @@ def main() -> int:
     parser.add_argument("--min-ms", type=float, default=200)
     parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
     parser.add_argument("--kept", action="store_true", help="time the tuned model of the kept log, tuning nothing")
+    parser.add_argument("--flushed", action="store_true",
+                        help="tune with the caches flushed before every timed call, into the model's flushed log")
     options = parser.parse_args()
     if options.kept and options.trials:
         parser.error(f"--kept times the kept log as it is; --trials {options.trials} would tune it further: "
                      f"give one of the two")
+    if options.flushed and not options.trials:
+        parser.error("--flushed says how to tune: give --trials N > 0 as well")
     if options.tasks:
         if not options.trials:
             parser.error(f"--tasks {options.tasks!r} picks tasks to tune: give --trials N > 0 as well")
@@ -142,7 +155,7 @@ def main() -> int:
     rows = []
     for name in names:
         rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks,
-                         options.kept))
+                        options.kept, options.flushed))
         print(f"  {name}: done", flush=True)
 
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
