@@ -99,3 +99,26 @@ def test_rfactor_only_where_a_reduction_lacks_spatial_parallelism(workload, args
     dag = tc.ComputeDAG(WORKLOADS[workload](*args))
     names = [s.name for s in generate_sketches(dag, target=tc.Target(f"llvm -mcpu=core-avx2 -num-cores={cores}"))]
     assert any("rfactor" in name for name in names) == factored
+
+
+def test_a_transpose_back_to_nchw_walks_its_input_a_cache_line_at_a_time(kernel_cache):
+    import numpy as np
+
+    from tilecraft.search.default import default_schedule
+
+    x = te.placeholder((1, 6, 8, 32), name="x")
+    dag = tc.ComputeDAG([x, ops.transpose(x, (0, 3, 1, 2))])  # NHWC -> NCHW: read along C, written along W
+    assert [s.name for s in generate_sketches(dag, target=TARGET)] == ["tile_transpose(transpose)"]
+    sch = default_schedule(dag, tc.Target.host())
+    stage = sch.state.stage("transpose")
+    assert [stage.loop(leaf).extent for leaf in stage.leaves][-2:] == [16, 8]  # a line of C, then the vector of W
+    data = np.random.default_rng(0).standard_normal((1, 6, 8, 32)).astype("float32")
+    np.testing.assert_array_equal(tc.build(sch, tc.Target.host(), cache_dir=kernel_cache)(data),
+                                  data.transpose(0, 3, 1, 2))
+    untouched = {"read along the vector loop": ((1, 6, 8, 32), (0, 2, 1, 3)),
+                 "NCHW -> NHWC, read along the loop just outside the vector loop": ((1, 32, 6, 8), (0, 2, 3, 1)),
+                 "channels that are not whole lines": ((1, 6, 8, 12), (0, 3, 1, 2))}
+    for why, (shape, axes) in untouched.items():
+        y = te.placeholder(shape, name="y")
+        names = [s.name for s in generate_sketches(tc.ComputeDAG([y, ops.transpose(y, axes)]), target=TARGET)]
+        assert names == ["default"], why

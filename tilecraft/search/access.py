@@ -104,3 +104,22 @@ def layout_free_reads(op: ComputeOp) -> list[int]:
     free = op.attrs.get("layout_free_placeholders", [])
     return [n for n, t in enumerate(op.input_tensors)
             if isinstance(t.op, PlaceholderOp) and any(t is f for f in free)]
+
+
+def transposed_axis(op: ComputeOp) -> int | None:
+    """The axis along which a pure transpose reads its input contiguously, when loops other
+    than its vector loop lie between that axis and the vector loop (NHWC back to NCHW):
+    every index of the read a distinct axis, the last of them before the last two axes.
+    None for every other block."""
+    if op.reduce_axis:
+        return None
+    axes = [iv.var for iv in op.axis]
+    for read in reads_of(op):
+        if not isinstance(read.tensor.op, (PlaceholderOp, ComputeOp)) or len(read.indices) < 2:
+            continue
+        if not all(isinstance(i, Var) and i in axes for i in read.indices) or len(set(read.indices)) != len(axes):
+            continue
+        last = axes.index(read.indices[-1])
+        if last < len(axes) - 2:
+            return last
+    return None

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..schedule.schedule import Schedule
-from .access import is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling
+from .access import is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling, transposed_axis
 
 
 class Condition(enum.Enum):
@@ -191,6 +191,31 @@ class MultiLevelTilingWithFusion(SketchRule):
 
 
 @dataclass
+class TileTranspose(SketchRule):
+    """A transpose written along one axis and read along another (NHWC back to NCHW) gathers
+    every vector from as many cache lines; walking the read's contiguous axis one line at a
+    time just outside the vector loop uses each line it loads whole."""
+
+    name: str = "tile_transpose"
+    line_elements: int = 16  # fp32 elements in a 64-byte cache line
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        stage = draft.stage(block)
+        axis = None if stage.attach or stage.relations else transposed_axis(stage.op)
+        wanted = axis is not None and stage.op.axis[axis].extent % self.line_elements == 0
+        return Condition.APPLY_AND_SKIP_REST if wanted else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        loops = sch.get_loops(sch.get_block(block))
+        axis = transposed_axis(draft.stage(block).op)
+        outer, inner = sch.split(loops[axis], [None, self.line_elements])
+        rest = [loop for n, loop in enumerate(loops) if n != axis]
+        sch.reorder(*loops[:axis], outer, *rest[axis:-1], inner, rest[-1])
+        return [(draft.derive(sch, f"tile_transpose({block})"), draft.index(block) - 1)]
+
+
+@dataclass
 class SkipStage(SketchRule):
     name: str = "skip"
 
@@ -230,7 +255,8 @@ def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_fa
 
 
 SKETCH_RULES: list[SketchRule] = [
-    AlwaysInline(), AddRfactor(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), SkipStage(),
+    AlwaysInline(), AddRfactor(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), TileTranspose(),
+    SkipStage(),
 ]
 
 
