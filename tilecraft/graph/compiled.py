@@ -294,7 +294,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     best = {}
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
         best.update((r.workload_key, r) for r in best_records(path, target=target))
-    log = ", ".join(map(str, logs)) if logs else None
+    described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
     jobs: dict[str, tuple] = {}  # workload key -> (kernel index, dag, description, best record)
     steps = []
     for subgraph in partition(graph):
@@ -306,7 +306,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
             jobs[dag.workload_key] = (len(jobs), dag, describe(graph, subgraph), best.get(dag.workload_key))
         steps.append(Step(jobs[dag.workload_key][0], subgraph.inputs, subgraph.outputs))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tilecraft-compile") as pool:
-        built = list(pool.map(lambda job: _compile_kernel(*job[1:], log, target, f"kernel_{job[0]}", cache_dir),
+        built = list(pool.map(lambda job: _compile_kernel(*job[1:], described, target, f"kernel_{job[0]}", cache_dir),
                               jobs.values()))  # gcc runs outside the GIL
     kernels = [kernel for kernel, _ in built]
     untuned = [(kernel.desc, why) for kernel, why in built if why]

@@ -115,8 +115,6 @@ def transposed_axis(op: ComputeOp) -> int | None:
         return None
     axes = [iv.var for iv in op.axis]
     for read in reads_of(op):
-        if not isinstance(read.tensor.op, (PlaceholderOp, ComputeOp)) or len(read.indices) < 2:
-            continue
         if not all(isinstance(i, Var) and i in axes for i in read.indices) or len(set(read.indices)) != len(axes):
             continue
         last = axes.index(read.indices[-1])
