@@ -167,3 +167,23 @@ def test_a_depthwise_convolution_gets_a_small_unpadded_tile(size, pixels):
     decisions = [d for d in sch.trace.decisions.values() if isinstance(d, tuple) and len(d) == 4]
     n, y, x, c = (d[-1] for d in decisions)
     assert (n, y, x, c) == (1, 1, pixels, 16)
+
+
+def test_a_row_reduction_defaults_to_vector_lanes_and_a_sum_across_rows_does_not(kernel_cache):
+    import json
+
+    from tilecraft import ops, te
+
+    def rfactors(sch) -> list[str]:
+        return [step["args"]["loop"] for step in json.loads(sch.trace.dumps()) if step["kind"] == "rfactor"]
+
+    dag = tc.ComputeDAG(WORKLOADS["layer_norm"](128, 768))  # sums along each row, its contiguous axis
+    sch = default_schedule(dag, tc.Target.host())
+    assert len(rfactors(sch)) == 2  # both row sums in vector lanes, the sketch rfactor_inner x 2
+    inputs = dag.random_inputs()
+    np.testing.assert_allclose(tc.build(sch, cache_dir=kernel_cache)(*inputs), dag.evaluate_numpy(inputs)[0],
+                               rtol=1e-4, atol=1e-4)
+    data = te.placeholder((1, 16, 16, 64), name="data")  # NHWC: the sum runs across rows, channels are contiguous
+    pool = tc.ComputeDAG([data, ops.global_avg_pool2d(data, layout="NHWC")])
+    assert any("rfactor_inner" in s.name for s in generate_sketches(pool, target=tc.Target.host()))
+    assert rfactors(default_schedule(pool, tc.Target.host())) == []

@@ -121,3 +121,14 @@ def transposed_axis(op: ComputeOp) -> int | None:
         if last < len(axes) - 2:
             return last
     return None
+
+
+def reduces_contiguously(op: ComputeOp) -> bool:
+    """Whether every read that moves with the innermost reduction axis moves along its last
+    index, so vector lanes over that axis load whole vectors (a softmax's or layer norm's
+    row), not gathers (a sum over H of NHWC)."""
+    if not op.reduce_axis:
+        return False
+    inner = op.reduce_axis[-1].var
+    reads = [read for read in reads_of(op) if inner in read_vars(read)]
+    return bool(reads) and all(read.indices[-1] == inner for read in reads)
