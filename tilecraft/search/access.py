@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from ..te.expr import Call, Const, Select, TensorRead, Var, free_vars, walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -88,6 +90,19 @@ def broadcasts(op: ComputeOp, axis_name: str) -> bool:
     its own operand and more accumulators reuse nothing."""
     axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
     return axis is None or any(axis not in read_vars(read) for read in reads_of(op))
+
+
+def weights_outweigh_rows(op: ComputeOp, axis_name: str) -> bool:
+    """The operands that index axis ``axis_name`` (a convolution's weights across output
+    channels) hold more elements than those that miss it (its input rows), so a tile of
+    that axis should stay in cache while the rows pass, not be read again for each row."""
+    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+    if axis is None:
+        return False
+    sizes = {True: 0, False: 0}
+    for tensor in {read.tensor: axis in read_vars(read) for read in reads_of(op)}.items():
+        sizes[tensor[1]] += math.prod(tensor[0].shape)
+    return sizes[True] > sizes[False] > 0
 
 
 def is_elementwise_reader(consumer: ComputeOp, producer: Tensor) -> bool:

@@ -4,7 +4,9 @@ It is a candidate of the DAG's own sketches whose decisions come from rules inst
 search: the register tile that a cycle model of its reduction step rates fastest for
 the least padding (a small one where no operand is broadcast across it), the
 innermost reduction loop as long as the tile limit allows, every middle tile level 1 so
-the outer loops carry the rest (and the parallelism), auto-unroll 512, and every free
+the outer loops carry the rest (and the parallelism), but where the weights outweigh the
+rows and their channel tiles alone give the cores enough jobs, the rows one level in, so
+a tile of the weights stays in cache while they pass; auto-unroll 512, and every free
 block computed at the root, but a padding that its consumer reads only within a reduction
 window (a depthwise convolution's), which is inlined. Among sketches alike in their tiles,
 the one that reduces the most rows in vector lanes (``rfactor_inner`` along a contiguous
@@ -57,21 +59,32 @@ def _vector_reductions(dag: ComputeDAG, sketch: Sketch) -> int:
 
 
 def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
-    inner = {}
+    inner, rows_inside = {}, set()
     for tile in sketch.register_tiles:
-        inner.update(zip(tile.slots, _best_shape(sketch, tile) if tile.broadcast else _small_shape(sketch, tile)))
+        shape = _best_shape(sketch, tile) if tile.broadcast else _small_shape(sketch, tile)
+        inner.update(zip(tile.slots, shape))
+        extents = [math.prod(sketch.slots[n].domain[0]) for n in tile.slots]
+        unpadded = all(extent % last == 0 for extent, last in zip(extents[1:], shape[1:]))
+        if tile.weights_outweigh and unpadded and extents[0] // shape[0] >= min_parallel:
+            rows_inside.update(tile.slots[1:])  # the weights' tile stays in cache while the rows pass
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     for n, slot in enumerate(sketch.slots):
         if slot.role == "tile":
             extent, parts = math.prod(slot.domain[0]), len(slot.domain[0])
             wanted = [inner.get(n, 1)] if slot.spatial else sorted(divisors(extent), reverse=True)
-            row[n] = next(index for index in (sketch.index_of(n, (-(-extent // last),) + (1,) * (parts - 2) + (last,))
+            level = 1 if n in rows_inside else 0
+            row[n] = next(index for index in (sketch.index_of(n, _outer_at(level, -(-extent // last), parts) + (last,))
                                               for last in wanted + [1]) if index is not None)
         elif slot.role == "unroll":
             row[n] = slot.values.index(UNROLL_STEP) if UNROLL_STEP in slot.values else len(slot.values) - 1
         elif slot.role == "location":
             row[n] = slot.domain.index(INLINE if slot.inline_first else ROOT)
     return sketch.fix_parallel(row[None], min_parallel)[0]
+
+
+def _outer_at(level: int, outer: int, parts: int) -> tuple[int, ...]:
+    """The tile factors but the innermost: ``outer`` at ``level``, 1 at the others."""
+    return tuple(outer if n == level else 1 for n in range(parts - 1))
 
 
 def _small_shape(sketch: Sketch, tile) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .access import broadcasts
+from .access import broadcasts, weights_outweigh_rows
 
 REGISTER_TILE_SHARE = 0.5
 """Of random candidates, the share whose register tiles are drawn to fit the registers."""
@@ -49,6 +49,7 @@ class RegisterTile:
     shapes: np.ndarray  # every register-filling tile: innermost factor per slot, one row each
     by_inner: tuple[dict[int, np.ndarray], ...]  # per slot: innermost factor -> its decisions
     broadcast: bool = True  # an operand misses the vectorized axis (see ``broadcasts``)
+    weights_outweigh: bool = False  # the operands along the vectorized axis are the larger (``weights_outweigh_rows``)
 
     def fma_rate(self, shape) -> float:
         """The share of the FMA units' peak that a reduction step of this tile can keep busy
@@ -139,10 +140,12 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
         op = ops.get(block)
         lanes = target.vector_lanes(op.dtype if op is not None else "float32")
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
-        broadcast = op is None or broadcasts(op, sketch.slots[vector_slot].name.split(".", 1)[1])
+        axis = sketch.slots[vector_slot].name.split(".", 1)[1]
+        broadcast = op is None or broadcasts(op, axis)
+        outweigh = op is not None and weights_outweigh_rows(op, axis)
         if len(shapes):
             tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner),
-                                      broadcast))
+                                      broadcast, outweigh))
     return tuple(tiles)
 
 
