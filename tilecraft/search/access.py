@@ -100,8 +100,8 @@ def weights_outweigh_rows(op: ComputeOp, axis_name: str) -> bool:
     if axis is None:
         return False
     sizes = {True: 0, False: 0}
-    for tensor in {read.tensor: axis in read_vars(read) for read in reads_of(op)}.items():
-        sizes[tensor[1]] += math.prod(tensor[0].shape)
+    for tensor, along in {read.tensor: axis in read_vars(read) for read in reads_of(op)}.items():
+        sizes[along] += math.prod(tensor.shape)
     return sizes[True] > sizes[False] > 0
 
 

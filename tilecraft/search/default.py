@@ -83,8 +83,8 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
 
 
 def _outer_at(level: int, outer: int, parts: int) -> tuple[int, ...]:
-    """The tile factors but the innermost: ``outer`` at ``level``, 1 at the others."""
-    return tuple(outer if n == level else 1 for n in range(parts - 1))
+    """The tile factors but the innermost: ``outer`` at ``level`` (or the last there is), 1 at the others."""
+    return tuple(outer if n == min(level, parts - 2) else 1 for n in range(parts - 1))
 
 
 def _small_shape(sketch: Sketch, tile) -> tuple[int, ...]:
