@@ -83,12 +83,17 @@ def reused_only_in_a_window(producer: Tensor, consumers: list[ComputeOp]) -> boo
     return True
 
 
+def _axis_var(op: ComputeOp, axis_name: str):
+    """The variable of ``op``'s spatial axis named ``axis_name`` (None if it has none)."""
+    return next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+
+
 def broadcasts(op: ComputeOp, axis_name: str) -> bool:
     """Some operand of ``op`` misses its axis ``axis_name``, so one load of it feeds a row of
     a register tile (a matmul's A across j, a convolution's input across output channels).
     Without one (a depthwise convolution: every read indexes the channel), each FMA loads
     its own operand and more accumulators reuse nothing."""
-    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+    axis = _axis_var(op, axis_name)
     return axis is None or any(axis not in read_vars(read) for read in reads_of(op))
 
 
@@ -96,7 +101,7 @@ def weights_outweigh_rows(op: ComputeOp, axis_name: str) -> bool:
     """The operands that index axis ``axis_name`` (a convolution's weights across output
     channels) hold more elements than those that miss it (its input rows), so a tile of
     that axis should stay in cache while the rows pass, not be read again for each row."""
-    axis = next((iv.var for iv in op.axis if iv.var.name == axis_name), None)
+    axis = _axis_var(op, axis_name)
     if axis is None:
         return False
     sizes = {True: 0, False: 0}

@@ -38,6 +38,7 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
     then tiles that accumulate in a local buffer inside their consumer's tile, then the most
     rows reduced in vector lanes."""
     ranked, errors = [], []
+    ops = {tensor.op.name: tensor.op for tensor in dag.compute_ops}
     for n, sketch in enumerate(generate_sketches(dag, target=target)):
         try:
             sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * target.num_cores)).replay(dag)
@@ -45,16 +46,15 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
             errors.append(f"{sketch.name}: {error}")
             continue
         local = all(sch.state.stage(tile.block).attach is not None for tile in sketch.register_tiles)
-        ranked.append(((-len(sketch.register_tiles), not local, -_vector_reductions(dag, sketch), n), sch))
+        ranked.append(((-len(sketch.register_tiles), not local, -_vector_reductions(ops, sketch), n), sch))
     if not ranked:
         raise ScheduleError("no sketch gave a default schedule: " + "; ".join(errors))
     return min(ranked, key=lambda entry: entry[0])[1]
 
 
-def _vector_reductions(dag: ComputeDAG, sketch: Sketch) -> int:
+def _vector_reductions(ops: dict, sketch: Sketch) -> int:
     """How many blocks the sketch reduces in vector lanes (``rfactor_inner``) along the axis
-    their reads are contiguous in."""
-    ops = {tensor.op.name: tensor.op for tensor in dag.compute_ops}
+    their reads are contiguous in (``ops``: the DAG's compute ops by name)."""
     return sum(reduces_contiguously(ops[name]) for name in re.findall(r"rfactor_inner\(([^)]+)\)", sketch.name))
 
 
@@ -63,7 +63,7 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
     for tile in sketch.register_tiles:
         shape = _best_shape(sketch, tile) if tile.broadcast else _small_shape(sketch, tile)
         inner.update(zip(tile.slots, shape))
-        extents = [math.prod(sketch.slots[n].domain[0]) for n in tile.slots]
+        extents = _tile_extents(sketch, tile)
         unpadded = all(extent % last == 0 for extent, last in zip(extents[1:], shape[1:]))
         if tile.weights_outweigh and unpadded and extents[0] // shape[0] >= min_parallel:
             rows_inside.update(tile.slots[1:])  # the weights' tile stays in cache while the rows pass
@@ -82,6 +82,11 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
     return sketch.fix_parallel(row[None], min_parallel)[0]
 
 
+def _tile_extents(sketch: Sketch, tile) -> list[int]:
+    """The extents of the loops a register tile splits, the vectorized one first."""
+    return [math.prod(sketch.slots[n].domain[0]) for n in tile.slots]
+
+
 def _outer_at(level: int, outer: int, parts: int) -> tuple[int, ...]:
     """The tile factors but the innermost: ``outer`` at ``level`` (or the last there is), 1 at the others."""
     return tuple(outer if n == min(level, parts - 2) else 1 for n in range(parts - 1))
@@ -93,7 +98,7 @@ def _small_shape(sketch: Sketch, tile) -> tuple[int, ...]:
     spatial loop, where each divides its loop (else one). Measured on MobileNetV2's
     depthwise layers in the model: 1.13 ms for the ten against 2.02 with the 2x3-pixel
     tile of the FMA-rate rule (which pads 56, 28, 14 and 7 to a multiple of 3)."""
-    extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
+    extents = _tile_extents(sketch, tile)
     width = 2 * tile.lanes if extents[0] % (2 * tile.lanes) == 0 else tile.lanes
     inner = [1] * (len(extents) - 2) + [2 if extents[-1] % 2 == 0 else 1]
     return (width, *inner) if len(extents) > 1 else (width,)
@@ -104,7 +109,7 @@ def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
     discounted by the padding it needs; rates within 1% are alike, the model is no finer),
     then the one with the fewest loads per FMA; a width that divides its loop first, since a
     padded last tile reads packed weights by gathering."""
-    extents = [math.prod(sketch.slots[s].domain[0]) for s in tile.slots]
+    extents = _tile_extents(sketch, tile)
 
     def value(shape):
         vectors, rows = shape[0] // tile.lanes, math.prod(shape[1:])
