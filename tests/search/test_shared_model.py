@@ -6,6 +6,8 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.search.cost_model import XGBModel
+from tilecraft.search.evolution import Candidate
+from tilecraft.search.features import feature_names
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel, TaskCostModel, task_descriptor
 from tilecraft.tune.scheduler import TaskScheduler
@@ -37,7 +39,10 @@ def test_a_new_task_is_ranked_by_what_the_others_measured():
     first.update(candidates, costs)
     assert shared.model.is_trained
     second = SketchPolicy(_task(48, 32, 64), shared)  # fresh, never measured
-    batch = second.next_batch(16)
+    # a spread of its candidates: the model's own picks would all share the largest tiles
+    sketch = next(n for n, s in enumerate(second.sketches) if "matmul.j.t3" in feature_names(s))
+    rows = second.sketches[sketch].sample_uniform(np.random.default_rng(0), 64)
+    batch = [Candidate(sketch, tuple(int(v) for v in row)) for row in rows]
     scores = second.model.predict(second.features(batch))
     np.testing.assert_array_equal(scores, second.model.predict(second.features(batch)))  # trained, not random
     names = second.feature_space.names
