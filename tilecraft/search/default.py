@@ -5,8 +5,8 @@ search: the register tile that a cycle model of its reduction step rates fastest
 the least padding (a small one where no operand is broadcast across it), the
 innermost reduction loop as long as the tile limit allows, every middle tile level 1 so
 the outer loops carry the rest (and the parallelism), but where the weights outweigh the
-rows and their channel tiles alone give the cores enough jobs, the rows one level in, so
-a tile of the weights stays in cache while they pass; auto-unroll 512, and every free
+rows, the rows one level in, so a tile of the weights stays in cache while they pass and
+each core reads its share of the weights once; auto-unroll 512, and every free
 block computed at the root, but a padding that its consumer reads only within a reduction
 window (a depthwise convolution's), which is inlined. Among sketches alike in their tiles,
 the one that reduces the most rows in vector lanes (``rfactor_inner`` along a contiguous
@@ -65,7 +65,7 @@ def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
         inner.update(zip(tile.slots, shape))
         extents = _tile_extents(sketch, tile)
         unpadded = all(extent % last == 0 for extent, last in zip(extents[1:], shape[1:]))
-        if tile.weights_outweigh and unpadded and extents[0] // shape[0] >= min_parallel:
+        if tile.weights_outweigh and unpadded:
             rows_inside.update(tile.slots[1:])  # the weights' tile stays in cache while the rows pass
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     for n, slot in enumerate(sketch.slots):
