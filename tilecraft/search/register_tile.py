@@ -142,7 +142,7 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
         axis = sketch.slots[vector_slot].name.split(".", 1)[1]
         broadcast = op is None or broadcasts(op, axis)
-        outweigh = op is not None and weights_outweigh_rows(op, axis)
+        outweigh = op is not None and weights_outweigh_rows(op, axis, target.l2_bytes)
         if len(shapes):
             tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner),
                                       broadcast, outweigh))
