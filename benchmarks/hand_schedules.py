@@ -179,6 +179,11 @@ def schedule_dense(dag, TJ=40):
 
 
 # ----------------------------------------------------------------------------- baselines
+SETTLE_SECS = 0.3
+"""Pause before each system is timed: the previous one's threads spin after their last call
+(PyTorch's OpenMP for 200 ms by default) and would take a core from the next. Without it, on
+2 cores, a kernel timed right after NumPy ran at half its speed."""
+
 def time_fn(fn, repeat, min_ms):
     """Median over `repeat` runs of the mean time of a batch lasting >= min_ms (as time_evaluator)."""
     fn()
@@ -264,11 +269,14 @@ def run_workload(name, entry, repeat, min_ms):
     # dag.flop_count() also counts the conv's index additions (y + ry, x + rx), doubling it;
     # report the conventional 2 * multiply-accumulates for conv.
     flops = 2 * 56 * 56 * 64 * 64 * 3 * 3 if name.startswith("conv2d") else dag.flop_count()
+    time.sleep(SETTLE_SECS)
     t_tc = f.time_evaluator(number=3, repeat=repeat, min_repeat_ms=min_ms)(*inputs, out).median
+    time.sleep(SETTLE_SECS)
     t_np = time_fn(lambda: np_fn(*inputs), repeat, min_ms)
     t_torch = None
     if torch is not None:
         targs = torch_inputs(name, inputs)
+        time.sleep(SETTLE_SECS)
         with torch.no_grad():
             t_torch = time_fn(lambda: torch_fn(*targs), repeat, min_ms)
     return {"workload": name, "correct": ok, "gflop": flops / 1e9,
