@@ -23,6 +23,7 @@ from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Se
 from ..ir.arith import bounds, simplify, to_linear
 from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
 from . import vector_math
+from .prefetch import flat_index, prefetches
 from .vector_math import VECTOR_DTYPES, vector_type
 from .writer import CodeWriter
 
@@ -67,6 +68,7 @@ class _Emitter:
         self.vector_helpers: set[tuple[str, str, int]] = set()  # (name, dtype, lanes)
         self.in_parallel = False
         self.region_open = False
+        self.prefetches = prefetches(func, target.l2_bytes)
 
     # ------------------------------------------------------------ names
     def name(self, key: object, hint: str) -> str:
@@ -87,14 +89,7 @@ class _Emitter:
 
     # ------------------------------------------------------------ expressions
     def flat_index(self, buffer: Buffer, indices) -> Expr:
-        strides = [math.prod(buffer.shape[d + 1:]) for d in range(buffer.ndim)]
-        from ..te.expr import binary, cast, const
-
-        dtype = "int32" if math.prod(buffer.shape) < 2**31 else "int64"
-        flat: Expr = const(0, dtype)
-        for index, stride in zip(indices, strides):
-            flat = binary("add", flat, binary("mul", cast(dtype, index), const(stride, dtype)))
-        return simplify(flat, self.ranges)
+        return flat_index(buffer, indices, self.ranges)
 
     def expr(self, e: Expr) -> str:
         if isinstance(e, Var):
@@ -201,6 +196,7 @@ class _Emitter:
         elif s.kind == "vectorize":
             self.out.line("#pragma GCC ivdep")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
+            self.prefetch(s)
             self.stmt(s.body, budget)
 
     def _serial_loops(self, s: For, depth: int, budget: int) -> None:
@@ -209,7 +205,17 @@ class _Emitter:
             if depth > 1:
                 self._serial_loops(s.body, depth - 1, budget)
             else:
+                self.prefetch(s)
                 self.stmt(s.body, budget)
+
+    def prefetch(self, s: For) -> None:
+        """The share of the next weight chunk that each iteration of ``s`` asks for (``prefetch``)."""
+        line = self.target.cache_line_bytes
+        for site in self.prefetches.get(id(s), ()):
+            with self.out.block(f"if ({self.name(site.chunk_var, site.chunk_var.name)} < {site.chunk_last})"):
+                start = f"(const char*)&{self.buffer_name(site.buffer)}[{self.expr(site.index)}]"
+                with self.out.block(f"for (int32_t tc_line = 0; tc_line < {site.nbytes}; tc_line += {line})"):
+                    self.out.line(f"__builtin_prefetch({start} + tc_line, 0, 3);")
 
     # ------------------------------------------------------------ SIMD
     def vector_loop(self, s: For) -> bool:
