@@ -75,7 +75,7 @@ def _site(read: TensorRead, vector: For, loops: tuple[For, ...]) -> tuple[For, P
     ranges = {loop.var: loop.extent for loop in loops + (vector,)}
     index = flat_index(read.tensor, read.indices, ranges)
     strides = to_linear(index, ranges).terms
-    if strides.get(vector.var) != 1 or any(not isinstance(v, Var) or not isinstance(c, int) for v, c in strides.items()):
+    if strides.get(vector.var) != 1 or not all(isinstance(v, Var) and isinstance(c, int) for v, c in strides.items()):
         return None
     serial = [n for n, loop in enumerate(loops) if loop.kind != "parallel" and loop.extent > 1]
     moving = [n for n in serial if strides.get(loops[n].var, 0) > 0]
@@ -94,8 +94,8 @@ def _site(read: TensorRead, vector: For, loops: tuple[For, ...]) -> tuple[For, P
     next_chunk = binary("add", loops[outer].var, const(1, index.dtype))
     start = simplify(substitute(index, {**zero, loops[outer].var: next_chunk}), ranges)
     share = -(-chunk * itemsize // reuser.extent)
-    return reuser, Prefetch(read.tensor, binary("add", start, binary("mul", reuser.var, const(share // itemsize, index.dtype))),
-                            share, loops[outer].var, loops[outer].extent - 1)
+    mine = binary("add", start, binary("mul", reuser.var, const(share // itemsize, index.dtype)))
+    return reuser, Prefetch(read.tensor, mine, share, loops[outer].var, loops[outer].extent - 1)
 
 
 def flat_index(buffer: Buffer, indices, ranges) -> Expr:
