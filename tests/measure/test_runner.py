@@ -201,9 +201,18 @@ def test_a_flushing_runner_times_one_call_ten_times_unless_told_otherwise(kernel
     chosen.close(), plain.close()
 
 
+def test_a_runner_evicting_the_weights_keeps_the_warm_protocol(kernel):
+    with LocalRunner(evict_weights=True) as evicting:
+        (result,) = _run(evicting, kernel("add"))
+        assert result.is_valid and len(result.costs) == 1
+        assert (evicting.number, evicting.repeat, evicting.min_repeat_ms) == (3, 1, 100)
+
+
 def test_invalid_options_are_rejected():
     with pytest.raises(ValueError, match="timeout_secs"):
         LocalRunner(timeout_secs=0)
+    with pytest.raises(ValueError, match="one of enable_cpu_cache_flush and evict_weights"):
+        LocalRunner(enable_cpu_cache_flush=True, evict_weights=True)
     with pytest.raises(ValueError, match="max_memory_bytes"):
         LocalRunner(max_memory_bytes=1 << 20)
 

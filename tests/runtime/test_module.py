@@ -270,3 +270,17 @@ def test_missing_entry_raises_build_error(lib_path):
 def test_unknown_dtype_is_rejected():
     with pytest.raises(ValueError, match="complex64"):
         ArgSpec("a", (1,), "complex64", False)
+
+
+def test_time_evaluator_evicts_the_weights_alone_before_every_timed_call(matvec, monkeypatch):
+    evictions = []
+    monkeypatch.setattr("tilecraft.runtime.module.weight_evictor",
+                        lambda buffers: lambda: evictions.append(sorted(b.shape for b in buffers)))
+    x, w = np.ones(4, dtype=np.float32), np.ones((4, 3), dtype=np.float32)
+    matvec.time_evaluator(number=4, repeat=2, evict_weights=True)(x, w)
+    assert evictions == [[(3, 4)]] * 8  # the weights packed for the timing, never x; not before the warm-up
+    evictions.clear()
+    matvec.bind_weights(w=w).time_evaluator(number=3, repeat=1, evict_weights=True)(x)
+    assert evictions == [[(3, 4)]] * 3  # the bound, packed weights
+    with pytest.raises(ValueError, match="one of enable_cpu_cache_flush and evict_weights"):
+        matvec.time_evaluator(enable_cpu_cache_flush=True, evict_weights=True)

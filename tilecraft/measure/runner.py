@@ -57,6 +57,12 @@ class LocalRunner:
         a repeat, at least 100 ms, once; with the cache flushed before every call (as the
         layers of a model find it: their weights evicted by the layers between), Ansor's
         one call a repeat and no minimum, ten times.
+    evict_weights: the kernel's weights alone are evicted from the caches before every
+        timed call, and the protocol is otherwise the warm one. Inside a model a layer
+        finds its input in the caches, just written by the layer before, and its weights
+        in memory; this measures that (``runtime/evict.py``) where a flush measures neither.
+        It estimates a kernel's time in place, but tuning by it picked kernels slower in
+        place than the warm protocol's (DESIGN.md, "Tuning with the weights evicted").
     max_memory_bytes: when set, the worker's address-space limit (RLIMIT_AS); a kernel
         that allocates beyond it fails instead of swapping the machine. Address space
         counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
@@ -68,7 +74,10 @@ class LocalRunner:
 
     def __init__(self, timeout_secs: float = 10.0, number: int | None = None, repeat: int | None = None,
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
-                 max_memory_bytes: int | None = None) -> None:
+                 max_memory_bytes: int | None = None, evict_weights: bool = False) -> None:
+        if enable_cpu_cache_flush and evict_weights:
+            raise ValueError("LocalRunner: a cache flush evicts the weights too; ask for one of "
+                             "enable_cpu_cache_flush and evict_weights")
         flushed = enable_cpu_cache_flush
         number = number if number is not None else 1 if flushed else 3
         repeat = repeat if repeat is not None else 10 if flushed else 1
@@ -85,6 +94,7 @@ class LocalRunner:
         self.repeat = repeat
         self.min_repeat_ms = min_repeat_ms
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
+        self.evict_weights = evict_weights
         self.max_memory_bytes = max_memory_bytes
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
@@ -158,7 +168,8 @@ class LocalRunner:
                 "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in build.args],
                 "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in build.packs],
                 "reference": str(reference), "number": self.number, "repeat": self.repeat,
-                "min_repeat_ms": self.min_repeat_ms, "flush": self.enable_cpu_cache_flush}
+                "min_repeat_ms": self.min_repeat_ms, "flush": self.enable_cpu_cache_flush,
+                "evict_weights": self.evict_weights}
 
     def _ready_worker(self) -> _Worker | str:
         """The running worker, or a fresh one; why none could start, if so."""

@@ -8,7 +8,8 @@ to). The worker answers ``{"ready": true}`` once, then one reply per request:
 
   request: lib_path, entry_name, args ([name, shape, dtype, is_output] each),
            packs ([arg_index, func_name, packed_shape] each), reference (an .npz of
-           inputs and expected outputs by tensor name), number, repeat, min_repeat_ms, flush
+           inputs and expected outputs by tensor name), number, repeat, min_repeat_ms, flush,
+           evict_weights
   reply:   {"error_kind": "none", "costs": [seconds per call, ...]} or
            {"error_kind": "wrong_answer" | "runtime", "error_msg": "..."}
 
@@ -89,7 +90,8 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
         # and random candidates can be slow: time one call per repeat then, not `number`.
         number = 1 if first_call_ms >= max(request["min_repeat_ms"], 1.0) else request["number"]
         timer = module.time_evaluator(number, request["repeat"], request["min_repeat_ms"],
-                                      request["flush"], warmup=False)  # the checked call warmed it up
+                                      request["flush"], warmup=False,  # the checked call warmed it up
+                                      evict_weights=request["evict_weights"])
         return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
     except Exception as error:  # noqa: BLE001 - every failure of a candidate is a reply
         return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}

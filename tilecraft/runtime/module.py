@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import BuildError
 from ..target import Target
 from ..te.dtype import DTYPES
+from .evict import weight_evictor
 from .plan import Call
 from .timer import ProfileResult, cache_flusher, time_callable
 
@@ -133,14 +134,23 @@ class Module:
         return calls, buffers
 
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
-                       enable_cpu_cache_flush: bool = False, warmup: bool = True) -> Callable[..., ProfileResult]:
+                       enable_cpu_cache_flush: bool = False, warmup: bool = True,
+                       evict_weights: bool = False) -> Callable[..., ProfileResult]:
         """``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,
-        before timing). Arrays are passed as to ``module(...)``."""
+        before timing). Arrays are passed as to ``module(...)``. ``evict_weights``: the
+        weights (those bound, and those packed for the timing) are evicted from the caches before
+        every call, as a layer inside a model finds them (``runtime/evict.py``)."""
+        if enable_cpu_cache_flush and evict_weights:
+            raise ValueError("time_evaluator: a cache flush evicts the weights too; ask for one of "
+                             "enable_cpu_cache_flush and evict_weights")
 
         def evaluate(*arrays: np.ndarray, out: np.ndarray | Sequence[np.ndarray] | None = None) -> ProfileResult:
             addresses, made, _ = self._prepare(arrays, out)  # ``made`` keeps packed inputs alive while timed
             call = functools.partial(self._entry, *addresses)
-            flush = cache_flusher(2 * Target.host().l3_bytes) if enable_cpu_cache_flush else None
+            if evict_weights:
+                flush = weight_evictor([*made, *self._bound.values()])
+            else:
+                flush = cache_flusher(2 * Target.host().l3_bytes) if enable_cpu_cache_flush else None
             return time_callable(call, number, repeat, min_repeat_ms, flush, warmup)
 
         return evaluate
