@@ -7,7 +7,7 @@ weights and inputs sit in the caches; inside the model every layer's weights are
 by the layers between two calls. This script compiles the model from its kept tuning logs
 (benchmarks/records) and, per kernel, puts side by side: the seconds it spends in a model
 call (``CompiledModel.profile``, all its calls), the same calls timed alone with warm
-caches and with the caches flushed before every call, and the tuning record's cost. The
+caches and with its weights evicted from the caches before every call, and the tuning record's cost. The
 ratios show whether the tuned objective predicts the model's latency, and which
 measurement protocol to tune model tasks with. A second table sets the kernels beside
 onnxruntime's nodes (its own profiler, 2 threads), summed by output shape, so the layers
@@ -33,14 +33,14 @@ import model_zoo  # noqa: E402
 from archive import restore  # noqa: E402
 
 
-def alone_seconds(module, flush: bool) -> float:
+def alone_seconds(module, cold_weights: bool) -> float:
     """Seconds per call of ``module`` on random arguments, repeated on the same buffers."""
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in module.args if not a.is_output]
     packed = {module.args[p.arg_index].name: inputs[p.arg_index] for p in module.packs}
     bound = module.bind_weights(**packed) if packed else module
     free = [array for arg, array in zip(module.args, inputs) if arg.name not in packed]
-    timer = bound.time_evaluator(number=3, repeat=5, min_repeat_ms=50, enable_cpu_cache_flush=flush)
+    timer = bound.time_evaluator(number=3, repeat=5, min_repeat_ms=50, evict_weights=cold_weights)
     return timer(*free).median
 
 
@@ -72,14 +72,14 @@ def main() -> None:
     args = parser.parse_args()
     path = model_zoo.export(args.model, args.directory / "onnx")
     log = args.directory / "model_logs" / f"{args.model}.json"
-    flushed = log.with_name(f"{args.model}_flushed.json")  # models.py --flushed; its records come first
+    cold = log.with_name(f"{args.model}_cold.json")  # models.py --cold-weights; its records come first
     restore(Path("benchmarks/records") / f"{args.model}_tuning.json.xz", log)
-    restore(Path("benchmarks/records") / f"{args.model}_flushed.json.xz", flushed)
+    restore(Path("benchmarks/records") / f"{args.model}_cold.json.xz", cold)
     if not log.exists():
         raise SystemExit(f"no tuning log for {args.model}; tune it first: python benchmarks/models.py "
                          f"--only {args.model} --trials 2000")
     target = tc.Target.host()
-    logs = [str(p) for p in (flushed, log) if p.exists()]
+    logs = [str(p) for p in (cold, log) if p.exists()]
     model = tc.compile_model(str(path), target, log=logs)
     recorded = {r.workload_key: r.mean_cost for path in reversed(logs) for r in best_records(path, target=target)}
     x = np.random.default_rng(0).standard_normal(model_zoo.MODELS[args.model][1]).astype("float32")
@@ -89,25 +89,25 @@ def main() -> None:
     for t in model.profile({"input": x}, rounds=args.rounds):
         module = modules[t.workload_key]
         rows.append({"kernel": t.desc, "calls": t.calls, "in_model_ms": t.seconds * 1e3,
-                     "alone_warm_ms": alone_seconds(module, flush=False) * t.calls * 1e3,
-                     "alone_flushed_ms": alone_seconds(module, flush=True) * t.calls * 1e3,
+                     "alone_warm_ms": alone_seconds(module, cold_weights=False) * t.calls * 1e3,
+                     "alone_cold_ms": alone_seconds(module, cold_weights=True) * t.calls * 1e3,
                      "record_ms": recorded[t.workload_key] * t.calls * 1e3 if t.workload_key in recorded else None})
     whole = model.profile({"input": x}, rounds=args.rounds)  # again, after the kernels ran alone
-    totals = {key: sum(r[key] or 0.0 for r in rows) for key in ("in_model_ms", "alone_warm_ms", "alone_flushed_ms",
+    totals = {key: sum(r[key] or 0.0 for r in rows) for key in ("in_model_ms", "alone_warm_ms", "alone_cold_ms",
                                                                  "record_ms")}
     totals["in_model_again_ms"] = sum(t.seconds for t in whole) * 1e3
 
-    print(f"{'kernel':58s} {'calls':>5s} {'in model':>9s} {'warm':>8s} {'flushed':>8s} {'record':>8s} "
-          f"{'model/warm':>10s} {'model/flushed':>13s}")
+    print(f"{'kernel':58s} {'calls':>5s} {'in model':>9s} {'warm':>8s} {'cold':>8s} {'record':>8s} "
+          f"{'model/warm':>10s} {'model/cold':>10s}")
     for r in rows:
         record = "-" if r["record_ms"] is None else f"{r['record_ms']:8.3f}"
         print(f"{r['kernel'][:58]:58s} {r['calls']:5d} {r['in_model_ms']:9.3f} {r['alone_warm_ms']:8.3f} "
-              f"{r['alone_flushed_ms']:8.3f} {record:>8s} {r['in_model_ms'] / r['alone_warm_ms']:10.2f} "
-              f"{r['in_model_ms'] / r['alone_flushed_ms']:13.2f}")
+              f"{r['alone_cold_ms']:8.3f} {record:>8s} {r['in_model_ms'] / r['alone_warm_ms']:10.2f} "
+              f"{r['in_model_ms'] / r['alone_cold_ms']:10.2f}")
     print(f"{'total (ms)':58s} {'':5s} {totals['in_model_ms']:9.2f} {totals['alone_warm_ms']:8.2f} "
-          f"{totals['alone_flushed_ms']:8.2f} {totals['record_ms']:8.2f} "
+          f"{totals['alone_cold_ms']:8.2f} {totals['record_ms']:8.2f} "
           f"{totals['in_model_ms'] / totals['alone_warm_ms']:10.2f} "
-          f"{totals['in_model_ms'] / totals['alone_flushed_ms']:13.2f}")
+          f"{totals['in_model_ms'] / totals['alone_cold_ms']:10.2f}")
     print(f"in-model total timed again after the kernels ran alone: {totals['in_model_again_ms']:.2f} ms")
 
     theirs = onnxruntime_ms_by_shape(path, x, args.rounds, args.directory)

@@ -1,6 +1,6 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
-    python benchmarks/models.py [--trials N [--flushed] | --kept] [--only resnet50,bert_layer] [--tasks REGEX]
+    python benchmarks/models.py [--trials N [--cold-weights] | --kept] [--only resnet50,bert_layer] [--tasks REGEX]
                                 [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
@@ -9,10 +9,12 @@ with default schedules (untuned), and, with --trials N > 0, tuned for N trials s
 its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
 regular expression, say the 7x7 layers) and compiled again from the log. The log is kept in
 benchmarks/records (xz-compressed), so a later run resumes the tuning; --kept compiles the
-tuned model from that log as it is, tuning nothing, to time it again. --flushed tunes with the
-caches flushed before every timed call (as a layer finds its weights inside a model too large
-for the caches), into a log of its own (MODEL_flushed); the tuned model takes a kernel's
-schedule from that log first, then from the warm one. Every compiled model's output
+tuned model from that log as it is, tuning nothing, to time it again. --cold-weights tunes with
+each kernel's weights evicted from the caches before every timed call (as a layer finds them
+inside a model, whose other layers' weights pass through the caches between two of its calls),
+into a log of its own (MODEL_cold); the tuned model takes a kernel's schedule from that log
+first, then from the warm one (on ResNet-50's 7x7 layers it made the model slower: DESIGN.md,
+"Tuning with the weights evicted"). Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
 """
@@ -64,7 +66,7 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
 
 
 def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "",
-        kept: bool = False, flushed: bool = False) -> dict:
+        kept: bool = False, cold_weights: bool = False) -> dict:
     path = model_zoo.export(name, directory / "onnx")
     shape = model_zoo.MODELS[name][1]
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
@@ -87,11 +89,11 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
     row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
     logs = directory / "model_logs"
-    warm_log, flushed_log = logs / f"{name}.json", logs / f"{name}_flushed.json"
-    archives = {warm_log: ARCHIVE / f"{name}_tuning.json.xz", flushed_log: ARCHIVE / f"{name}_flushed.json.xz"}
+    warm_log, cold_log = logs / f"{name}.json", logs / f"{name}_cold.json"
+    archives = {warm_log: ARCHIVE / f"{name}_tuning.json.xz", cold_log: ARCHIVE / f"{name}_cold.json.xz"}
     for kept_log, archive in archives.items():
         restore(archive, kept_log)
-    log, archive = (flushed_log, archives[flushed_log]) if flushed else (warm_log, archives[warm_log])
+    log, archive = (cold_log, archives[cold_log]) if cold_weights else (warm_log, archives[warm_log])
     if kept:
         if not warm_log.exists():
             raise SystemExit(f"--kept: {name} has no kept tuning log ({archives[warm_log]}); tune it first with "
@@ -106,14 +108,14 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
         try:
             scheduler = tc.TaskScheduler([tasks[n] for n in chosen], [weights[n] for n in chosen],
                                          load_log_file=str(log) if log.exists() else None)
-            with tc.LocalRunner(enable_cpu_cache_flush=flushed) as runner:
+            with tc.LocalRunner(evict_weights=cold_weights) as runner:
                 scheduler.tune(tc.TuningOptions(num_measure_trials=trials, runner=runner,
                                                 measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
         finally:
             save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
     if trials or kept:
-        tuned = tc.compile_model(str(path), target, log=[str(p) for p in (flushed_log, warm_log) if p.exists()])
+        tuned = tc.compile_model(str(path), target, log=[str(p) for p in (cold_log, warm_log) if p.exists()])
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
         row["tuned_correct"] = bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4))
     with torch.no_grad():
@@ -130,14 +132,14 @@ def main() -> int:
     parser.add_argument("--min-ms", type=float, default=200)
     parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
     parser.add_argument("--kept", action="store_true", help="time the tuned model of the kept log, tuning nothing")
-    parser.add_argument("--flushed", action="store_true",
-                        help="tune with the caches flushed before every timed call, into the model's flushed log")
+    parser.add_argument("--cold-weights", action="store_true",
+                        help="tune with the weights evicted before every timed call, into the model's cold log")
     options = parser.parse_args()
     if options.kept and options.trials:
         parser.error(f"--kept times the kept log as it is; --trials {options.trials} would tune it further: "
                      f"give one of the two")
-    if options.flushed and not options.trials:
-        parser.error("--flushed says how to tune: give --trials N > 0 as well")
+    if options.cold_weights and not options.trials:
+        parser.error("--cold-weights says how to tune: give --trials N > 0 as well")
     if options.tasks:
         if not options.trials:
             parser.error(f"--tasks {options.tasks!r} picks tasks to tune: give --trials N > 0 as well")
@@ -155,7 +157,7 @@ def main() -> int:
     rows = []
     for name in names:
         rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks,
-                        options.kept, options.flushed))
+                        options.kept, options.cold_weights))
         print(f"  {name}: done", flush=True)
 
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
