@@ -78,7 +78,8 @@ def test_correct_kernel_is_timed(runner, kernel):
     assert len(result.costs) == 1 and 0 < result.mean_cost < 1e-3 and result.all_cost > 0
 
 
-def test_scheduled_candidates_from_the_builder_are_checked_and_timed(runner, kernel_cache):
+def _matmul_candidates(kernel_cache):
+    """A 32x32 matmul built twice: plainly, and with B repacked by a pack function (bound once in the worker)."""
     N = 32
     A = te.placeholder((N, N), name="A")
     B = te.placeholder((N, N), name="B")
@@ -87,7 +88,7 @@ def test_scheduled_candidates_from_the_builder_are_checked_and_timed(runner, ker
                    attrs={"layout_free_placeholders": [B]})
     dag = tc.ComputeDAG([A, B, C])
     plain = tc.Schedule(dag)
-    packed = tc.Schedule(dag)  # B is repacked by a pack function, bound once in the worker
+    packed = tc.Schedule(dag)
     block = packed.get_block("matmul")
     packed.transform_layout(block, ("read", 1), lambda k, j: (j // 16, k, j % 16))
     _, j, _ = packed.get_loops(block)
@@ -95,6 +96,11 @@ def test_scheduled_candidates_from_the_builder_are_checked_and_timed(runner, ker
     inputs = [MeasureInput(dag, tc.Target.host(), sch.trace) for sch in (plain, packed)]
     builds = LocalBuilder(cache_dir=kernel_cache).build(inputs)
     assert len(builds[1].packs) == 1
+    return inputs, builds
+
+
+def test_scheduled_candidates_from_the_builder_are_checked_and_timed(runner, kernel_cache):
+    inputs, builds = _matmul_candidates(kernel_cache)
     results = runner.run(inputs, builds)
     assert _kinds(results) == [MeasureErrorKind.NONE] * 2, [r.error_msg for r in results]
     assert all(r.all_cost > b.time_cost for r, b in zip(results, builds))
@@ -201,11 +207,14 @@ def test_a_flushing_runner_times_one_call_ten_times_unless_told_otherwise(kernel
     chosen.close(), plain.close()
 
 
-def test_a_runner_evicting_the_weights_keeps_the_warm_protocol(kernel):
-    with LocalRunner(evict_weights=True) as evicting:
-        (result,) = _run(evicting, kernel("add"))
-        assert result.is_valid and len(result.costs) == 1
-        assert (evicting.number, evicting.repeat, evicting.min_repeat_ms) == (3, 1, 100)
+def test_a_runner_evicting_the_weights_times_packed_candidates_with_the_warm_protocol(kernel_cache):
+    inputs, builds = _matmul_candidates(kernel_cache)  # the packed one's B is evicted before every call
+    with LocalRunner(evict_weights=True, min_repeat_ms=5) as evicting:
+        results = evicting.run(inputs, builds)
+        assert _kinds(results) == [MeasureErrorKind.NONE] * 2, [r.error_msg for r in results]
+    default = LocalRunner(evict_weights=True)
+    assert (default.number, default.repeat, default.min_repeat_ms) == (3, 1, 100)
+    default.close()
 
 
 def test_invalid_options_are_rejected():
