@@ -2,13 +2,16 @@
 
     python benchmarks/hand_schedules.py [--quick] [--out benchmarks/results/hand_schedules.json]
 
-Every schedule follows one recipe, sized for AVX2 (16 ymm registers, 8 fp32 lanes):
+Every schedule follows one recipe, sized by the host's vector width and registers (AVX2:
+16 registers of 8 fp32 lanes; AVX-512: 32 of 16):
   * the weight-like input is a layout-free placeholder, repacked once (outside the timed
     kernel) so the innermost vector loop reads it with unit stride;
   * the output is computed into a `cache_write` "local" tile that gcc keeps in registers:
-    rows x (lanes/8) accumulators + lanes/8 weight vectors + 1 broadcast <= 16 registers;
+    rows x VECTORS accumulators + VECTORS weight vectors + 1 broadcast <= the registers
+    (6 rows x 2 vectors on AVX2, 6 x 4 on AVX-512);
   * the reduction loop sits directly outside the unrolled rows and vectorized lanes, so
-    each reduction step is a few broadcasts and FMAs; one fused parallel loop over tiles.
+    each reduction step is a few broadcasts and FMAs; one fused parallel loop over tiles,
+    a weight panel's tiles together, so that each core reads its panels of the weights once.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ except ImportError:
     torch = None
 
 TARGET = tc.Target.host()
+LANES = TARGET.vector_lanes("float32")
+VECTORS = 2 if TARGET.vector_registers < 32 else 4  # vectors of a register tile's row
+ROWS = (TARGET.vector_registers - 1 - VECTORS) // VECTORS  # beside them: VECTORS weights, 1 broadcast
 
 
 # ----------------------------------------------------------------------------- workloads
@@ -80,8 +86,8 @@ def dense_dag(batch=1, units=1000, inp=2048):
 
 
 # ----------------------------------------------------------------------------- schedules
-def schedule_matmul(dag, TI=6, TJ=16):
-    """6x16 register tile (12 accumulators + 2 B vectors + 1 broadcast of A)."""
+def schedule_matmul(dag, TI=ROWS, TJ=VECTORS * LANES):
+    """TI x TJ register tile (AVX2: 6 x 16, 12 accumulators + 2 B vectors + 1 broadcast of A)."""
     sch = tc.Schedule(dag)
     b = sch.get_block("matmul")
     # B -> [N/TJ][K][TJ]: the TJ columns a tile needs are one contiguous panel, streamed along k.
@@ -90,8 +96,8 @@ def schedule_matmul(dag, TI=6, TJ=16):
     ci, cj = sch.get_loops(c)
     ci0, ci1 = sch.split(ci, [None, TI])
     cj0, cj1 = sch.split(cj, [None, TJ])
-    sch.reorder(ci0, cj0, ci1, cj1)
-    f0 = sch.fuse(ci0, cj0)  # all output tiles in one parallel loop: balanced over the 2 cores
+    sch.reorder(cj0, ci0, ci1, cj1)
+    f0 = sch.fuse(cj0, ci0)  # one parallel loop, a B panel's row tiles together: a core reads its panels once
     sch.parallel(f0)
     sch.vectorize(cj1)
     sch.compute_at(b, f0)
@@ -102,11 +108,11 @@ def schedule_matmul(dag, TI=6, TJ=16):
     return sch
 
 
-def schedule_conv_nhwc(dag, TW=6, TK=16):
-    """Implicit GEMM: (H*W) x K output, reduction over (ry, rx, C); 6 (w) x 16 (k) tile."""
+def schedule_conv_nhwc(dag, TW=ROWS, TK=VECTORS * LANES):
+    """Implicit GEMM: (H*W) x K output, reduction over (ry, rx, C); TW (w) x TK (k) tile (AVX2: 6 x 16)."""
     sch = tc.Schedule(dag)
     conv, pad = sch.get_block("conv"), sch.get_block("pad")
-    # HWIO kernel -> [K/16][ry][rx][C][16]: per reduction step one contiguous 16-wide row.
+    # HWIO kernel -> [K/TK][ry][rx][C][TK]: per reduction step one contiguous TK-wide row.
     sch.transform_layout(conv, ("read", 1), lambda ry, rx, ch, o: (o // TK, ry, rx, ch, o % TK))
     # Pad at root, in parallel: a ~0.9 MB copy, cheaper than an if_then_else in the FMA loop.
     pb, py, px, pc = sch.get_loops(pad)
@@ -116,8 +122,8 @@ def schedule_conv_nhwc(dag, TW=6, TK=16):
     n, y, x, o = sch.get_loops(out)
     x0, x1 = sch.split(x, [None, TW])  # 56 = 9*6 + 2: the last tile is guarded/clamped
     o0, o1 = sch.split(o, [None, TK])
-    sch.reorder(n, y, x0, o0, x1, o1)
-    f0 = sch.fuse(n, y, x0, o0)  # 56*10*4 tiles in parallel
+    sch.reorder(o0, n, y, x0, x1, o1)
+    f0 = sch.fuse(o0, n, y, x0)  # all tiles in parallel, a weight panel's together
     sch.parallel(f0)
     sch.vectorize(o1)
     sch.compute_at(conv, f0)
@@ -129,9 +135,9 @@ def schedule_conv_nhwc(dag, TW=6, TK=16):
     return sch
 
 
-def schedule_conv_nchw(dag, TK=6, TY=2, TX=8, PK=16):
-    """Output channels x rows x columns = 6 x 2 x 8 tile: 12 accumulators, vectors along ow
-    (unit stride in NCHW), weights broadcast from a kernel packed to [K/16][C][ry][rx][16]
+def schedule_conv_nchw(dag, TK=6, TY=2, TX=LANES, PK=16):
+    """Output channels x rows x columns = 6 x 2 x one vector: 12 accumulators, vectors along
+    ow (unit stride in NCHW), weights broadcast from a kernel packed to [K/16][C][ry][rx][16]
     (PK must divide K: a padded pack hits a package bug, see the report)."""
     sch = tc.Schedule(dag)
     conv, pad = sch.get_block("conv"), sch.get_block("pad")
@@ -143,7 +149,7 @@ def schedule_conv_nchw(dag, TK=6, TY=2, TX=8, PK=16):
     n, o, y, x = sch.get_loops(out)
     o0, o1 = sch.split(o, [None, TK])  # 64 = 10*6 + 4: last tile clamped
     y0, y1 = sch.split(y, [None, TY])
-    x0, x1 = sch.split(x, [None, TX])  # 56 = 7*8 exactly
+    x0, x1 = sch.split(x, [None, TX])  # 56 = 7*8 exactly; 3*16 + 8 on AVX-512, the last tile guarded
     # Spatial tiles outside, channel blocks inside: the input window of a tile stays in
     # L1/L2 while all output-channel blocks use it; the whole packed kernel (147 KB) stays in L2.
     sch.reorder(n, y0, x0, o0, o1, y1, x1)
@@ -160,8 +166,9 @@ def schedule_conv_nchw(dag, TK=6, TY=2, TX=8, PK=16):
 
 
 def schedule_dense(dag, TJ=40):
-    """Matrix-vector, memory bound: W packed to [1000/40][2048][40], 5 independent vector
-    accumulators per tile (hides FMA latency), 25 tiles in parallel."""
+    """Matrix-vector, memory bound: W packed to [1000/40][2048][40], 40 columns of independent
+    accumulators per tile (hides FMA latency), 25 tiles in parallel. No width of whole
+    16-lane vectors divides 1000: 5 x 16 left a guarded last tile and ran at half the speed."""
     sch = tc.Schedule(dag)
     d = sch.get_block("dense")
     sch.transform_layout(d, ("read", 1), lambda j, kk: (j // TJ, kk, j % TJ))
