@@ -1,7 +1,5 @@
 """The sketch bandit, the learned mutation policy, and how the search and tuner use them."""
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -57,27 +55,6 @@ def test_measurement_slots_follow_the_shares():
     assert per_sketch[2] >= 32 and len(chosen) == 40
     unshared = evolutionary_search(sketches, favours_sketch_zero, 40, set(), [], np.random.default_rng(0), 32, params)
     assert np.bincount([c.sketch for c in unshared], minlength=3)[0] == 40  # Ansor: by score alone
-
-
-def test_one_register_shape_fills_at_most_half_of_a_sketchs_slots_under_the_bandit():
-    sketches = generate_sketches(tc.ComputeDAG(WORKLOADS["matmul"](256, 256, 256)), target=tc.Target.host())
-    tiled = next(n for n, s in enumerate(sketches) if s.register_tiles)
-    rows = sketches[tiled].sample(np.random.default_rng(0), 512, 32)
-    favoured = sketches[tiled].register_shape(rows[0])
-
-    def favours_one_shape(sketch_index, rows):
-        own = [sketches[sketch_index].register_shape(r) == favoured for r in rows]
-        return np.where(own, 1.0, 0.5) + np.random.default_rng(0).random(len(rows)) * 0.01
-
-    params = SearchParams(population=512, num_iters=2, eps_greedy=0.0)
-    shares = np.eye(len(sketches))[tiled]
-    chosen = evolutionary_search(sketches, favours_one_shape, 40, set(), [], np.random.default_rng(0), 32, params,
-                                 sketch_shares=shares)
-    shapes = [sketches[c.sketch].register_shape(c.row) for c in chosen]
-    assert len(chosen) == 40 and shapes.count(favoured) == 20  # the other half: the next-best shapes
-    uncapped = evolutionary_search(sketches, favours_one_shape, 40, set(), [], np.random.default_rng(0), 32,
-                                   replace(params, shape_cap=1.0), sketch_shares=shares)
-    assert sum(sketches[c.sketch].register_shape(c.row) == favoured for c in uncapped) > 20
 
 
 def test_learned_mutations_learn_which_slot_pays_off():

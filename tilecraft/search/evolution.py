@@ -11,14 +11,6 @@ Two choices are left to policies: ``sketch_shares`` (from a sketch bandit) split
 random population and the measurement slots between the sketches, where Ansor splits the
 population evenly and fills the slots by score alone; and a ``mutator`` chooses each
 mutation, learning from the score each child gets next to its parent's.
-
-With the shares, one register-tile shape fills at most half of a sketch's slots in a round
-(``shape_cap``) while the sketch has candidates of other shapes. The shapes are the basins
-of the space: a 3x3 convolution's best programs have 4x64 or 14x32 register tiles, and
-the cost model scores only the basin it has seen measured. A search that measured one
-shape alone from its fifth round stayed at 365 GFLOPS (where that shape reaches 433,
-five decisions away), its model ranking the record's ten best programs 805th to 9,808th
-of 13,943. The cap keeps a second basin measured every round.
 """
 
 from __future__ import annotations
@@ -42,9 +34,6 @@ class SearchParams:
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
     local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
-    # With sketch shares (a bandit), no register-tile shape fills more than this share of a
-    # sketch's measurement slots in a round while other shapes have candidates (module docstring).
-    shape_cap: float = 0.5
     # The first round starts with every sketch's rule-made default schedule (search/default.py), so
     # tuning never ends below it; False searches from random samples only, as Ansor does.
     defaults_first: bool = True
@@ -94,7 +83,7 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
     best.offer(population, scores)
-    chosen = best.take(count - n_random, sketch_shares, sketches, params.shape_cap)
+    chosen = best.take(count - n_random, sketch_shares)
     taken = measured | {c.key for c in chosen}
     for candidate in sample_candidates(sketches, 3 * max(n_random, 1) + count, rng, min_parallel, sketch_shares):
         if len(chosen) >= count:
@@ -127,28 +116,15 @@ class _BestUnmeasured:
                 self.seen.discard(heapq.heapreplace(heap, entry)[2].key)
                 self.seen.add(candidate.key)
 
-    def take(self, count: int, shares: np.ndarray | None, sketches: Sequence[Sketch] = (),
-             shape_cap: float = 1.0) -> list[Candidate]:
-        """The ``count`` best by score; with ``shares``, first each sketch's quota of its
-        own best, of which one register-tile shape takes at most ``shape_cap``."""
+    def take(self, count: int, shares: np.ndarray | None) -> list[Candidate]:
+        """The ``count`` best by score; with ``shares``, first each sketch's quota of its own best."""
         ranked = [sorted(heap, key=lambda e: -e[0]) for heap in self.heaps]
         chosen: list[tuple[float, int, Candidate]] = []
         if shares is not None:
             quotas = np.floor(count * shares / shares.sum()).astype(int)
             for sketch, quota in enumerate(quotas):
-                capped = bool(sketches) and bool(sketches[sketch].register_tiles)
-                cap = max(1, int(np.ceil(quota * shape_cap))) if capped else quota
-                per_shape: dict[tuple, int] = {}
-                kept, passed = [], []
-                for entry in ranked[sketch]:
-                    shape = sketches[sketch].register_shape(entry[2].row) if capped else ()
-                    if len(kept) < quota and per_shape.get(shape, 0) < cap:
-                        per_shape[shape] = per_shape.get(shape, 0) + 1
-                        kept.append(entry)
-                    else:
-                        passed.append(entry)
-                chosen += kept
-                ranked[sketch] = passed
+                chosen += ranked[sketch][:quota]
+                ranked[sketch] = ranked[sketch][quota:]
         rest = sorted((e for entries in ranked for e in entries), key=lambda e: -e[0])
         chosen += rest[: count - len(chosen)]
         return [c for _, _, c in sorted(chosen, key=lambda e: -e[0])]

@@ -96,11 +96,6 @@ class Sketch:
     def decisions(self, row: Sequence[int]) -> dict[int, object]:
         return {slot.step: slot.domain[int(i)] for slot, i in zip(self.slots, row)}
 
-    def register_shape(self, row: Sequence[int]) -> tuple[int, ...]:
-        """The innermost factor of every register tile's slots: which register tile, and so
-        which basin of the search space, a candidate is in (empty without register tiles)."""
-        return tuple(self.slots[slot].domain[int(row[slot])][-1] for tile in self.register_tiles for slot in tile.slots)
-
     def trace_of(self, row: Sequence[int]) -> Trace:
         return self.trace.with_decisions(self.decisions(row))
 
