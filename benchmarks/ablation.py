@@ -1,8 +1,8 @@
 """Ablation of the search policies: the sketch bandit and the learned mutation policy.
 
     python benchmarks/ablation.py [--trials 1000] [--seeds 3] [--only matmul_1024,dense]
-                                  [--arms baseline,both] [--live] [--transfer] [--remeasure N]
-                                  [--no-defaults] [--records DIR] [--out FILE]
+                                  [--arms baseline,both] [--live] [--remeasure N]
+                                  [--no-defaults] [--transfer-rows N] [--records DIR] [--out FILE]
     python benchmarks/ablation.py --tables RESULTS.json [RESULTS.json ...]
 
 Four arms, the same trial budget and seeds each:
@@ -13,7 +13,10 @@ Four arms, the same trial budget and seeds each:
     both       sketch_policy="bandit",  mutation_policy="learned"
 
 and, when named in --arms, both+local: "both" with a quarter of each round measuring
-neighbours of the best candidates (SearchParams.local_share, search/local.py).
+neighbours of the best candidates (SearchParams.local_share, search/local.py); and
+baseline+transfer and both+transfer, whose cost model has first learned a sample of the
+other workloads' records (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as
+a user's can who tuned other operators on the machine before.
 
 The workloads are single operators, and, when named in --only, whole models tuned by the
 task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
@@ -34,8 +37,7 @@ replay more. Every arm thus sees one fixed cost per schedule. Live costs measure
 the machine is faster than when the record began are scaled by a reference candidate
 measured around them (``Measurements``); the scales applied are in the output. ``--live`` measures
 everything afresh instead. The records are kept in the repository (``--archive``,
-xz-compressed) and unpacked into ``--records`` when missing there. ``--transfer`` first
-teaches every arm's cost model the records of the other workloads (a ``SharedCostModel``).
+xz-compressed) and unpacked into ``--records`` when missing there.
 
 Time is simulated the same way for every arm: the search and cost-model seconds the arm
 really spent, plus each measured candidate's recorded build-and-run seconds (its
@@ -70,6 +72,7 @@ from tilecraft.search.default import default_schedule
 from tilecraft.search.evolution import SearchParams
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
+from tilecraft.search.transfer import TRANSFER_ROWS, transfer_model
 
 from archive import restore, save  # benchmarks/archive.py, beside this script
 
@@ -85,12 +88,14 @@ QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only 
 # Whole models, tuned by the task scheduler: name (benchmarks/model_zoo.py) -> the log of
 # benchmarks/models.py that a new record starts from. Run only when named in --only.
 MODELS = {"resnet50": "resnet50_tuning"}
-ARMS = {  # name -> (sketch policy, mutation policy, local share)
-    "baseline": ("uniform", "fixed", 0.0),
-    "bandit": ("bandit", "fixed", 0.0),
-    "predictor": ("uniform", "learned", 0.0),
-    "both": ("bandit", "learned", 0.0),
-    "both+local": ("bandit", "learned", 0.25),  # not run unless named in --arms
+ARMS = {  # name -> (sketch policy, mutation policy, local share, transfer); the last three run only if named
+    "baseline": ("uniform", "fixed", 0.0, False),
+    "bandit": ("bandit", "fixed", 0.0, False),
+    "predictor": ("uniform", "learned", 0.0, False),
+    "both": ("bandit", "learned", 0.0, False),
+    "both+local": ("bandit", "learned", 0.25, False),
+    "baseline+transfer": ("uniform", "fixed", 0.0, True),
+    "both+transfer": ("bandit", "learned", 0.0, True),
 }
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
@@ -197,8 +202,8 @@ class Search:
 
     def __init__(self, task: tc.SearchTask, measurements: Measurements, arm: str, seed: int, trials: int,
                  taught: SharedCostModel | None, defaults_first: bool = True):
-        sketch_policy, mutation_policy, local_share = ARMS[arm]
-        model = copy.deepcopy(taught)  # each search learns on from its own copy
+        sketch_policy, mutation_policy, local_share, transfer = ARMS[arm]
+        model = copy.deepcopy(taught) if transfer else None  # each search learns on from its own copy
         params = SearchParams(local_share=local_share, defaults_first=defaults_first)
         self.policy = SketchPolicy(task, model, params, seed=seed,
                                    sketch_policy=sketch_policy, mutation_policy=mutation_policy)
@@ -246,7 +251,7 @@ class ModelSearch:
 
     def __init__(self, tasks: list, weights: list, measurements: list[Measurements], arm: str, seed: int,
                  trials: int, defaults_first: bool = True):
-        sketch_policy, mutation_policy, local_share = ARMS[arm]
+        sketch_policy, mutation_policy, local_share, _ = ARMS[arm]
         shared = SharedCostModel()
         params = SearchParams(local_share=local_share, defaults_first=defaults_first)
 
@@ -343,12 +348,9 @@ def run_lockstep(searches: list, measurements: list[Measurements]) -> list[dict]
 
 
 def operator_searches(task: tc.SearchTask, measurements: Measurements, arms: list[str], seeds: int, trials: int,
-                      donors: list[tuple] = (), defaults_first: bool = True) -> list[Search]:
-    taught = None
-    if donors:  # transfer: one cost model, first taught the other workloads' records
-        taught = SharedCostModel()
-        for donor, records in donors:
-            SketchPolicy(donor, taught).preload(records, mark_measured=False)
+                      donor_logs: list[Path] = (), defaults_first: bool = True,
+                      transfer_rows: int = TRANSFER_ROWS) -> list[Search]:
+    taught = transfer_model(donor_logs, task, transfer_rows) if any(ARMS[arm][3] for arm in arms) else None
     return [Search(task, measurements, arm, seed, trials, taught, defaults_first)
             for seed in range(seeds) for arm in arms]
 
@@ -362,16 +364,15 @@ def model_tasks(name: str, directory: Path) -> tuple[list, list]:
     return tc.extract_tasks(str(model_zoo.export(name, directory / "onnx")), tc.Target.host())
 
 
-def recorded_workloads(known: dict, archive: Path, records: Path, but: str) -> list[tuple]:
-    """(task, its records) of every workload but ``but`` that has a record."""
+def recorded_workloads(known: dict, archive: Path, records: Path, but: str) -> list[Path]:
+    """The records of every workload but ``but`` that has one, for the +transfer arms."""
     found = []
-    for name, (func, workload_args) in known.items():
+    for name in known:
         record = records / f"{name}.json"
         restore(archive / f"{name}.json.xz", record)
         if name != but and record.exists():
-            task = tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())
-            found.append((task, load_records(record, task.workload_key, task.target)))
-    print(f"  transfer from {', '.join(t.desc for t, _ in found) or 'nothing (no other records)'}", flush=True)
+            found.append(record)
+    print(f"  transfer from {', '.join(r.stem for r in found) or 'nothing (no other records)'}", flush=True)
     return found
 
 
@@ -454,8 +455,9 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/ablation.json")
     parser.add_argument("--remeasure", type=int, default=0, metavar="N",
                         help="first measure the N fastest recorded candidates again, in one sitting")
-    parser.add_argument("--transfer", action="store_true",
-                        help="every arm's cost model first learns the other workloads' records")
+    parser.add_argument("--transfer-rows", type=int, default=TRANSFER_ROWS, metavar="N",
+                        help=f"how many of each other workload's records the +transfer arms learn "
+                             f"(default {TRANSFER_ROWS})")
     parser.add_argument("--no-defaults", action="store_true",
                         help="search from random samples only, as Ansor does: no sketch's default schedule first")
     parser.add_argument("--tables", nargs="+", metavar="RESULTS",
@@ -463,6 +465,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.tables:
         return print_saved(args.tables)
+    if args.transfer_rows < 1:
+        raise SystemExit(f"--transfer-rows {args.transfer_rows}: give how many records of each other workload "
+                         f"the +transfer arms learn (at least 1)")
     if args.remeasure < 0:
         raise SystemExit(f"--remeasure {args.remeasure}: give how many recorded candidates to measure again (0: none)")
     known = {**WORKLOADS, **QUICK}
@@ -472,13 +477,14 @@ def main() -> None:
         if name not in known and name not in MODELS and name not in ARMS:
             raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join([*known, *MODELS])}; "
                              f"arms: {', '.join(ARMS)}")
-    if args.transfer and any(name in MODELS for name in names):
-        raise SystemExit("--transfer is for single operators: a model's tasks already share one cost model; "
-                         "leave out --transfer or the model")
+    if any(ARMS[arm][3] for arm in arms) and any(name in MODELS for name in names):
+        raise SystemExit("the +transfer arms are for single operators: a model's tasks already share one cost "
+                         "model; leave out the +transfer arms or the model")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
-               "live": args.live, "transfer": args.transfer, "defaults_first": not args.no_defaults, "workloads": {}}
+               "live": args.live, "defaults_first": not args.no_defaults, "transfer_rows": args.transfer_rows,
+               "workloads": {}}
     for name in names:
         record, archive = Path(args.records) / f"{name}.json", Path(args.archive) / f"{name}.json.xz"
         restore(archive, record)
@@ -501,10 +507,10 @@ def main() -> None:
                 searches = [ModelSearch(tasks, weights, measurements, arm, seed, args.trials, not args.no_defaults)
                             for seed in range(args.seeds) for arm in arms]
             else:
-                donors = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
-                          if args.transfer else [])
-                searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donors,
-                                             not args.no_defaults)
+                donor_logs = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
+                          if any(ARMS[arm][3] for arm in arms) else [])
+                searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donor_logs,
+                                             not args.no_defaults, args.transfer_rows)
             runs = run_lockstep(searches, measurements)
         finally:
             runner.close()
@@ -527,10 +533,10 @@ def _share(value: float | None) -> str:
 
 def print_table(name: str, table: dict) -> None:
     print(f"\n{name}")
-    print(f"{'arm':10s} {'final GFLOPS (min-max)':>24s} {'trials to base':>15s} {'trial share':>12s} "
+    print(f"{'arm':17s} {'final GFLOPS (min-max)':>24s} {'trials to base':>15s} {'trial share':>12s} "
           f"{'time share':>11s} {'to 99%':>7s} {'trial share':>12s} {'time share':>11s}")
     for arm, row in table.items():
-        print(f"{arm:10s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
+        print(f"{arm:17s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
               f"{row['final_gflops_max']:.1f}) {str(row['trials_to_baseline_best'] or 'never'):>15s} "
               f"{_share(row['trial_share']):>12s} {_share(row['time_share']):>11s} "
               f"{str(row['trials_to_near_baseline'] or 'never'):>7s} {_share(row['near_trial_share']):>12s} "
@@ -547,12 +553,12 @@ def print_overall(results: dict) -> None:
             ratio = row["final_gflops_mean"] / base["final_gflops_mean"] if base else float("nan")
             rows.setdefault(arm, []).append({**row, "ratio": ratio})
     print(f"\nover {len(results['workloads'])} workloads (shares count 1.0 where the arm never reached the level)")
-    print(f"{'arm':10s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
+    print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
           f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s}")
     for arm, values in rows.items():
         def mean(key: str) -> float:
             return float(np.mean([1.0 if v[key] is None else v[key] for v in values]))
-        print(f"{arm:10s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
+        print(f"{arm:17s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
               f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} {min(v['ratio'] for v in values):20.3f}")
 
 

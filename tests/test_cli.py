@@ -119,6 +119,18 @@ def test_tune_command_tunes_and_resumes(tmp_path, capsys):
     assert "best of the whole log" in capsys.readouterr().out
 
 
+def test_tune_command_transfers_from_another_workloads_log_and_names_a_missing_one(tmp_path, capsys):
+    donor, log = tmp_path / "small.json", tmp_path / "mm.json"
+    assert main(["tune", "matmul", "--shape", "16,16,16", "--trials", "4", "--per-round", "4", "--log", str(donor),
+                 "--verbose", "0"]) == 0
+    argv = ["tune", "matmul", "--shape", "32,16,16", "--trials", "2", "--per-round", "2", "--log", str(log),
+            "--verbose", "0", "--transfer", str(donor)]
+    assert main(argv) == 0
+    assert {r.workload["args"][0] for r in load_records(log)} == {32} and len(load_records(log)) == 2
+    assert main([*argv[:-1], str(tmp_path / "none.json")]) == 2
+    assert f"--transfer: cannot transfer from {tmp_path / 'none.json'}: no such file" in capsys.readouterr().err
+
+
 def test_tune_command_rejects_a_bad_shape(tmp_path, capsys):
     assert main(["tune", "matmul", "--shape", "16,x", "--log", str(tmp_path / "x.json")]) == 2
     assert "must be integers" in capsys.readouterr().err

@@ -29,6 +29,8 @@ from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadS
                        iter_records, load_best_record, summarize, workload_label)
 from .errors import TilecraftError
 from .measure import LocalRunner
+from .search.policy import SketchPolicy
+from .search.transfer import transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
 
@@ -75,6 +77,9 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--per-round", type=int, default=64, help="measurements per search round (default 64)")
     command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
     command.add_argument("--target", help="target string (default: this machine)")
+    command.add_argument("--transfer", action="append", default=[], metavar="LOG",
+                         help="a log of other workloads tuned on this target: the cost model learns a sample of "
+                              "each one's records before the first measurement (repeat for more logs)")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune)
 
@@ -92,7 +97,13 @@ def run_tune(args: argparse.Namespace) -> int:
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
-    task.tune(options, resume_from=resume)
+    policy = None
+    if args.transfer:
+        try:
+            policy = SketchPolicy(task, transfer_model(args.transfer, task))
+        except ValueError as error:
+            raise CommandError(f"--transfer: {error}") from None
+    task.tune(options, search_policy=policy, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
           f"see it with: tilecraft best {log}")

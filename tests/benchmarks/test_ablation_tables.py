@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
-from tilecraft.database.record import trace_key
+from tilecraft.database.record import TuningRecord, trace_key
+from tilecraft.search.policy import SketchPolicy
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -91,6 +92,8 @@ def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content,
     (["--remeasure", "-1"], "--remeasure -1"),
     (["--only", "conv2d_r50_9x9"], "unknown workload or arm 'conv2d_r50_9x9'"),
     (["--arms", "baseline,greedy"], "unknown workload or arm 'greedy'"),
+    (["--only", "resnet50", "--arms", "baseline,both+transfer"], "the +transfer arms are for single operators"),
+    (["--transfer-rows", "0"], "--transfer-rows 0"),
 ])
 def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), *arguments,
@@ -130,3 +133,21 @@ def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_ta
     latency = sum(w * min(m.seen) for w, m in zip(weights, measurements))
     assert curve[-1] == pytest.approx(flop / latency / 1e9)
     assert np.all(np.diff(runs[0]["seconds"]) >= 0.5)  # each trial adds its recorded seconds
+
+
+def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_records(tmp_path):
+    task, donor = tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="matmul", args=(32, 16, 16))
+    donor_policy = SketchPolicy(donor)
+    traces = [donor_policy.trace_of(c) for c in donor_policy.next_batch(32)]
+    log = tmp_path / "donor.json"
+    log.write_text("".join(TuningRecord(donor.workload_key, donor.workload, str(donor.target), trace_key(t),
+                                        (1e-6 * (1 + n),), "none", "", 0.1, 0.0, donor.compute_dag.flop_count(),
+                                        None).to_json_line() + "\n" for n, t in enumerate(traces)))
+    measurements = FakeMeasurements(task)
+    baseline, transfer = ablation.operator_searches(task, measurements, ["baseline", "both+transfer"], seeds=1,
+                                                    trials=ablation.PER_ROUND, donor_logs=[log])
+    assert (baseline.arm, transfer.arm) == ("baseline", "both+transfer")
+    assert baseline.policy.model.num_samples == 0
+    assert transfer.policy.model.num_samples == len(traces)
+    ablation.run_lockstep([baseline, transfer], [measurements])
+    assert transfer.policy.model.num_samples == len(traces) + ablation.PER_ROUND

@@ -1,0 +1,101 @@
+"""Transfer: a new task's cost model first taught a sample of other workloads' records."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.database.record import TuningRecord, trace_key
+from tilecraft.search.cost_model import XGBModel
+from tilecraft.search.evolution import Candidate
+from tilecraft.search.features import feature_names
+from tilecraft.search.policy import SketchPolicy
+from tilecraft.search.shared_model import SharedCostModel
+from tilecraft.search.transfer import transfer_model, transfer_sample
+
+INNERMOST = "matmul.j.t3"
+
+
+def _task(*args):
+    return tc.SearchTask(func="matmul", args=args, target=tc.Target.host())
+
+
+def _record(task, trace, cost: float) -> TuningRecord:
+    valid = np.isfinite(cost)
+    return TuningRecord(task.workload_key, task.workload, str(task.target), trace_key(trace),
+                        (cost,) if valid else (), "none" if valid else "runtime", "", 0.1, 0.0,
+                        task.compute_dag.flop_count(), None)
+
+
+def _log(path, task, count: int) -> list[TuningRecord]:
+    """A log of ``count`` of ``task``'s candidates at a made-up cost: bigger innermost
+    spatial tiles are faster, one candidate in eight fails."""
+    policy = SketchPolicy(task)
+    sketch = next(n for n, s in enumerate(policy.sketches) if INNERMOST in feature_names(s))
+    rows = policy.sketches[sketch].sample_uniform(np.random.default_rng(0), count)
+    candidates = [Candidate(sketch, tuple(int(v) for v in row)) for row in rows]
+    innermost = policy.features(candidates)[:, policy.feature_space.names.index(INNERMOST)]
+    records = [_record(task, policy.trace_of(c), np.inf if n % 8 == 7 else 1e-3 / (1 + t))
+               for n, (c, t) in enumerate(zip(candidates, innermost))]
+    with open(path, "a") as file:
+        file.writelines(r.to_json_line() + "\n" for r in records)
+    return records
+
+
+class _Cost:
+    def __init__(self, cost):
+        self.mean_cost = cost
+
+
+def test_a_sample_keeps_the_fastest_quarter_and_samples_the_rest_failures_included():
+    records = [_Cost(np.inf if n % 5 == 0 else float(n)) for n in range(1, 401)]
+    sample = transfer_sample(records, rows=40)
+    assert len(sample) == 40 and len({id(r) for r in sample}) == 40
+    assert sorted(r.mean_cost for r in sample)[:10] == sorted(r.mean_cost for r in records)[:10]
+    assert any(np.isinf(r.mean_cost) for r in sample)
+    assert [id(r) for r in transfer_sample(records, rows=40)] == [id(r) for r in sample]  # the same every time
+    assert transfer_sample(records[:30], rows=40) == records[:30]
+
+
+def test_a_new_task_is_ranked_by_what_other_workloads_logs_measured(tmp_path):
+    log = tmp_path / "tuned.json"
+    _log(log, _task(32, 32, 32), 48)
+    _log(log, _task(64, 32, 32), 48)
+    task = _task(48, 32, 64)
+    model = transfer_model([log], task, model=SharedCostModel(XGBModel(num_warmup_sample=32, nthread=1)))
+    assert model.model.num_samples == 96 and model.model.is_trained
+    policy = SketchPolicy(task, model)
+    sketch = next(n for n, s in enumerate(policy.sketches) if INNERMOST in feature_names(s))
+    rows = policy.sketches[sketch].sample_uniform(np.random.default_rng(1), 64)
+    batch = [Candidate(sketch, tuple(int(v) for v in row)) for row in rows]
+    innermost = policy.features(batch)[:, policy.feature_space.names.index(INNERMOST)]
+    assert np.corrcoef(innermost, policy.model.predict(policy.features(batch)))[0, 1] > 0.5
+
+
+def test_the_tasks_own_records_and_other_targets_are_left_out_and_a_sample_is_taught(tmp_path):
+    log = tmp_path / "tuned.json"
+    task, other = _task(32, 32, 32), _task(64, 32, 32)
+    _log(log, task, 16)  # resumed from, never transferred
+    _log(log, other, 40)
+    elsewhere = tc.SearchTask(func="matmul", args=(16, 16, 16), target="llvm -isa=avx2 -num-cores=3")
+    _log(log, elsewhere, 8)
+    model = transfer_model([log], task, rows=24)
+    assert model.model.num_samples == 24
+    assert set(model.groups) == {other.workload_key}
+
+
+def test_a_log_with_nothing_to_transfer_is_refused_naming_it(tmp_path):
+    task = _task(32, 32, 32)
+    with pytest.raises(ValueError, match=f"cannot transfer from {tmp_path / 'none.json'}: no such file"):
+        transfer_model([tmp_path / "none.json"], task)
+    own = tmp_path / "own.json"
+    _log(own, task, 8)
+    with pytest.raises(ValueError, match=f"nothing to transfer from {own}: no record of another workload"):
+        transfer_model([own], task)
+    unregistered = tmp_path / "model.json"
+    records = _log(tmp_path / "scratch.json", _task(64, 32, 32), 4)
+    unregistered.write_text("".join(
+        TuningRecord(*(["[\"dag\", \"abc\"]", None] + [getattr(r, f) for f in (
+            "target", "trace_json", "costs", "error_kind", "error_msg", "all_cost", "timestamp", "flop", "sketch")])
+        ).to_json_line() + "\n" for r in records))
+    with pytest.raises(ValueError, match="register their functions with @tc.register_workload"):
+        transfer_model([unregistered], task)

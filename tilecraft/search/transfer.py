@@ -1,0 +1,73 @@
+"""Transfer: a new task's cost model first taught what other workloads' logs measured.
+
+A task's own cost model predicts at random until it has measured ~100 candidates, and
+after that it knows only the basin its measurements came from: on ResNet-50's 3x3
+convolution a search that collapsed into one register-tile shape ranked the record's ten
+best programs 805th to 9,808th of 13,943. Operators tuned before on the same machine say
+where fast programs lie (which tilings, register tiles and loop orders pay); a
+``SharedCostModel`` keeps each feature's name across tasks, so their records teach the
+new task's model before its first measurement. Ansor's ``update_from_file`` trains on
+every record of a log for the same reason.
+
+Only a sample of each workload's records is taught (``transfer_sample``): a whole log of
+10,000s of rows would make every retraining of the model seconds long.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..database.log import load_records
+from ..database.record import TuningRecord, workload_label
+from ..tune.task import WORKLOADS, SearchTask
+from .policy import SketchPolicy
+from .shared_model import SharedCostModel
+
+TRANSFER_ROWS = 1024  # of each workload's records
+
+
+def transfer_sample(records: Sequence[TuningRecord], rows: int = TRANSFER_ROWS, seed: int = 0) -> list[TuningRecord]:
+    """The fastest quarter of ``rows`` (where the search must aim) and a random sample of
+    the rest, failures included (what it must avoid); all of them if there are fewer."""
+    if len(records) <= rows:
+        return list(records)
+    order = sorted(range(len(records)), key=lambda n: records[n].mean_cost)
+    fastest, rest = order[:rows // 4], order[rows // 4:]
+    sampled = np.random.default_rng(seed).choice(len(rest), size=rows - len(fastest), replace=False)
+    return [records[n] for n in fastest] + [records[rest[n]] for n in sorted(sampled)]
+
+
+def transfer_model(logs: Iterable[str | os.PathLike], task, rows: int = TRANSFER_ROWS,
+                   model: SharedCostModel | None = None) -> SharedCostModel:
+    """A cost model for ``task`` (pass it to its ``SketchPolicy``), first taught a sample of
+    the records of every other registered workload that ``logs`` hold for ``task``'s target.
+    The task's own records are not taught here: resume from them (``resume_from``), which
+    also marks them measured. Raises ``ValueError`` naming the logs if one is missing or
+    none of them holds another workload's record to learn from."""
+    logs = [str(log) for log in logs]
+    missing = [log for log in logs if not Path(log).is_file()]
+    if missing:
+        raise ValueError(f"cannot transfer from {', '.join(missing)}: no such file; name tuning logs (JSON lines)")
+    by_workload: dict[str, list[TuningRecord]] = {}
+    for log in logs:
+        for record in load_records(log, target=task.target):
+            if record.workload_key != task.workload_key:
+                by_workload.setdefault(record.workload_key, []).append(record)
+    model = model if model is not None else SharedCostModel()
+    unknown = []
+    for records in by_workload.values():
+        workload = records[0].workload
+        if not workload or workload.get("func") not in WORKLOADS:
+            unknown.append(workload_label(records[0].workload_key, workload))
+            continue
+        donor = SearchTask(func=workload["func"], args=tuple(workload["args"]), target=task.target)
+        SketchPolicy(donor, model).preload(transfer_sample(records, rows), mark_measured=False)
+    if len(unknown) == len(by_workload):
+        why = (f"only workloads it cannot rebuild ({', '.join(unknown[:3])}: register their functions with "
+               f"@tc.register_workload first)" if unknown else f"no record of another workload on {task.target}")
+        raise ValueError(f"nothing to transfer from {', '.join(logs)}: {why}")
+    return model
