@@ -108,6 +108,11 @@ SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a 
 REFERENCE = "reference"  # the sketch name that marks the reference's measurement setting a record's speed
 
 
+def transfers(arms: list[str]) -> bool:
+    """Whether any of ``arms`` starts from a model taught the other workloads' records."""
+    return any(ARMS[arm][3] for arm in arms)
+
+
 class Measurements:
     """Costs of candidates: from the record when it holds them, else measured live (and
     then added to the record, unless ``live``, which measures everything).
@@ -350,7 +355,7 @@ def run_lockstep(searches: list, measurements: list[Measurements]) -> list[dict]
 def operator_searches(task: tc.SearchTask, measurements: Measurements, arms: list[str], seeds: int, trials: int,
                       donor_logs: list[Path] = (), defaults_first: bool = True,
                       transfer_rows: int = TRANSFER_ROWS) -> list[Search]:
-    taught = transfer_model(donor_logs, task, transfer_rows) if any(ARMS[arm][3] for arm in arms) else None
+    taught = transfer_model(donor_logs, task, transfer_rows) if transfers(arms) else None
     return [Search(task, measurements, arm, seed, trials, taught, defaults_first)
             for seed in range(seeds) for arm in arms]
 
@@ -477,7 +482,7 @@ def main() -> None:
         if name not in known and name not in MODELS and name not in ARMS:
             raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join([*known, *MODELS])}; "
                              f"arms: {', '.join(ARMS)}")
-    if any(ARMS[arm][3] for arm in arms) and any(name in MODELS for name in names):
+    if transfers(arms) and any(name in MODELS for name in names):
         raise SystemExit("the +transfer arms are for single operators: a model's tasks already share one cost "
                          "model; leave out the +transfer arms or the model")
     out = Path(args.out)
@@ -508,7 +513,7 @@ def main() -> None:
                             for seed in range(args.seeds) for arm in arms]
             else:
                 donor_logs = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
-                          if any(ARMS[arm][3] for arm in arms) else [])
+                              if transfers(arms) else [])
                 searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donor_logs,
                                              not args.no_defaults, args.transfer_rows)
             runs = run_lockstep(searches, measurements)
