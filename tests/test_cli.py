@@ -131,6 +131,20 @@ def test_tune_command_transfers_from_another_workloads_log_and_names_a_missing_o
     assert f"--transfer: cannot transfer from {tmp_path / 'none.json'}: no such file" in capsys.readouterr().err
 
 
+def test_tune_command_learns_the_other_workloads_of_its_own_log_unless_told_not_to(tmp_path, capsys):
+    log = tmp_path / "mm.json"
+    argv = ["tune", "matmul", "--trials", "2", "--per-round", "2", "--log", str(log)]
+    assert main([*argv, "--shape", "16,16,16"]) == 0
+    assert "first learns" not in capsys.readouterr().out  # a new log: nothing to learn from
+    assert main([*argv, "--shape", "16,16,16"]) == 0
+    assert "first learns" not in capsys.readouterr().out  # the log holds this workload only
+    assert main([*argv, "--shape", "32,16,16"]) == 0
+    assert f"the cost model first learns 4 records of 1 other workload in {log}" in capsys.readouterr().out
+    assert main([*argv, "--shape", "48,16,16", "--no-transfer"]) == 0
+    assert "first learns" not in capsys.readouterr().out
+    assert sorted(r.workload["args"][0] for r in load_records(log)) == [16, 16, 16, 16, 32, 32, 48, 48]
+
+
 def test_tune_command_rejects_a_bad_shape(tmp_path, capsys):
     assert main(["tune", "matmul", "--shape", "16,x", "--log", str(tmp_path / "x.json")]) == 2
     assert "must be integers" in capsys.readouterr().err

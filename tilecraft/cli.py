@@ -67,7 +67,8 @@ def add_tune_command(subparsers: Any) -> None:
     command = subparsers.add_parser(
         "tune", help="tune a built-in workload and append every measurement to a log",
         description="Tune a registered workload on this machine. The log is resumed when it exists: what it "
-                    "holds warms the cost model and is never measured again.")
+                    "holds of this workload is never measured again, and the cost model first learns a sample "
+                    "of what it holds of other workloads on this target (see --no-transfer).")
     command.add_argument("workload", choices=sorted(WORKLOADS), metavar="WORKLOAD",
                          help=f"one of: {', '.join(sorted(WORKLOADS))}")
     command.add_argument("--shape", required=True, help="the workload's integer arguments, comma-separated "
@@ -80,6 +81,8 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--transfer", action="append", default=[], metavar="LOG",
                          help="a log of other workloads tuned on this target: the cost model learns a sample of "
                               "each one's records before the first measurement (repeat for more logs)")
+    command.add_argument("--no-transfer", action="store_true",
+                         help="do not learn from the other workloads in --log: start the cost model from nothing")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune)
 
@@ -97,17 +100,33 @@ def run_tune(args: argparse.Namespace) -> int:
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
-    policy = None
-    if args.transfer:
-        try:
-            policy = SketchPolicy(task, transfer_model(args.transfer, task))
-        except ValueError as error:
-            raise CommandError(f"--transfer: {error}") from None
-    task.tune(options, search_policy=policy, resume_from=resume)
+    task.tune(options, search_policy=_transfer_policy(task, args.transfer, resume, args), resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
           f"see it with: tilecraft best {log}")
     return 0
+
+
+def _transfer_policy(task: SearchTask, logs: list[str], resume: str | None,
+                     args: argparse.Namespace) -> SketchPolicy | None:
+    """A policy whose cost model first learned the other workloads of ``logs`` and of the
+    resumed log (it halved the trials to the baseline's best over five workloads; DESIGN.md,
+    "Transfer"); None, the default policy, when there is nothing to learn."""
+    implicit = [resume] if resume and not args.no_transfer and resume not in logs else []
+    if not logs and not implicit:
+        return None
+    try:
+        model = transfer_model([*logs, *implicit], task)
+    except ValueError as error:
+        if logs:
+            raise CommandError(f"--transfer: {error}") from None
+        return None  # the resumed log holds this workload only
+    if args.verbose:
+        donors = len(model.groups)
+        print(f"the cost model first learns {model.model.num_samples} records of {donors} other "
+              f"workload{'s' * (donors != 1)} in {', '.join([*logs, *implicit])}"
+              + (" (--no-transfer: start from nothing)" if implicit else ""))
+    return SketchPolicy(task, model)
 
 
 # -- tilecraft best -------------------------------------------------------------------
