@@ -16,7 +16,9 @@ and, when named in --arms, both+local: "both" with a quarter of each round measu
 neighbours of the best candidates (SearchParams.local_share, search/local.py); and
 baseline+transfer and both+transfer, whose cost model has first learned a sample of the
 other workloads' records (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as
-a user's can who tuned other operators on the machine before.
+a user's can who tuned other operators on the machine before; and, for whole models,
+baseline+short-warm-up and both+short-warm-up, whose task scheduler warms each task up
+with SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_trials=...)``).
 
 The workloads are single operators, and, when named in --only, whole models tuned by the
 task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
@@ -60,6 +62,7 @@ import platform
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,17 +91,32 @@ QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only 
 # Whole models, tuned by the task scheduler: name (benchmarks/model_zoo.py) -> the log of
 # benchmarks/models.py that a new record starts from. Run only when named in --only.
 MODELS = {"resnet50": "resnet50_tuning"}
-ARMS = {  # name -> (sketch policy, mutation policy, local share, transfer); the last three run only if named
-    "baseline": ("uniform", "fixed", 0.0, False),
-    "bandit": ("bandit", "fixed", 0.0, False),
-    "predictor": ("uniform", "learned", 0.0, False),
-    "both": ("bandit", "learned", 0.0, False),
-    "both+local": ("bandit", "learned", 0.25, False),
-    "baseline+transfer": ("uniform", "fixed", 0.0, True),
-    "both+transfer": ("bandit", "learned", 0.0, True),
+SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up arms (Ansor's: 64)
+
+
+class Arm(NamedTuple):
+    """A search policy the ablation compares; the fields past the first two run only when named."""
+    sketch_policy: str
+    mutation_policy: str
+    local_share: float = 0.0  # of each round measuring neighbours of the best (search/local.py)
+    transfer: bool = False  # the cost model first learns the other workloads' records
+    warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
+
+
+ARMS = {
+    "baseline": Arm("uniform", "fixed"),
+    "bandit": Arm("bandit", "fixed"),
+    "predictor": Arm("uniform", "learned"),
+    "both": Arm("bandit", "learned"),
+    "both+local": Arm("bandit", "learned", local_share=0.25),
+    "baseline+transfer": Arm("uniform", "fixed", transfer=True),
+    "both+transfer": Arm("bandit", "learned", transfer=True),
+    "baseline+short-warm-up": Arm("uniform", "fixed", warm_up_trials=SHORT_WARM_UP),
+    "both+short-warm-up": Arm("bandit", "learned", warm_up_trials=SHORT_WARM_UP),
 }
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
+CHECKPOINT_SECONDS = 15 * 60
 # The second, looser level the shares are reported at: within the measurement noise
 # (about 1%) of the baseline's final mean best. Reaching the final itself is luck when the
 # default schedule already sits on the plateau (conv2d_r50_1x1).
@@ -110,7 +128,7 @@ REFERENCE = "reference"  # the sketch name that marks the reference's measuremen
 
 def transfers(arms: list[str]) -> bool:
     """Whether any of ``arms`` starts from a model taught the other workloads' records."""
-    return any(ARMS[arm][3] for arm in arms)
+    return any(ARMS[arm].transfer for arm in arms)
 
 
 class Measurements:
@@ -207,11 +225,11 @@ class Search:
 
     def __init__(self, task: tc.SearchTask, measurements: Measurements, arm: str, seed: int, trials: int,
                  taught: SharedCostModel | None, defaults_first: bool = True):
-        sketch_policy, mutation_policy, local_share, transfer = ARMS[arm]
-        model = copy.deepcopy(taught) if transfer else None  # each search learns on from its own copy
-        params = SearchParams(local_share=local_share, defaults_first=defaults_first)
-        self.policy = SketchPolicy(task, model, params, seed=seed,
-                                   sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+        chosen = ARMS[arm]
+        model = copy.deepcopy(taught) if chosen.transfer else None  # each search learns on from its own copy
+        params = SearchParams(local_share=chosen.local_share, defaults_first=defaults_first)
+        self.policy = SketchPolicy(task, model, params, seed=seed, sketch_policy=chosen.sketch_policy,
+                                   mutation_policy=chosen.mutation_policy)
         self.measurements = measurements
         self.arm, self.seed, self.trials = arm, seed, trials
         self.flop = task.compute_dag.flop_count()
@@ -256,15 +274,17 @@ class ModelSearch:
 
     def __init__(self, tasks: list, weights: list, measurements: list[Measurements], arm: str, seed: int,
                  trials: int, defaults_first: bool = True):
-        sketch_policy, mutation_policy, local_share, _ = ARMS[arm]
+        chosen = ARMS[arm]
         shared = SharedCostModel()
-        params = SearchParams(local_share=local_share, defaults_first=defaults_first)
+        params = SearchParams(local_share=chosen.local_share, defaults_first=defaults_first)
 
         def policy(task: tc.SearchTask, n: int) -> SketchPolicy:
-            return SketchPolicy(task, shared, params, seed=seed * 1000 + n,
-                                sketch_policy=sketch_policy, mutation_policy=mutation_policy)
+            return SketchPolicy(task, shared, params, seed=seed * 1000 + n, sketch_policy=chosen.sketch_policy,
+                                mutation_policy=chosen.mutation_policy)
 
-        self.scheduler = tc.TaskScheduler(tasks, weights, seed=seed, policy_factory=policy)
+        self.scheduler = tc.TaskScheduler(tasks, weights, seed=seed, policy_factory=policy,
+                                          warm_up_trials=chosen.warm_up_trials)
+        self.warm_up = chosen.warm_up_trials or PER_ROUND
         self.runner = _ReplayRunner({id(m.task.compute_dag): m for m in measurements}, self._measured)
         self.weight = {id(t.compute_dag): w for t, w in zip(tasks, weights)}
         self.best = dict.fromkeys(self.weight, np.inf)
@@ -280,8 +300,10 @@ class ModelSearch:
 
     def round(self) -> None:
         before = len(self.best_gflops)
+        warming = any(not state.best_after_round for state in self.scheduler.states)
         started, self.runner.spent = time.perf_counter(), 0.0
-        self.scheduler.tune(tc.TuningOptions(num_measure_trials=min(PER_ROUND, self.trials - before),
+        size = self.warm_up if warming else PER_ROUND  # one of the scheduler's rounds, whole
+        self.scheduler.tune(tc.TuningOptions(num_measure_trials=min(size, self.trials - before),
                                              num_measures_per_round=PER_ROUND, builder=_NoBuild(),
                                              runner=self.runner, verbose=0))
         # The search's and the cost model's own seconds; they count at the end of the round.
@@ -334,14 +356,19 @@ class _ReplayRunner:
         return results
 
 
-def run_lockstep(searches: list, measurements: list[Measurements]) -> list[dict]:
+def run_lockstep(searches: list, measurements: list[Measurements], checkpoint=lambda: None) -> list[dict]:
     """Every search (an arm and a seed) in lockstep, a round each in turn, so that whatever
-    load the machine has while the record grows falls on all arms alike."""
-    started = time.perf_counter()
+    load the machine has while the record grows falls on all arms alike. ``checkpoint``
+    (packing the record into the archive) runs every CHECKPOINT_SECONDS, so a run cut off
+    by the machine's end keeps most of what it measured."""
+    started = saved = time.perf_counter()
     while not all(s.done for s in searches):
         for one in searches:
             if not one.done:
                 one.round()
+        if time.perf_counter() - saved > CHECKPOINT_SECONDS:
+            checkpoint()
+            saved = time.perf_counter()
         progress = min(len(s.best_gflops) for s in searches)
         leaders = ", ".join(f"{s.arm}/{s.seed} {s.best_gflops[-1]:.1f}" for s in searches if s.best_gflops)
         scales = [scale for m in measurements for scale in m.scales[-1:]]
@@ -485,6 +512,9 @@ def main() -> None:
     if transfers(arms) and any(name in MODELS for name in names):
         raise SystemExit("the +transfer arms are for single operators: a model's tasks already share one cost "
                          "model; leave out the +transfer arms or the model")
+    if any(ARMS[arm].warm_up_trials for arm in arms) and any(name not in MODELS for name in names):
+        raise SystemExit("the +short-warm-up arms are for whole models (a single operator has no warm-up "
+                         "rounds to shorten): run them with --only resnet50")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
@@ -516,7 +546,7 @@ def main() -> None:
                               if transfers(arms) else [])
                 searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donor_logs,
                                              not args.no_defaults, args.transfer_rows)
-            runs = run_lockstep(searches, measurements)
+            runs = run_lockstep(searches, measurements, checkpoint=lambda: save(record, archive))
         finally:
             runner.close()
             save(record, archive)

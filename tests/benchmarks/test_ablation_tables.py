@@ -94,6 +94,7 @@ def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content,
     (["--arms", "baseline,greedy"], "unknown workload or arm 'greedy'"),
     (["--only", "resnet50", "--arms", "baseline,both+transfer"], "the +transfer arms are for single operators"),
     (["--transfer-rows", "0"], "--transfer-rows 0"),
+    (["--only", "dense_1x2048x1000", "--arms", "baseline,both+short-warm-up"], "are for whole models"),
 ])
 def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), *arguments,
@@ -135,6 +136,18 @@ def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_ta
     assert np.all(np.diff(runs[0]["seconds"]) >= 0.5)  # each trial adds its recorded seconds
 
 
+def test_a_short_warm_up_arm_values_a_model_once_every_task_had_its_few_trials():
+    tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
+    measurements = [FakeMeasurements(task) for task in tasks]
+    search = ablation.ModelSearch(tasks, [1, 1], measurements, "both+short-warm-up", seed=0,
+                                  trials=2 * ablation.SHORT_WARM_UP + ablation.PER_ROUND)
+    ablation.run_lockstep([search], measurements)
+    curve = search.best_gflops
+    assert curve[ablation.SHORT_WARM_UP - 1] == 0 < curve[2 * ablation.SHORT_WARM_UP - 1]
+    assert sorted(search.result()["trials_per_task"]) == [ablation.SHORT_WARM_UP,
+                                                          ablation.SHORT_WARM_UP + ablation.PER_ROUND]
+
+
 def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_records(tmp_path):
     task, donor = tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="matmul", args=(32, 16, 16))
     donor_policy = SketchPolicy(donor)
@@ -151,3 +164,13 @@ def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_re
     assert transfer.policy.model.num_samples == len(traces)
     ablation.run_lockstep([baseline, transfer], [measurements])
     assert transfer.policy.model.num_samples == len(traces) + ablation.PER_ROUND
+
+
+def test_a_long_run_packs_its_record_into_the_archive_as_it_goes(monkeypatch):
+    monkeypatch.setattr(ablation, "CHECKPOINT_SECONDS", 0.0)  # every round is past due
+    task = tc.SearchTask(func="matmul", args=(16, 16, 16))
+    measurements = FakeMeasurements(task)
+    searches = ablation.operator_searches(task, measurements, ["baseline"], seeds=1, trials=2 * ablation.PER_ROUND)
+    packed = []
+    ablation.run_lockstep(searches, [measurements], checkpoint=lambda: packed.append(len(measurements.seen)))
+    assert packed == [ablation.PER_ROUND, 2 * ablation.PER_ROUND]

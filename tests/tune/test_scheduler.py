@@ -39,6 +39,17 @@ def test_warm_up_covers_every_task_then_one_log_holds_all(tmp_path, runner):
     assert sum(s.summary.trials for s in scheduler.states) == 20
 
 
+def test_a_short_warm_up_gives_each_task_its_trials_then_whole_rounds(tmp_path, runner):
+    log = tmp_path / "model.json"
+    scheduler = TaskScheduler(tasks(), warm_up_trials=2)
+    scheduler.tune(options(log, 14, runner))  # 3 x 2 warm-up trials, then rounds of (up to) 4
+    keys = [r.workload_key for r in load_records(log)]
+    assert keys[:6] == [s.task.workload_key for s in scheduler.states for _ in range(2)]
+    assert len(keys) == 14 and max(s.summary.trials for s in scheduler.states) > 2
+    with pytest.raises(ValueError, match="warm_up_trials=0: give at least 1 trial per task"):
+        TaskScheduler(tasks(), warm_up_trials=0)
+
+
 def test_resuming_skips_warm_up_and_never_remeasures(tmp_path, runner):
     log = tmp_path / "model.json"
     TaskScheduler(tasks()[:2]).tune(options(log, 8, runner))
