@@ -183,6 +183,16 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
     assert "have the default schedule" not in capsys.readouterr().err
 
 
+def test_tune_model_warms_each_task_up_with_the_trials_asked(onnx_model, tmp_path, capsys):
+    log = tmp_path / "model.json"
+    assert main(["tune-model", str(onnx_model), "--trials", "5", "--per-round", "2", "--warm-up", "1",
+                 "--log", str(log), "--verbose", "0"]) == 0
+    keys = [r.workload_key for r in tc.load_records(log)]
+    assert len(keys) == 5 and len(set(keys[:3])) == 3  # one measurement of each task first
+    assert main(["tune-model", str(onnx_model), "--warm-up", "0", "--log", str(log)]) == 2
+    assert "--warm-up 0: give at least 1 measurement per task" in capsys.readouterr().err
+
+
 def test_tune_model_of_some_tasks_with_flushed_caches_into_a_log_run_model_takes_first(onnx_model, tmp_path,
                                                                                        capsys):
     tasks, _ = tc.extract_tasks(str(onnx_model))

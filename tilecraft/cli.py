@@ -310,6 +310,9 @@ def add_tune_model_command(subparsers: Any) -> None:
     command.add_argument("--trials", type=int, default=2000, help="measurements over all tasks (default 2000)")
     command.add_argument("--per-round", type=int, default=64, help="measurements per round of a task (default 64)")
     command.add_argument("--log", help="the JSON-lines log (default: the model's name with .json)")
+    command.add_argument("--warm-up", type=int, metavar="TRIALS",
+                         help="measurements in each task's first round (default: --per-round, as Ansor); fewer "
+                              "reach a whole tuned model sooner when it has many tasks")
     command.add_argument("--strategy", choices=STRATEGIES, default="gradient")
     command.add_argument("--per-task-early-stopping", type=int, metavar="TRIALS",
                          help="stop tuning a task after this many trials without improvement")
@@ -340,7 +343,10 @@ def run_tune_model(args: argparse.Namespace) -> int:
     if args.verbose:
         print_tasks(tasks, weights)
     log = Path(args.log or Path(args.model).with_suffix(".json").name)
-    scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None)
+    if args.warm_up is not None and args.warm_up < 1:
+        raise CommandError(f"--warm-up {args.warm_up}: give at least 1 measurement per task, or leave it out")
+    scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None,
+                              warm_up_trials=args.warm_up)
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
