@@ -23,7 +23,8 @@ with SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_tria
 The workloads are single operators, and, when named in --only, whole models tuned by the
 task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
 model's curve is its throughput: all its FLOPs over the weighted sum of its tasks' best
-latencies. Its record starts from the log benchmarks/models.py keeps for it.
+latencies. Its record takes in what the log benchmarks/models.py keeps for it holds of
+this machine's target (once; ``archive.merge``).
 
 Every search measures each sketch's default schedule first (SearchParams.defaults_first),
 as tilecraft's tuning does. Where a default already sits on the plateau (matmul 1024, the
@@ -77,7 +78,7 @@ from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
 from tilecraft.search.transfer import TRANSFER_ROWS, transfer_model
 
-from archive import restore, save  # benchmarks/archive.py, beside this script
+from archive import merge, restore, save  # benchmarks/archive.py, beside this script
 
 WORKLOADS = {
     "conv2d_r50_3x3": ("conv2d_nhwc", (1, 56, 56, 64, 64, 3, 3, 1, 1)),
@@ -89,7 +90,7 @@ WORKLOADS = {
 }
 QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only matmul_128
 # Whole models, tuned by the task scheduler: name (benchmarks/model_zoo.py) -> the log of
-# benchmarks/models.py that a new record starts from. Run only when named in --only.
+# benchmarks/models.py whose records of this target join the record. Run only when named in --only.
 MODELS = {"resnet50": "resnet50_tuning"}
 SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up arms (Ansor's: 64)
 
@@ -529,7 +530,8 @@ def main() -> None:
             if args.trials <= warm_up:
                 raise SystemExit(f"{name} has {len(tasks)} tasks, whose warm-up rounds alone take {warm_up} trials: "
                                  f"give --trials well above that (4000, say)")
-            restore(Path(args.archive) / f"{MODELS[name]}.json.xz", record)  # a new record starts from models.py's log
+            added = merge(Path(args.archive) / f"{MODELS[name]}.json.xz", record, str(tasks[0].target))
+            print(f"  {added} records of this target joined from {MODELS[name]}, the log models.py keeps", flush=True)
         else:
             func, workload_args = known[name]
             tasks = [tc.SearchTask(func=func, args=workload_args, target=tc.Target.host())]

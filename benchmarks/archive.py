@@ -8,6 +8,7 @@ back into the archive when the run ends.
 
 from __future__ import annotations
 
+import json
 import lzma
 import shutil
 from pathlib import Path
@@ -31,3 +32,20 @@ def save(log: Path, archive: Path) -> None:
     with open(log, "rb") as source, lzma.open(partial, "wb", preset=9) as target:
         shutil.copyfileobj(source, target)
     partial.replace(archive)
+
+
+def merge(archive: Path, log: Path, target: str) -> int:
+    """Append to ``log`` the records of ``archive`` measured on ``target`` that ``log``
+    lacks, so a log kept by another benchmark for the same workloads (models.py's tuning
+    of a model) joins one that began on other machines; returns how many were added."""
+    if not archive.exists():
+        return 0
+    needle = f'"target":{json.dumps(target)},'
+    present = set(log.read_text(encoding="utf-8").splitlines()) if log.exists() else set()
+    with lzma.open(archive, "rt", encoding="utf-8") as source:
+        added = [line for line in source.read().splitlines() if needle in line and line not in present]
+    if added:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as target_log:
+            target_log.write("".join(f"{line}\n" for line in added))
+    return len(added)

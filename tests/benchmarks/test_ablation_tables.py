@@ -174,3 +174,19 @@ def test_a_long_run_packs_its_record_into_the_archive_as_it_goes(monkeypatch):
     packed = []
     ablation.run_lockstep(searches, [measurements], checkpoint=lambda: packed.append(len(measurements.seen)))
     assert packed == [ablation.PER_ROUND, 2 * ablation.PER_ROUND]
+
+
+def test_a_models_record_takes_in_the_other_logs_records_of_this_target_once(tmp_path):
+    from archive import merge, save  # benchmarks/archive.py
+
+    def line(target: str, cost: float) -> str:
+        return json.dumps({"v": 1, "key": "k", "target": target, "costs": [cost]}, separators=(",", ":"))
+
+    kept, record = tmp_path / "kept.json", tmp_path / "record.json"
+    kept.write_text("".join(f"{line(t, c)}\n" for t, c in [("here", 1.0), ("elsewhere", 2.0), ("here", 3.0)]))
+    save(kept, tmp_path / "kept.json.xz")
+    record.write_text(f"{line('elsewhere', 5.0)}\n{line('here', 1.0)}\n")
+    assert merge(tmp_path / "kept.json.xz", record, "here") == 1  # the 1.0 is there already
+    assert record.read_text().splitlines() == [line("elsewhere", 5.0), line("here", 1.0), line("here", 3.0)]
+    assert merge(tmp_path / "kept.json.xz", record, "here") == 0
+    assert merge(tmp_path / "none.json.xz", record, "here") == 0
