@@ -285,7 +285,6 @@ class ModelSearch:
 
         self.scheduler = tc.TaskScheduler(tasks, weights, seed=seed, policy_factory=policy,
                                           warm_up_trials=chosen.warm_up_trials)
-        self.warm_up = chosen.warm_up_trials or PER_ROUND
         self.runner = _ReplayRunner({id(m.task.compute_dag): m for m in measurements}, self._measured)
         self.weight = {id(t.compute_dag): w for t, w in zip(tasks, weights)}
         self.best = dict.fromkeys(self.weight, np.inf)
@@ -303,7 +302,7 @@ class ModelSearch:
         before = len(self.best_gflops)
         warming = any(not state.best_after_round for state in self.scheduler.states)
         started, self.runner.spent = time.perf_counter(), 0.0
-        size = self.warm_up if warming else PER_ROUND  # one of the scheduler's rounds, whole
+        size = (self.scheduler.warm_up_trials or PER_ROUND) if warming else PER_ROUND  # one round, whole
         self.scheduler.tune(tc.TuningOptions(num_measure_trials=min(size, self.trials - before),
                                              num_measures_per_round=PER_ROUND, builder=_NoBuild(),
                                              runner=self.runner, verbose=0))

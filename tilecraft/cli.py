@@ -100,18 +100,18 @@ def run_tune(args: argparse.Namespace) -> int:
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
-    task.tune(options, search_policy=_transfer_policy(task, args.transfer, resume, args), resume_from=resume)
+    task.tune(options, search_policy=_transfer_policy(task, resume, args), resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
           f"see it with: tilecraft best {log}")
     return 0
 
 
-def _transfer_policy(task: SearchTask, logs: list[str], resume: str | None,
-                     args: argparse.Namespace) -> SketchPolicy | None:
-    """A policy whose cost model first learned the other workloads of ``logs`` and of the
-    resumed log (it halved the trials to the baseline's best over five workloads; DESIGN.md,
-    "Transfer"); None, the default policy, when there is nothing to learn."""
+def _transfer_policy(task: SearchTask, resume: str | None, args: argparse.Namespace) -> SketchPolicy | None:
+    """A policy whose cost model first learned the other workloads of the ``--transfer`` logs
+    and of the resumed log (it halved the trials to the baseline's best over five workloads;
+    DESIGN.md, "Transfer"); None, the default policy, when there is nothing to learn."""
+    logs = args.transfer
     implicit = [resume] if resume and not args.no_transfer and resume not in logs else []
     if not logs and not implicit:
         return None
