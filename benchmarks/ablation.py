@@ -60,6 +60,8 @@ import argparse
 import copy
 import json
 import platform
+import signal
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -515,6 +517,9 @@ def main() -> None:
     if any(ARMS[arm].warm_up_trials for arm in arms) and any(name not in MODELS for name in names):
         raise SystemExit("the +short-warm-up arms are for whole models (a single operator has no warm-up "
                          "rounds to shorten): run them with --only resnet50")
+    # A run stopped by `kill` packs what it measured into the archive too (the `finally` below),
+    # as one stopped by Ctrl-C does; Python's default for SIGTERM would skip it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,

@@ -190,3 +190,26 @@ def test_a_models_record_takes_in_the_other_logs_records_of_this_target_once(tmp
     assert record.read_text().splitlines() == [line("elsewhere", 5.0), line("here", 1.0), line("here", 3.0)]
     assert merge(tmp_path / "kept.json.xz", record, "here") == 0
     assert merge(tmp_path / "none.json.xz", record, "here") == 0
+
+
+def test_a_run_stopped_by_sigterm_packs_what_it_measured_into_the_archive(tmp_path):
+    import lzma
+    import signal
+    import time
+
+    record, archive = tmp_path / "matmul_128.json", tmp_path / "matmul_128.json.xz"
+    process = subprocess.Popen([sys.executable, str(BENCHMARKS / "ablation.py"), "--only", "matmul_128",
+                                "--trials", "64", "--seeds", "1", "--arms", "baseline", "--records", str(tmp_path),
+                                "--archive", str(tmp_path), "--out", str(tmp_path / "o.json")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (record.exists() and record.stat().st_size) and time.monotonic() < deadline:
+            assert process.poll() is None, "the run ended before it measured anything"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=120) == 128 + signal.SIGTERM
+    finally:
+        process.kill()
+    packed = lzma.decompress(archive.read_bytes()).decode().splitlines()
+    assert packed and packed == record.read_text().splitlines()
