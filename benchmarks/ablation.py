@@ -13,7 +13,9 @@ Four arms, the same trial budget and seeds each:
     both       sketch_policy="bandit",  mutation_policy="learned"
 
 and, when named in --arms, both+local: "both" with a quarter of each round measuring
-neighbours of the best candidates (SearchParams.local_share, search/local.py); and
+neighbours of the best candidates (SearchParams.local_share, search/local.py); both+basins:
+"both" whose epsilon-greedy slots measure the best-scored program of the register-tile
+shapes measured least (SearchParams.explore_basins, search/basins.py); and
 baseline+transfer and both+transfer, whose cost model has first learned a sample of the
 other workloads' records (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as
 a user's can who tuned other operators on the machine before; and, for whole models,
@@ -58,10 +60,13 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import json
+import os
 import platform
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -104,6 +109,7 @@ class Arm(NamedTuple):
     local_share: float = 0.0  # of each round measuring neighbours of the best (search/local.py)
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
+    explore_basins: bool = False  # the epsilon-greedy slots probe the tile shapes measured least
 
 
 ARMS = {
@@ -112,6 +118,7 @@ ARMS = {
     "predictor": Arm("uniform", "learned"),
     "both": Arm("bandit", "learned"),
     "both+local": Arm("bandit", "learned", local_share=0.25),
+    "both+basins": Arm("bandit", "learned", explore_basins=True),
     "baseline+transfer": Arm("uniform", "fixed", transfer=True),
     "both+transfer": Arm("bandit", "learned", transfer=True),
     "baseline+short-warm-up": Arm("uniform", "fixed", warm_up_trials=SHORT_WARM_UP),
@@ -230,7 +237,8 @@ class Search:
                  taught: SharedCostModel | None, defaults_first: bool = True):
         chosen = ARMS[arm]
         model = copy.deepcopy(taught) if chosen.transfer else None  # each search learns on from its own copy
-        params = SearchParams(local_share=chosen.local_share, defaults_first=defaults_first)
+        params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
+                              defaults_first=defaults_first)
         self.policy = SketchPolicy(task, model, params, seed=seed, sketch_policy=chosen.sketch_policy,
                                    mutation_policy=chosen.mutation_policy)
         self.measurements = measurements
@@ -279,7 +287,8 @@ class ModelSearch:
                  trials: int, defaults_first: bool = True):
         chosen = ARMS[arm]
         shared = SharedCostModel()
-        params = SearchParams(local_share=chosen.local_share, defaults_first=defaults_first)
+        params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
+                              defaults_first=defaults_first)
 
         def policy(task: tc.SearchTask, n: int) -> SketchPolicy:
             return SketchPolicy(task, shared, params, seed=seed * 1000 + n, sketch_policy=chosen.sketch_policy,
@@ -356,6 +365,29 @@ class _ReplayRunner:
             if on_result is not None:
                 on_result(n, results[-1])
         return results
+
+
+MEASURING_LOCK = Path(tempfile.gettempdir()) / "tilecraft-ablation-measuring.lock"
+
+
+def hold_measuring_lock(path: Path = MEASURING_LOCK):
+    """Hold the machine's measuring lock for this run (the open file; closing it releases).
+    Two runs measuring side by side slow each other's kernels, and a run's live costs are
+    never scaled down (``Measurements``), so the arms that measure most live read slow; a
+    second run is refused instead, naming the first."""
+    lock = open(path, "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise SystemExit(f"another ablation run (pid {holder}) is measuring on this machine; measurements made "
+                         f"beside it read slow. Wait for it to end, or stop it with: kill {holder}") from None
+    lock.truncate(0)
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
 
 
 def run_lockstep(searches: list, measurements: list[Measurements], checkpoint=lambda: None) -> list[dict]:
@@ -520,6 +552,7 @@ def main() -> None:
     # A run stopped by `kill` packs what it measured into the archive too (the `finally` below),
     # as one stopped by Ctrl-C does; Python's default for SIGTERM would skip it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    lock = hold_measuring_lock()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"machine": platform.processor() or platform.machine(), "trials": args.trials, "seeds": args.seeds,
@@ -565,6 +598,7 @@ def main() -> None:
         plot(name, runs, args.trials, out.with_name(f"ablation_{name}.png"))
         out.write_text(json.dumps(results, indent=1))
         print_table(name, table)
+    lock.close()
     print_overall(results)
 
 

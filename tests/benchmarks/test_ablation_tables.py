@@ -213,3 +213,14 @@ def test_a_run_stopped_by_sigterm_packs_what_it_measured_into_the_archive(tmp_pa
         process.kill()
     packed = lzma.decompress(archive.read_bytes()).decode().splitlines()
     assert packed and packed == record.read_text().splitlines()
+
+
+def test_a_second_run_is_refused_while_one_measures_naming_its_pid(tmp_path):
+    import os
+
+    lock = tmp_path / "measuring.lock"
+    held = ablation.hold_measuring_lock(lock)
+    with pytest.raises(SystemExit, match=f"pid {os.getpid()}.*kill {os.getpid()}"):
+        ablation.hold_measuring_lock(lock)
+    held.close()
+    ablation.hold_measuring_lock(lock).close()  # free again once the first run ends

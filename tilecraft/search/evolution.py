@@ -5,7 +5,8 @@ best measured candidates and the rest random; four generations in which parents 
 drawn in proportion to their predicted score and mutated with probability 0.85; the
 best distinct unmeasured candidates seen in any generation are kept; of the batch to
 measure, 5% are random picks (epsilon-greedy) so that the model sees what it does not
-predict. Nothing here lowers or compiles a candidate.
+predict, or, with ``explore_basins``, the best-scored picks of the register-tile shapes
+measured least (``search/basins.py``). Nothing here lowers or compiles a candidate.
 
 Two choices are left to policies: ``sketch_shares`` (from a sketch bandit) split both the
 random population and the measurement slots between the sketches, where Ansor splits the
@@ -22,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .basins import Basins
 from .mutation_predictor import FixedMutations
 from .space import Sketch
 
@@ -34,6 +36,9 @@ class SearchParams:
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
     local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
+    # The epsilon-greedy slots measure the best-scored program of the register-tile shapes measured
+    # least (search/basins.py) instead of random ones.
+    explore_basins: bool = False
     # The first round starts with every sketch's rule-made default schedule (search/default.py), so
     # tuning never ends below it; False searches from random samples only, as Ansor does.
     defaults_first: bool = True
@@ -75,16 +80,23 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
     population += sample_candidates(sketches, params.population - n_measured, rng, min_parallel, sketch_shares)
     n_random = int(round(count * params.eps_greedy))
     best = _BestUnmeasured(len(sketches), 2 * count, measured)
+    basins = Basins(sketches) if params.explore_basins else None
     scores = _score(sketches, score, population)
-    for generation in range(params.num_iters):
+    for generation in range(params.num_iters + 1):
         best.offer(population, scores)
+        if basins is not None:
+            basins.offer(population, scores, measured)
+        if generation == params.num_iters:
+            break
         population, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob, mutator)
         parent_scores = scores
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
-    best.offer(population, scores)
     chosen = best.take(count - n_random, sketch_shares)
     taken = measured | {c.key for c in chosen}
+    if basins is not None:
+        chosen += basins.least_measured(n_random, taken)
+        taken |= {c.key for c in chosen}
     for candidate in sample_candidates(sketches, 3 * max(n_random, 1) + count, rng, min_parallel, sketch_shares):
         if len(chosen) >= count:
             break
