@@ -54,15 +54,16 @@ def test_the_least_measured_basins_give_their_best_scored_unmeasured_candidate_o
 
     measured_twice = [in_basin(4, 1), in_basin(4, 2)]
     once, best_of_eight, other_of_eight = in_basin(2, 1), in_basin(8, 1), in_basin(8, 2)
-    never = in_basin(1, 1)
+    one_row = in_basin(1, 1)
     basins = Basins(sketches)
-    offered = [in_basin(4, 4), in_basin(2, 2), best_of_eight, other_of_eight, never]
+    offered = [in_basin(4, 4), in_basin(2, 2), best_of_eight, other_of_eight, one_row]
     basins.offer(offered, [9.0, 8.0, 7.0, 6.0, 1.0], measured={c.key for c in measured_twice})
     taken = {c.key for c in [*measured_twice, once]}
-    # Unmeasured (8) and (1) first, the better-scored before; then (2), measured once; never (4).
-    assert basins.least_measured(3, taken) == [best_of_eight, never, in_basin(2, 2)]
+    # The unmeasured shapes of 8 rows and 1 row first, the better-scored before; then the shape
+    # of 2 rows, measured once; the shape of 4 rows, measured twice, is left out.
+    assert basins.least_measured(3, taken) == [best_of_eight, one_row, in_basin(2, 2)]
     # A basin whose best-scored candidate is taken (chosen by score already) gives none.
-    assert basins.least_measured(3, taken | {best_of_eight.key}) == [never, in_basin(2, 2), in_basin(4, 4)]
+    assert basins.least_measured(3, taken | {best_of_eight.key}) == [one_row, in_basin(2, 2), in_basin(4, 4)]
 
 
 def test_the_epsilon_greedy_slots_explore_basins_when_asked():
