@@ -12,15 +12,18 @@ Four arms, the same trial budget and seeds each:
     predictor  sketch_policy="uniform", mutation_policy="learned"
     both       sketch_policy="bandit",  mutation_policy="learned"
 
-and, when named in --arms, both+local: "both" with a quarter of each round measuring
-neighbours of the best candidates (SearchParams.local_share, search/local.py); both+basins:
-"both" whose epsilon-greedy slots measure the best-scored program of the register-tile
-shapes measured least (SearchParams.explore_basins, search/basins.py); and
-baseline+transfer and both+transfer, whose cost model has first learned a sample of the
-other workloads' records (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as
-a user's can who tuned other operators on the machine before; and, for whole models,
-baseline+short-warm-up and both+short-warm-up, whose task scheduler warms each task up
-with SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_trials=...)``).
+and any of them with modifiers joined by "+" (``--arms baseline,both+basins+transfer``):
+
+    +local          a quarter of each round measures neighbours of the best candidates
+                    (SearchParams.local_share, search/local.py)
+    +basins         the epsilon-greedy slots measure the best-scored program of the
+                    register-tile shapes measured least (SearchParams.explore_basins,
+                    search/basins.py)
+    +transfer       the cost model first learns a sample of the other workloads' records
+                    (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
+                    can who tuned other operators on the machine before
+    +short-warm-up  whole models only: the task scheduler warms each task up with
+                    SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_trials=...)``)
 
 The workloads are single operators, and, when named in --only, whole models tuned by the
 task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
@@ -103,7 +106,7 @@ SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up 
 
 
 class Arm(NamedTuple):
-    """A search policy the ablation compares; the fields past the first two run only when named."""
+    """A search policy the ablation compares; the fields past the first two come from modifiers."""
     sketch_policy: str
     mutation_policy: str
     local_share: float = 0.0  # of each round measuring neighbours of the best (search/local.py)
@@ -112,18 +115,22 @@ class Arm(NamedTuple):
     explore_basins: bool = False  # the epsilon-greedy slots probe the tile shapes measured least
 
 
-ARMS = {
-    "baseline": Arm("uniform", "fixed"),
-    "bandit": Arm("bandit", "fixed"),
-    "predictor": Arm("uniform", "learned"),
-    "both": Arm("bandit", "learned"),
-    "both+local": Arm("bandit", "learned", local_share=0.25),
-    "both+basins": Arm("bandit", "learned", explore_basins=True),
-    "baseline+transfer": Arm("uniform", "fixed", transfer=True),
-    "both+transfer": Arm("bandit", "learned", transfer=True),
-    "baseline+short-warm-up": Arm("uniform", "fixed", warm_up_trials=SHORT_WARM_UP),
-    "both+short-warm-up": Arm("bandit", "learned", warm_up_trials=SHORT_WARM_UP),
-}
+# An arm is named by a policy pair and any modifiers after it, joined by "+": "both+basins+transfer".
+POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "predictor": ("uniform", "learned"),
+            "both": ("bandit", "learned")}
+MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
+             "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
+
+
+def arm_of(name: str) -> Arm:
+    """The arm a name such as "both+basins+transfer" stands for."""
+    policies, *modifiers = name.split("+")
+    if policies not in POLICIES or any(m not in MODIFIERS for m in modifiers) or len(set(modifiers)) < len(modifiers):
+        raise ValueError(f"unknown arm {name!r}: name one of {', '.join(POLICIES)}, then any of "
+                         f"{', '.join('+' + m for m in MODIFIERS)} once each (both+basins+transfer, say)")
+    return Arm(*POLICIES[policies], **{k: v for m in modifiers for k, v in MODIFIERS[m].items()})
+
+
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")
 PER_ROUND = 64
 CHECKPOINT_SECONDS = 15 * 60
@@ -138,7 +145,7 @@ REFERENCE = "reference"  # the sketch name that marks the reference's measuremen
 
 def transfers(arms: list[str]) -> bool:
     """Whether any of ``arms`` starts from a model taught the other workloads' records."""
-    return any(ARMS[arm].transfer for arm in arms)
+    return any(arm_of(arm).transfer for arm in arms)
 
 
 class Measurements:
@@ -235,7 +242,7 @@ class Search:
 
     def __init__(self, task: tc.SearchTask, measurements: Measurements, arm: str, seed: int, trials: int,
                  taught: SharedCostModel | None, defaults_first: bool = True):
-        chosen = ARMS[arm]
+        chosen = arm_of(arm)
         model = copy.deepcopy(taught) if chosen.transfer else None  # each search learns on from its own copy
         params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
                               defaults_first=defaults_first)
@@ -285,7 +292,7 @@ class ModelSearch:
 
     def __init__(self, tasks: list, weights: list, measurements: list[Measurements], arm: str, seed: int,
                  trials: int, defaults_first: bool = True):
-        chosen = ARMS[arm]
+        chosen = arm_of(arm)
         shared = SharedCostModel()
         params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
                               defaults_first=defaults_first)
@@ -491,7 +498,7 @@ def plot(name: str, runs: list[dict], trials: int, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (by_trials, by_time) = plt.subplots(1, 2, figsize=(11, 4))
-    for arm in ARMS:
+    for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
         if not mine:
             continue
@@ -514,7 +521,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated workloads (default: all)")
-    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS), help=f"comma-separated arms of {', '.join(ARMS)}")
+    parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                        help=f"comma-separated arms: one of {', '.join(POLICIES)}, each with any of "
+                             f"{', '.join('+' + m for m in MODIFIERS)} (both+basins, say)")
     parser.add_argument("--live", action="store_true", help="measure every candidate afresh, no replay")
     parser.add_argument("--records", default="benchmarks/results/ablation_records")
     parser.add_argument("--archive", default="benchmarks/records", help="where the records are kept, compressed")
@@ -539,14 +548,17 @@ def main() -> None:
     known = {**WORKLOADS, **QUICK}
     names = [n for n in args.only.split(",") if n] or list(WORKLOADS)
     arms = [a for a in args.arms.split(",") if a]
-    for name in names + arms:
-        if name not in known and name not in MODELS and name not in ARMS:
-            raise SystemExit(f"unknown workload or arm {name!r}; workloads: {', '.join([*known, *MODELS])}; "
-                             f"arms: {', '.join(ARMS)}")
+    for name in names:
+        if name not in known and name not in MODELS:
+            raise SystemExit(f"unknown workload {name!r}; workloads: {', '.join([*known, *MODELS])}")
+    try:
+        chosen = {arm: arm_of(arm) for arm in arms}
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
     if transfers(arms) and any(name in MODELS for name in names):
         raise SystemExit("the +transfer arms are for single operators: a model's tasks already share one cost "
                          "model; leave out the +transfer arms or the model")
-    if any(ARMS[arm].warm_up_trials for arm in arms) and any(name not in MODELS for name in names):
+    if any(arm.warm_up_trials for arm in chosen.values()) and any(name not in MODELS for name in names):
         raise SystemExit("the +short-warm-up arms are for whole models (a single operator has no warm-up "
                          "rounds to shorten): run them with --only resnet50")
     # A run stopped by `kill` packs what it measured into the archive too (the `finally` below),

@@ -90,8 +90,9 @@ def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content,
 
 @pytest.mark.parametrize("arguments, message", [
     (["--remeasure", "-1"], "--remeasure -1"),
-    (["--only", "conv2d_r50_9x9"], "unknown workload or arm 'conv2d_r50_9x9'"),
-    (["--arms", "baseline,greedy"], "unknown workload or arm 'greedy'"),
+    (["--only", "conv2d_r50_9x9"], "unknown workload 'conv2d_r50_9x9'"),
+    (["--arms", "baseline,greedy"], "unknown arm 'greedy'"),
+    (["--arms", "both+basins+basins"], "once each"),
     (["--only", "resnet50", "--arms", "baseline,both+transfer"], "the +transfer arms are for single operators"),
     (["--transfer-rows", "0"], "--transfer-rows 0"),
     (["--only", "dense_1x2048x1000", "--arms", "baseline,both+short-warm-up"], "are for whole models"),
@@ -103,6 +104,16 @@ def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
     assert done.returncode != 0
     assert message in done.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
+    assert ablation.arm_of("both") == ablation.Arm("bandit", "learned")
+    combined = ablation.arm_of("predictor+transfer+basins")
+    assert (combined.sketch_policy, combined.mutation_policy) == ("uniform", "learned")
+    assert combined.transfer and combined.explore_basins and combined.local_share == 0
+    assert combined == ablation.arm_of("predictor+basins+transfer")
+    with pytest.raises(ValueError, match="unknown arm 'basins'"):
+        ablation.arm_of("basins")
 
 
 class FakeMeasurements:
