@@ -19,6 +19,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
     +basins         the epsilon-greedy slots measure the best-scored program of the
                     register-tile shapes measured least (SearchParams.explore_basins,
                     search/basins.py)
+    +scored-slots   the sketch shares split only the random population; the measurement
+                    slots go by the cost model's ranking alone (SearchParams.sketch_quotas)
     +transfer       the cost model first learns a sample of the other workloads' records
                     (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
                     can who tuned other operators on the machine before
@@ -113,13 +115,18 @@ class Arm(NamedTuple):
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
     explore_basins: bool = False  # the epsilon-greedy slots probe the tile shapes measured least
+    sketch_quotas: bool = True  # the sketch shares set the sketches' quotas of the measurement slots
+
+    def params(self, defaults_first: bool) -> SearchParams:
+        return SearchParams(local_share=self.local_share, explore_basins=self.explore_basins,
+                            sketch_quotas=self.sketch_quotas, defaults_first=defaults_first)
 
 
 # An arm is named by a policy pair and any modifiers after it, joined by "+": "both+basins+transfer".
 POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "predictor": ("uniform", "learned"),
             "both": ("bandit", "learned")}
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
-             "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
+             "scored-slots": {"sketch_quotas": False}, "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
 
 
 def arm_of(name: str) -> Arm:
@@ -244,10 +251,8 @@ class Search:
                  taught: SharedCostModel | None, defaults_first: bool = True):
         chosen = arm_of(arm)
         model = copy.deepcopy(taught) if chosen.transfer else None  # each search learns on from its own copy
-        params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
-                              defaults_first=defaults_first)
-        self.policy = SketchPolicy(task, model, params, seed=seed, sketch_policy=chosen.sketch_policy,
-                                   mutation_policy=chosen.mutation_policy)
+        self.policy = SketchPolicy(task, model, chosen.params(defaults_first), seed=seed,
+                                   sketch_policy=chosen.sketch_policy, mutation_policy=chosen.mutation_policy)
         self.measurements = measurements
         self.arm, self.seed, self.trials = arm, seed, trials
         self.flop = task.compute_dag.flop_count()
@@ -294,8 +299,7 @@ class ModelSearch:
                  trials: int, defaults_first: bool = True):
         chosen = arm_of(arm)
         shared = SharedCostModel()
-        params = SearchParams(local_share=chosen.local_share, explore_basins=chosen.explore_basins,
-                              defaults_first=defaults_first)
+        params = chosen.params(defaults_first)
 
         def policy(task: tc.SearchTask, n: int) -> SketchPolicy:
             return SketchPolicy(task, shared, params, seed=seed * 1000 + n, sketch_policy=chosen.sketch_policy,

@@ -55,6 +55,10 @@ def test_measurement_slots_follow_the_shares():
     assert per_sketch[2] >= 32 and len(chosen) == 40
     unshared = evolutionary_search(sketches, favours_sketch_zero, 40, set(), [], np.random.default_rng(0), 32, params)
     assert np.bincount([c.sketch for c in unshared], minlength=3)[0] == 40  # Ansor: by score alone
+    scored = evolutionary_search(sketches, favours_sketch_zero, 40, set(), [], np.random.default_rng(0), 32,
+                                 SearchParams(population=256, num_iters=1, eps_greedy=0.0, sketch_quotas=False),
+                                 sketch_shares=shares)
+    assert np.bincount([c.sketch for c in scored], minlength=3)[0] == 40  # shares split the population only
 
 
 def test_learned_mutations_learn_which_slot_pays_off():

@@ -39,6 +39,9 @@ class SearchParams:
     # The epsilon-greedy slots measure the best-scored program of the register-tile shapes measured
     # least (search/basins.py) instead of random ones.
     explore_basins: bool = False
+    # Sketch shares (a bandit's) set each sketch's quota of the measurement slots, as well as its
+    # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does.
+    sketch_quotas: bool = True
     # The first round starts with every sketch's rule-made default schedule (search/default.py), so
     # tuning never ends below it; False searches from random samples only, as Ansor does.
     defaults_first: bool = True
@@ -92,7 +95,7 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
         parent_scores = scores
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
-    chosen = best.take(count - n_random, sketch_shares)
+    chosen = best.take(count - n_random, sketch_shares if params.sketch_quotas else None)
     taken = measured | {c.key for c in chosen}
     if basins is not None:
         chosen += basins.least_measured(n_random, taken)
