@@ -112,6 +112,9 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert (combined.sketch_policy, combined.mutation_policy) == ("uniform", "learned")
     assert combined.transfer and combined.explore_basins and combined.local_share == 0
     assert combined == ablation.arm_of("predictor+basins+transfer")
+    params = ablation.arm_of("both+scored-slots+basins").params(defaults_first=False)
+    assert not params.sketch_quotas and params.explore_basins and not params.defaults_first
+    assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas
     with pytest.raises(ValueError, match="unknown arm 'basins'"):
         ablation.arm_of("basins")
 
