@@ -119,13 +119,31 @@ def test_policies_are_switched_by_name_and_bad_names_are_refused():
 
 def test_tuning_options_switch_the_policies(tmp_path):
     task = tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
-    policy = SketchPolicy(task)
+    policy = SketchPolicy(task, program_cost_model=tc.XGBModel(num_warmup_sample=8))  # trained after a round
     with tc.LocalRunner(number=2, min_repeat_ms=0) as runner:
         summary = task.tune(tc.TuningOptions(num_measure_trials=16, num_measures_per_round=8, runner=runner,
                                              verbose=0, sketch_policy="bandit", mutation_policy="learned"),
                             search_policy=policy)
     assert summary.valid >= 14
     assert policy.sketch_policy.trials.sum() == 16 and policy.mutation_policy.seen > 0
+
+
+def test_the_learned_mutations_learn_nothing_from_a_warm_up_models_random_scores():
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    policy = SketchPolicy(task, program_cost_model=tc.XGBModel(num_warmup_sample=32),
+                          params=SearchParams(population=256, num_iters=2), mutation_policy="learned")
+    rng = np.random.default_rng(0)
+
+    def measure(count: int) -> None:
+        batch = policy.next_batch(count)
+        policy.update(batch, list(1e-3 * (1 + rng.random(len(batch)))))
+
+    measure(16)
+    assert not policy.model.is_trained and policy.mutation_policy.seen == 0
+    measure(16)  # 32 measured: the model trains
+    assert policy.model.is_trained
+    measure(16)
+    assert policy.mutation_policy.seen > 0
 
 
 def test_a_policy_that_cannot_switch_is_refused_clearly():

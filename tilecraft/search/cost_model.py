@@ -95,6 +95,11 @@ class CostModel(abc.ABC):
     def num_samples(self) -> int:
         """How many measured candidates the model has been given."""
 
+    @property
+    def is_trained(self) -> bool:
+        """Whether its scores say anything yet (a warm-up model's are random)."""
+        return True
+
     @abc.abstractmethod
     def update(self, features: np.ndarray, costs: np.ndarray) -> None:
         """Add measured candidates and retrain if the model decides it is time."""
@@ -129,6 +134,10 @@ class RandomModel(CostModel):
     @property
     def num_samples(self) -> int:
         return self._num_samples
+
+    @property
+    def is_trained(self) -> bool:
+        return False
 
     def update(self, features: np.ndarray, costs: np.ndarray) -> None:
         features, costs = _as_batch(features, costs, None)

@@ -24,7 +24,7 @@ from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
 from .local import local_candidates
-from .mutation_predictor import MUTATION_POLICIES
+from .mutation_predictor import MUTATION_POLICIES, FixedMutations
 from .shared_model import SharedCostModel
 from .space import ScheduleFn, generate_sketches
 
@@ -94,9 +94,10 @@ class SketchPolicy:
         nearby = local_candidates(self.sketches, score, seeds, self.measured,
                                   int(round(count * self.params.local_share)))
         taken = self.measured | {c.key for c in nearby} if nearby else self.measured
+        # A warm-up model's scores are random: a learned policy would learn noise from them.
+        mutator = self.mutation_policy if self.model.is_trained else FixedMutations(self.sketches)
         chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
-                                              self.min_parallel, self.params, self.sketch_policy.shares(),
-                                              self.mutation_policy)
+                                              self.min_parallel, self.params, self.sketch_policy.shares(), mutator)
         if self.defaults_pending:  # so tuning never ends below them
             self.defaults_pending = False
             defaults = [c for c in (Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))

@@ -60,6 +60,10 @@ class TaskCostModel(CostModel):
     def num_samples(self) -> int:
         return self.shared.model.num_samples
 
+    @property
+    def is_trained(self) -> bool:
+        return self.shared.model.is_trained
+
     def update(self, features: np.ndarray, costs: np.ndarray) -> None:
         self.shared.model.update(self._placed(features), costs, group=self.group)
 
