@@ -150,6 +150,16 @@ def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_ta
     assert np.all(np.diff(runs[0]["seconds"]) >= 0.5)  # each trial adds its recorded seconds
 
 
+def test_a_model_search_replays_to_the_same_curve_with_the_same_seed():
+    def curve(seed: int) -> list[float]:
+        tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
+        measurements = [FakeMeasurements(task) for task in tasks]
+        search = ablation.ModelSearch(tasks, [1, 2], measurements, "both", seed=seed, trials=4 * ablation.PER_ROUND)
+        return ablation.run_lockstep([search], measurements)[0]["best_gflops"]
+
+    assert curve(1) == curve(1)
+
+
 def test_a_short_warm_up_arm_values_a_model_once_every_task_had_its_few_trials():
     tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
     measurements = [FakeMeasurements(task) for task in tasks]
@@ -238,3 +248,16 @@ def test_a_second_run_is_refused_while_one_measures_naming_its_pid(tmp_path):
         ablation.hold_measuring_lock(lock)
     held.close()
     ablation.hold_measuring_lock(lock).close()  # free again once the first run ends
+
+
+def test_redrawn_seeds_show_how_often_an_arm_would_meet_the_bar():
+    steady = [run("baseline", [100] * TRIALS)] * 2 + [run("both", [60, 80, 100] + [100] * 7)] * 2
+    drawn = ablation.bootstrap_shares({"steady": (steady, TRIALS)}, draws=200)
+    assert np.allclose(drawn["both"], [0.3, 0.3])  # every redraw reaches 100 at trial 3
+    # One seed fast, one never there: a redraw meets the bar only when it takes the fast one twice.
+    lottery = [run("baseline", [100] * TRIALS)] * 2 + [run("both", [60, 80, 100] + [100] * 7),
+                                                       run("both", [90] * TRIALS)]
+    drawn = ablation.bootstrap_shares({"lottery": (lottery, TRIALS)}, draws=400)
+    meets = np.mean(np.all(drawn["both"] <= ablation.BAR, axis=1))
+    assert 0.15 < meets < 0.35
+    assert set(np.unique(drawn["both"][:, 0])) == {0.3, 1.0}
