@@ -21,6 +21,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
                     search/basins.py)
     +scored-slots   the sketch shares split only the random population; the measurement
                     slots go by the cost model's ranking alone (SearchParams.sketch_quotas)
+    +ties           the bandit counts a sketch whose best is within 5% of the task's best as
+                    level with it (SearchParams.sketch_tie)
     +transfer       the cost model first learns a sample of the other workloads' records
                     (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
                     can who tuned other operators on the machine before
@@ -108,6 +110,7 @@ QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only 
 # benchmarks/models.py whose records of this target join the record. Run only when named in --only.
 MODELS = {"resnet50": "resnet50_tuning"}
 SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up arms (Ansor's: 64)
+TIE = 0.05  # the +ties arms: sketches within 5% of the task's best (the seeds' spread) count as level
 
 
 class Arm(NamedTuple):
@@ -119,17 +122,20 @@ class Arm(NamedTuple):
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
     explore_basins: bool = False  # the epsilon-greedy slots probe the tile shapes measured least
     sketch_quotas: bool = True  # the sketch shares set the sketches' quotas of the measurement slots
+    sketch_tie: float = 0.0  # the bandit counts sketches this close to the task's best as level
 
     def params(self, defaults_first: bool) -> SearchParams:
         return SearchParams(local_share=self.local_share, explore_basins=self.explore_basins,
-                            sketch_quotas=self.sketch_quotas, defaults_first=defaults_first)
+                            sketch_quotas=self.sketch_quotas, sketch_tie=self.sketch_tie,
+                            defaults_first=defaults_first)
 
 
 # An arm is named by a policy pair and any modifiers after it, joined by "+": "both+basins+transfer".
 POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "predictor": ("uniform", "learned"),
             "both": ("bandit", "learned")}
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
-             "scored-slots": {"sketch_quotas": False}, "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
+             "scored-slots": {"sketch_quotas": False}, "ties": {"sketch_tie": TIE},
+             "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
 
 
 def arm_of(name: str) -> Arm:

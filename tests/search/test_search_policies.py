@@ -105,6 +105,18 @@ def test_both_mutation_policies_climb_a_known_score(mutator):
     assert max(score(c.sketch, np.array([c.row]))[0] for c in chosen) >= 9
 
 
+def test_a_bandit_with_a_tie_does_not_chase_a_lead_inside_it():
+    eager, tied = SketchBandit(3), SketchBandit(3, tie=0.05)
+    for bandit in (eager, tied):
+        bandit.update([0, 1, 2] * 10, [1.0e-3, 1.03e-3, 3e-3] * 10)  # a 3% lead, and a sketch 3x slower
+    assert eager.shares()[0] > 1.5 * eager.shares()[1]
+    assert tied.shares()[0] == pytest.approx(tied.shares()[1]) and tied.shares()[2] < 0.5 * tied.shares()[0]
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    assert SketchPolicy(task, params=SearchParams(sketch_tie=0.05), sketch_policy="bandit").sketch_policy.tie == 0.05
+    with pytest.raises(ValueError, match=r"tie is a fraction of the best in \[0, 1\), got 1.5"):
+        SketchPolicy(task, params=SearchParams(sketch_tie=1.5), sketch_policy="bandit")
+
+
 def test_policies_are_switched_by_name_and_bad_names_are_refused():
     task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
     policy = SketchPolicy(task)

@@ -13,6 +13,9 @@ bonus, ``exploration * sqrt(ln N / n)``, for arms measured rarely (N trials in a
 the arm). The shares are a softmax of these scores at ``temperature``, and every arm keeps
 at least ``floor / arms`` of each round, so a sketch that only pays off late is still
 found. The shares split both the random part of each population and the measurement slots.
+With ``tie``, an arm whose best is within that fraction of the task's best counts as level
+with it: early bests a few percent apart say which sketch was lucky first, not which
+holds the best (on a strided convolution the bandit chased one that way and ended 4% low).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import numpy as np
 
 
 class UniformSketches:
-    """Ansor's split: every sketch the same share of the population; slots by score alone."""
+    """Ansor's split: every sketch the same share of the population; slots by score alone.
+    ``tie`` matters only to a policy that compares the sketches."""
 
     name = "uniform"
 
-    def __init__(self, n_arms: int):
+    def __init__(self, n_arms: int, tie: float = 0.0):
         self.n_arms = n_arms
 
     def shares(self) -> np.ndarray | None:
@@ -43,18 +47,21 @@ class SketchBandit(UniformSketches):
 
     name = "bandit"
 
-    def __init__(self, n_arms: int, floor: float = 0.2, exploration: float = 0.2, temperature: float = 0.05):
+    def __init__(self, n_arms: int, tie: float = 0.0, floor: float = 0.2, exploration: float = 0.2,
+                 temperature: float = 0.05):
         super().__init__(n_arms)
-        self.floor, self.exploration, self.temperature = floor, exploration, temperature
+        if not 0 <= tie < 1:
+            raise ValueError(f"a sketch bandit's tie is a fraction of the best in [0, 1), got {tie}")
+        self.tie, self.floor, self.exploration, self.temperature = tie, floor, exploration, temperature
         self.best = np.full(n_arms, math.inf)
         self.trials = np.zeros(n_arms)
 
     def values(self) -> np.ndarray:
-        """Each arm's best relative to the task's best, in [0, 1]."""
+        """Each arm's best relative to the task's best, in [0, 1]; 1 within ``tie`` of it."""
         best = self.best.min()
         if not math.isfinite(best):
             return np.zeros(self.n_arms)
-        return np.where(np.isfinite(self.best), best / self.best, 0.0)
+        return np.minimum(1.0, np.where(np.isfinite(self.best), best / self.best, 0.0) / (1 - self.tie))
 
     def shares(self) -> np.ndarray:
         if self.n_arms == 1:

@@ -42,6 +42,8 @@ class SearchParams:
     # Sketch shares (a bandit's) set each sketch's quota of the measurement slots, as well as its
     # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does.
     sketch_quotas: bool = True
+    # A bandit counts a sketch whose best is within this fraction of the task's best as level with it.
+    sketch_tie: float = 0.0
     # The first round starts with every sketch's rule-made default schedule (search/default.py), so
     # tuning never ends below it; False searches from random samples only, as Ansor does.
     defaults_first: bool = True
