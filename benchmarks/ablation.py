@@ -510,20 +510,27 @@ def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 
     give few distinct draws and, as any bootstrap of n samples, a spread too narrow by
     about sqrt(n / (n - 1)): it shows the scale of the seed noise, not exact odds."""
     rng = np.random.default_rng(seed)
+    grouped = []
+    for runs, trials in workloads.values():
+        by_arm: dict[str, list[dict]] = {}
+        for run in runs:
+            by_arm.setdefault(run["arm"], []).append(run)
+        grouped.append((list(by_arm.values()), trials))
     drawn: dict[str, list[tuple[float, float]]] = {}
     for _ in range(draws):
         shares: dict[str, list[tuple[float, float]]] = {}
-        for runs, trials in workloads.values():
-            by_arm: dict[str, list[dict]] = {}
-            for run in runs:
-                by_arm.setdefault(run["arm"], []).append(run)
-            again = [rs[n] for rs in by_arm.values() for n in rng.integers(len(rs), size=len(rs))]
+        for arms, trials in grouped:
+            again = [rs[n] for rs in arms for n in rng.integers(len(rs), size=len(rs))]
             for arm, row in summarise(again, trials).items():
-                shares.setdefault(arm, []).append((1.0 if row["trial_share"] is None else row["trial_share"],
-                                                   1.0 if row["time_share"] is None else row["time_share"]))
+                shares.setdefault(arm, []).append((_counted(row["trial_share"]), _counted(row["time_share"])))
         for arm, values in shares.items():
             drawn.setdefault(arm, []).append(tuple(np.mean(values, axis=0)))
     return {arm: np.array(values) for arm, values in drawn.items()}
+
+
+def _counted(share: float | None) -> float:
+    """A share as means over workloads count it: the whole budget where the level was never reached."""
+    return 1.0 if share is None else share
 
 
 def _padded(values: list[float], length: int) -> np.ndarray:
@@ -687,7 +694,7 @@ def print_overall(results: dict) -> None:
           f"{f'meets {BAR:.2f}':>11s}")
     for arm, values in rows.items():
         def mean(key: str) -> float:
-            return float(np.mean([1.0 if v[key] is None else v[key] for v in values]))
+            return float(np.mean([_counted(v[key]) for v in values]))
         low, high = np.percentile(drawn[arm][:, 0], [5, 95])
         meets = np.mean(np.all(drawn[arm] <= BAR + 1e-9, axis=1))
         print(f"{arm:17s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "

@@ -14,8 +14,8 @@ the arm). The shares are a softmax of these scores at ``temperature``, and every
 at least ``floor / arms`` of each round, so a sketch that only pays off late is still
 found. The shares split both the random part of each population and the measurement slots.
 With ``tie``, an arm whose best is within that fraction of the task's best counts as level
-with it: early bests a few percent apart say which sketch was lucky first, not which
-holds the best (on a strided convolution the bandit chased one that way and ended 4% low).
+with it, since early bests a few percent apart may say only which sketch was lucky first.
+Measured, it won one workload and cost two (DESIGN.md, "Seed noise in numbers"): off by default.
 """
 
 from __future__ import annotations
