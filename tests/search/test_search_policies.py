@@ -117,6 +117,19 @@ def test_a_bandit_with_a_tie_does_not_chase_a_lead_inside_it():
         SketchPolicy(task, params=SearchParams(sketch_tie=1.5), sketch_policy="bandit")
 
 
+def test_a_warm_bandit_splits_close_sketches_evenly_and_still_drops_a_poor_one():
+    eager, gentle = SketchBandit(3), SketchBandit(3, temperature=0.2)
+    for bandit in (eager, gentle):
+        bandit.update([0, 1, 2] * 10, [1.0e-3, 1.1e-3, 2.5e-3] * 10)  # a 10% lead, and a sketch at 0.4 of the best
+    assert eager.shares()[0] > 3 * eager.shares()[1]
+    assert gentle.shares()[0] < 2 * gentle.shares()[1] and gentle.shares()[2] < 0.1
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    params = SearchParams(sketch_temperature=0.2)
+    assert SketchPolicy(task, params=params, sketch_policy="bandit").sketch_policy.temperature == 0.2
+    with pytest.raises(ValueError, match="temperature must be above 0, got 0"):
+        SketchPolicy(task, params=SearchParams(sketch_temperature=0), sketch_policy="bandit")
+
+
 def test_policies_are_switched_by_name_and_bad_names_are_refused():
     task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
     policy = SketchPolicy(task)

@@ -32,7 +32,7 @@ class UniformSketches:
 
     name = "uniform"
 
-    def __init__(self, n_arms: int, tie: float = 0.0):
+    def __init__(self, n_arms: int, tie: float = 0.0, temperature: float = 0.05):
         self.n_arms = n_arms
 
     def shares(self) -> np.ndarray | None:
@@ -52,6 +52,8 @@ class SketchBandit(UniformSketches):
         super().__init__(n_arms)
         if not 0 <= tie < 1:
             raise ValueError(f"a sketch bandit's tie is a fraction of the best in [0, 1), got {tie}")
+        if temperature <= 0:
+            raise ValueError(f"a sketch bandit's temperature must be above 0, got {temperature}")
         self.tie, self.floor, self.exploration, self.temperature = tie, floor, exploration, temperature
         self.best = np.full(n_arms, math.inf)
         self.trials = np.zeros(n_arms)

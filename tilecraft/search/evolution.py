@@ -44,6 +44,8 @@ class SearchParams:
     sketch_quotas: bool = True
     # A bandit counts a sketch whose best is within this fraction of the task's best as level with it.
     sketch_tie: float = 0.0
+    # The bandit's softmax temperature: how much share a lead of a given size buys (search/bandit.py).
+    sketch_temperature: float = 0.05
     # The first round starts with every sketch's rule-made default schedule (search/default.py), so
     # tuning never ends below it; False searches from random samples only, as Ansor does.
     defaults_first: bool = True

@@ -70,7 +70,8 @@ class SketchPolicy:
             if name is not None and name not in known:
                 raise ValueError(f"{kind}={name!r} is unknown; use one of {', '.join(map(repr, known))}")
         if sketch_policy is not None and sketch_policy != getattr(self.sketch_policy, "name", None):
-            self.sketch_policy = SKETCH_POLICIES[sketch_policy](len(self.sketches), tie=self.params.sketch_tie)
+            self.sketch_policy = SKETCH_POLICIES[sketch_policy](len(self.sketches), tie=self.params.sketch_tie,
+                                                                 temperature=self.params.sketch_temperature)
             for cost, candidate in self.best:
                 self.sketch_policy.update([candidate.sketch], [cost])
         if mutation_policy is not None and mutation_policy != getattr(self.mutation_policy, "name", None):
