@@ -29,7 +29,7 @@ import numpy as np
 
 class UniformSketches:
     """Ansor's split: every sketch the same share of the population; slots by score alone.
-    ``tie`` matters only to a policy that compares the sketches."""
+    ``tie`` and ``temperature`` matter only to a policy that compares the sketches."""
 
     name = "uniform"
 
