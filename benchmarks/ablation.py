@@ -115,16 +115,17 @@ TIE = 0.05  # the +ties arms: sketches within 5% of the task's best (the seeds' 
 
 
 class Arm(NamedTuple):
-    """A search policy the ablation compares; the fields past the first two come from modifiers."""
+    """A search policy the ablation compares; the fields past the first two come from modifiers,
+    and those that are SearchParams' default to its defaults."""
     sketch_policy: str
     mutation_policy: str
-    local_share: float = 0.0  # of each round measuring neighbours of the best (search/local.py)
+    local_share: float = SearchParams.local_share  # of each round measuring neighbours of the best (search/local.py)
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
-    explore_basins: bool = False  # the epsilon-greedy slots probe the tile shapes measured least
-    sketch_quotas: bool = True  # the sketch shares set the sketches' quotas of the measurement slots
-    sketch_tie: float = 0.0  # the bandit counts sketches this close to the task's best as level
-    sketch_temperature: float = 0.05  # the bandit's softmax temperature
+    explore_basins: bool = SearchParams.explore_basins  # the epsilon-greedy slots probe the tile shapes measured least
+    sketch_quotas: bool = SearchParams.sketch_quotas  # the sketch shares set the sketches' quotas of the slots
+    sketch_tie: float = SearchParams.sketch_tie  # the bandit counts sketches this close to the task's best as level
+    sketch_temperature: float = SearchParams.sketch_temperature  # the bandit's softmax temperature
 
     def params(self, defaults_first: bool) -> SearchParams:
         return SearchParams(local_share=self.local_share, explore_basins=self.explore_basins,
@@ -694,16 +695,16 @@ def print_overall(results: dict) -> None:
                               for name, data in results["workloads"].items()})
     print(f"\nover {len(results['workloads'])} workloads (shares count 1.0 where the arm never reached the level)")
     print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
-          f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s} {'redrawn seeds: trial share, 90%':>32s} "
-          f"{f'meets {BAR:.2f}':>11s}")
+          f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s} "
+          f"{'redrawn seeds: trial share, 90%':>32s} {f'meets {BAR:.2f}':>11s}")
     for arm, values in rows.items():
         def mean(key: str) -> float:
             return float(np.mean([_counted(v[key]) for v in values]))
         low, high = np.percentile(drawn[arm][:, 0], [5, 95])
         meets = np.mean(np.all(drawn[arm] <= BAR + 1e-9, axis=1))
         print(f"{arm:17s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
-              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} {min(v['ratio'] for v in values):20.3f} "
-              f"{f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f}")
+              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} "
+              f"{min(v['ratio'] for v in values):20.3f} {f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f}")
 
 
 def print_saved(paths: list[str]) -> None:
