@@ -23,6 +23,9 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
                     slots go by the cost model's ranking alone (SearchParams.sketch_quotas)
     +ties           the bandit counts a sketch whose best is within 5% of the task's best as
                     level with it (SearchParams.sketch_tie)
+    +gentle         the bandit's softmax runs at temperature GENTLE (SearchParams.sketch_temperature)
+    +measured       the mutations follow the measured mutation policy ("measured" in
+                    search/mutation_predictor.py), whatever the policy pair named
     +transfer       the cost model first learns a sample of the other workloads' records
                     (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
                     can who tuned other operators on the machine before
@@ -139,7 +142,7 @@ POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "pr
             "both": ("bandit", "learned")}
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
              "scored-slots": {"sketch_quotas": False}, "ties": {"sketch_tie": TIE},
-             "gentle": {"sketch_temperature": GENTLE},
+             "gentle": {"sketch_temperature": GENTLE}, "measured": {"mutation_policy": "measured"},
              "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
 
 
@@ -149,7 +152,8 @@ def arm_of(name: str) -> Arm:
     if policies not in POLICIES or any(m not in MODIFIERS for m in modifiers) or len(set(modifiers)) < len(modifiers):
         raise ValueError(f"unknown arm {name!r}: name one of {', '.join(POLICIES)}, then any of "
                          f"{', '.join('+' + m for m in MODIFIERS)} once each (both+basins+transfer, say)")
-    return Arm(*POLICIES[policies], **{k: v for m in modifiers for k, v in MODIFIERS[m].items()})
+    fields = dict(zip(Arm._fields, POLICIES[policies]))
+    return Arm(**(fields | {k: v for m in modifiers for k, v in MODIFIERS[m].items()}))
 
 
 DEFAULT_ARMS = ("baseline", "bandit", "predictor", "both")

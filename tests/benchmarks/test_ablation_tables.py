@@ -116,6 +116,7 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert not params.sketch_quotas and params.explore_basins and not params.defaults_first
     assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas
     assert ablation.arm_of("both+ties").params(defaults_first=True).sketch_tie == ablation.TIE > 0
+    assert ablation.arm_of("baseline+measured") == ablation.Arm("uniform", "measured")  # a modifier may set a policy
     with pytest.raises(ValueError, match="unknown arm 'basins'"):
         ablation.arm_of("basins")
 

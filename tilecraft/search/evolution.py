@@ -11,7 +11,8 @@ measured least (``search/basins.py``). Nothing here lowers or compiles a candida
 Two choices are left to policies: ``sketch_shares`` (from a sketch bandit) split both the
 random population and the measurement slots between the sketches, where Ansor splits the
 population evenly and fills the slots by score alone; and a ``mutator`` chooses each
-mutation, learning from the score each child gets next to its parent's.
+mutation, learning from the score each child gets next to its parent's, or from how fast
+the measured descendants of measured parents ran.
 """
 
 from __future__ import annotations
@@ -89,17 +90,31 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
     best = _BestUnmeasured(len(sketches), 2 * count, measured)
     basins = Basins(sketches) if params.explore_basins else None
     scores = _score(sketches, score, population)
+    # For a mutator that learns from measurements: per member, (its measured ancestor's position, the
+    # actions since), and the first such descent of every candidate seen.
+    descent = [(n, ()) if n < n_measured else None for n in range(len(population))]
+    descents: dict = {}
     for generation in range(params.num_iters + 1):
         best.offer(population, scores)
+        if mutator.observes:
+            descents.update((c.key, d) for c, d in zip(population, descent) if d and d[1] and c.key not in descents)
         if basins is not None:
             basins.offer(population, scores, measured)
         if generation == params.num_iters:
             break
-        population, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob, mutator)
+        parents_of = population
+        population, parents, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob,
+                                                         mutator)
+        descent = [descent[p] for p in parents]
+        for child, parent, action in itertools.chain(*lineage.values()):
+            if descent[child] and population[child] != parents_of[parent]:
+                descent[child] = (descent[child][0], descent[child][1] + (action,))
         parent_scores = scores
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
     chosen = best.take(count - n_random, sketch_shares if params.sketch_quotas else None)
+    if mutator.observes:
+        mutator.expect({c.key: (best_measured[d[0]], d[1]) for c in chosen if (d := descents.get(c.key))})
     taken = measured | {c.key for c in chosen}
     if basins is not None:
         chosen += basins.least_measured(n_random, taken)
@@ -166,11 +181,14 @@ def _score(sketches: Sequence[Sketch], score: Scorer, population: list[Candidate
     return scores
 
 
+Lineage = dict[int, list[tuple[int, int, int]]]  # per sketch: (child position, parent position, action)
+
+
 def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], scores: np.ndarray,
                      rng: np.random.Generator, mutation_prob: float,
-                     mutator: FixedMutations) -> tuple[list[Candidate], dict[int, list[tuple[int, int, int]]]]:
-    """Children drawn by score and mutated, and per sketch the lineage of each mutation:
-    (child position, parent position, action)."""
+                     mutator: FixedMutations) -> tuple[list[Candidate], np.ndarray, Lineage]:
+    """Children drawn by score and mutated, the parent position of each, and the lineage of
+    each mutation."""
     weights = np.clip(np.nan_to_num(scores, nan=0.0, neginf=0.0), 0, None)
     weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(population), 1 / len(population))
     parents = rng.choice(len(population), size=len(population), p=weights)
@@ -179,17 +197,17 @@ def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], sc
     by_sketch: dict[int, list[int]] = {}
     for position in np.flatnonzero(mutating):
         by_sketch.setdefault(children[position].sketch, []).append(int(position))
-    lineage: dict[int, list[tuple[int, int, int]]] = {}
+    lineage: Lineage = {}
     for sketch, positions in by_sketch.items():
         rows = [np.array(children[p].row) for p in positions]
         for position, (child, action) in zip(positions, mutator.mutate_many(sketch, rows, rng)):
             if child is not None:
                 children[position] = Candidate(sketch, tuple(int(v) for v in child))
             lineage.setdefault(sketch, []).append((position, int(parents[position]), action))
-    return children, lineage
+    return children, parents, lineage
 
 
-def _teach(mutator: FixedMutations, population: list[Candidate], lineage: dict[int, list[tuple[int, int, int]]],
+def _teach(mutator: FixedMutations, population: list[Candidate], lineage: Lineage,
            parent_scores: np.ndarray, scores: np.ndarray) -> None:
     """Tell the mutator what its mutations gained, in units of the best parent's score."""
     if not mutator.learns:

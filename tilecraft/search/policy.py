@@ -5,7 +5,8 @@ model with the measurements it was trained on, the candidates already measured (
 measured again) and the best ones (which seed each population). Two of its choices are
 policies of their own, switchable by name: how the sketches share a round
 (``sketch_policy``: "uniform" as in Ansor, or "bandit") and how mutations are chosen
-(``mutation_policy``: "fixed" weights as in Ansor, or "learned").
+(``mutation_policy``: "fixed" weights as in Ansor, "learned" from predicted gains, or
+"measured").
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class SketchPolicy:
     def update(self, candidates: Sequence[Candidate], costs: Sequence[float], mark_measured: bool = True) -> None:
         """Record measured mean costs (inf for failures) and train the model on them."""
         if mark_measured:
+            self.mutation_policy.observe(candidates, costs, {c.key: cost for cost, c in self.best})
             for candidate, cost in zip(candidates, costs):
                 self.measured.add(candidate.key)
                 if np.isfinite(cost):

@@ -39,7 +39,7 @@ class TuningOptions:
     """How long and how to tune. ``early_stopping``: stop after this many trials without
     a better candidate (None: never). ``verbose``: 0 silent, 1 a status line, 2 also a
     line per round. ``sketch_policy`` ("uniform" or "bandit") and ``mutation_policy``
-    ("fixed" or "learned") switch the search policy's choices; None keeps its own
+    ("fixed", "learned" or "measured") switch the search policy's choices; None keeps its own
     (Ansor's: uniform, fixed)."""
 
     num_measure_trials: int = 1000
