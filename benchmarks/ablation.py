@@ -26,6 +26,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
     +gentle         the bandit's softmax runs at temperature GENTLE (SearchParams.sketch_temperature)
     +measured       the mutations follow the measured mutation policy ("measured" in
                     search/mutation_predictor.py), whatever the policy pair named
+    +reseeded       the same search on other random streams (seeds from RESEED on): "baseline+reseeded"
+                    is the null, how far the baseline's own seed luck moves every share
     +transfer       the cost model first learns a sample of the other workloads' records
                     (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
                     can who tuned other operators on the machine before
@@ -115,6 +117,7 @@ MODELS = {"resnet50": "resnet50_tuning"}
 SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up arms (Ansor's: 64)
 GENTLE = 0.2  # the +gentle arms' bandit temperature: a 10% lead buys 1.65x the share, not 7.4x
 TIE = 0.05  # the +ties arms: sketches within 5% of the task's best (the seeds' spread) count as level
+RESEED = 1000  # the +reseeded arms' seeds are the run's seeds plus this, so they share none with the others
 
 
 class Arm(NamedTuple):
@@ -129,6 +132,7 @@ class Arm(NamedTuple):
     sketch_quotas: bool = SearchParams.sketch_quotas  # the sketch shares set the sketches' quotas of the slots
     sketch_tie: float = SearchParams.sketch_tie  # the bandit counts sketches this close to the task's best as level
     sketch_temperature: float = SearchParams.sketch_temperature  # the bandit's softmax temperature
+    reseed: int = 0  # added to each search's seed: the same policy on other random streams
 
     def params(self, defaults_first: bool) -> SearchParams:
         return SearchParams(local_share=self.local_share, explore_basins=self.explore_basins,
@@ -143,6 +147,7 @@ POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "pr
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
              "scored-slots": {"sketch_quotas": False}, "ties": {"sketch_tie": TIE},
              "gentle": {"sketch_temperature": GENTLE}, "measured": {"mutation_policy": "measured"},
+             "reseeded": {"reseed": RESEED},
              "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
 
 
@@ -273,7 +278,7 @@ class Search:
                  taught: SharedCostModel | None, defaults_first: bool = True):
         chosen = arm_of(arm)
         model = copy.deepcopy(taught) if chosen.transfer else None  # each search learns on from its own copy
-        self.policy = SketchPolicy(task, model, chosen.params(defaults_first), seed=seed,
+        self.policy = SketchPolicy(task, model, chosen.params(defaults_first), seed=seed + chosen.reseed,
                                    sketch_policy=chosen.sketch_policy, mutation_policy=chosen.mutation_policy)
         self.measurements = measurements
         self.arm, self.seed, self.trials = arm, seed, trials
@@ -322,6 +327,7 @@ class ModelSearch:
         chosen = arm_of(arm)
         shared = SharedCostModel()
         params = chosen.params(defaults_first)
+        seed += chosen.reseed
 
         def policy(task: tc.SearchTask, n: int) -> SketchPolicy:
             return SketchPolicy(task, shared, params, seed=seed * 1000 + n, sketch_policy=chosen.sketch_policy,

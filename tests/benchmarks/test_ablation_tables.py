@@ -117,6 +117,7 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas
     assert ablation.arm_of("both+ties").params(defaults_first=True).sketch_tie == ablation.TIE > 0
     assert ablation.arm_of("baseline+measured") == ablation.Arm("uniform", "measured")  # a modifier may set a policy
+    assert ablation.arm_of("baseline+reseeded").reseed == ablation.RESEED > 0
     with pytest.raises(ValueError, match="unknown arm 'basins'"):
         ablation.arm_of("basins")
 
@@ -160,6 +161,17 @@ def test_a_model_search_replays_to_the_same_curve_with_the_same_seed():
         return ablation.run_lockstep([search], measurements)[0]["best_gflops"]
 
     assert curve(1) == curve(1)
+
+
+def test_a_reseeded_arm_is_the_same_search_on_the_random_streams_of_other_seeds():
+    def curve(arm: str, seed: int) -> list[float]:
+        task = tc.SearchTask(func="matmul", args=(16, 16, 16))
+        measurements = FakeMeasurements(task)
+        search = ablation.Search(task, measurements, arm, seed, 3 * ablation.PER_ROUND, None)
+        return ablation.run_lockstep([search], [measurements])[0]["best_gflops"]
+
+    reseeded = curve("baseline+reseeded", 0)
+    assert reseeded == curve("baseline", ablation.RESEED) and reseeded != curve("baseline", 0)
 
 
 def test_a_short_warm_up_arm_values_a_model_once_every_task_had_its_few_trials():
