@@ -90,30 +90,29 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
     best = _BestUnmeasured(len(sketches), 2 * count, measured)
     basins = Basins(sketches) if params.explore_basins else None
     scores = _score(sketches, score, population)
-    # For a mutator that learns from measurements: per member, (its measured ancestor's position, the
-    # actions since), and the first such descent of every candidate seen.
-    descent = [(n, ()) if n < n_measured else None for n in range(len(population))]
+    # Only for a mutator that learns from measurements: per member, (its measured ancestor's position,
+    # the actions since), and the first such descent of every candidate seen.
+    tracing = mutator.observes
+    descent = [(n, ()) if n < n_measured else None for n in range(len(population))] if tracing else []
     descents: dict = {}
     for generation in range(params.num_iters + 1):
         best.offer(population, scores)
-        if mutator.observes:
+        if tracing:
             descents.update((c.key, d) for c, d in zip(population, descent) if d and d[1] and c.key not in descents)
         if basins is not None:
             basins.offer(population, scores, measured)
         if generation == params.num_iters:
             break
-        parents_of = population
+        previous = population
         population, parents, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob,
                                                          mutator)
-        descent = [descent[p] for p in parents]
-        for child, parent, action in itertools.chain(*lineage.values()):
-            if descent[child] and population[child] != parents_of[parent]:
-                descent[child] = (descent[child][0], descent[child][1] + (action,))
+        if tracing:
+            descent = _descend(descent, parents, lineage, previous, population)
         parent_scores = scores
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
     chosen = best.take(count - n_random, sketch_shares if params.sketch_quotas else None)
-    if mutator.observes:
+    if tracing:
         mutator.expect({c.key: (best_measured[d[0]], d[1]) for c in chosen if (d := descents.get(c.key))})
     taken = measured | {c.key for c in chosen}
     if basins is not None:
@@ -205,6 +204,16 @@ def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], sc
                 children[position] = Candidate(sketch, tuple(int(v) for v in child))
             lineage.setdefault(sketch, []).append((position, int(parents[position]), action))
     return children, parents, lineage
+
+
+def _descend(descent: list, parents: np.ndarray, lineage: Lineage, previous: list[Candidate],
+             children: list[Candidate]) -> list:
+    """The children's descents: each parent's, with the action that changed the child appended."""
+    descent = [descent[p] for p in parents]
+    for child, parent, action in itertools.chain(*lineage.values()):
+        if descent[child] and children[child] != previous[parent]:
+            descent[child] = (descent[child][0], descent[child][1] + (action,))
+    return descent
 
 
 def _teach(mutator: FixedMutations, population: list[Candidate], lineage: Lineage,

@@ -156,7 +156,7 @@ class MeasuredMutations(LearnedMutations):
         return (1 - self.explore) * weights / weights.sum() + self.explore * prior
 
     def expect(self, descents: dict) -> None:
-        self.pending = dict(descents)
+        self.pending = descents
 
     def observe(self, candidates: Sequence, costs: Sequence[float], known_costs: dict) -> None:
         for count, gain in zip(self.count, self.gain):
@@ -164,7 +164,7 @@ class MeasuredMutations(LearnedMutations):
             gain *= self.decay
         for candidate, cost in zip(candidates, costs):
             ancestor, actions = self.pending.get(candidate.key, (None, ()))
-            if ancestor is None or ancestor.key not in known_costs or min(actions, default=-1) < 0:
+            if ancestor is None or ancestor.key not in known_costs:
                 continue
             gained = math.log(known_costs[ancestor.key] / cost) if np.isfinite(cost) else 0.0
             share = 1.0 / len(actions)

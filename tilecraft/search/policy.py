@@ -129,7 +129,8 @@ class SketchPolicy:
     def update(self, candidates: Sequence[Candidate], costs: Sequence[float], mark_measured: bool = True) -> None:
         """Record measured mean costs (inf for failures) and train the model on them."""
         if mark_measured:
-            self.mutation_policy.observe(candidates, costs, {c.key: cost for cost, c in self.best})
+            if self.mutation_policy.observes:
+                self.mutation_policy.observe(candidates, costs, {c.key: cost for cost, c in self.best})
             for candidate, cost in zip(candidates, costs):
                 self.measured.add(candidate.key)
                 if np.isfinite(cost):
