@@ -63,7 +63,9 @@ really spent, plus each measured candidate's recorded build-and-run seconds (its
 Reported per workload and arm: the best GFLOPS after all trials (mean and range over
 seeds), and the trials and simulated time the arm's mean curve needs to reach the
 baseline's final mean best, as a share of the baseline's budget and time; and the same
-for coming within 1% of it (the measurement noise). ``--tables`` prints these tables
+for coming within 1% of it (the measurement noise). Where the null arm ran, the baseline's
+final and time are means over its seeds and the null's together, and the null's row says
+what the baseline's own luck does to every share. ``--tables`` prints these tables
 again, and their means over workloads, from the results of earlier runs. Beside the means,
 the seeds are drawn again with replacement (a bootstrap, ``bootstrap_shares``): the range
 that holds 90% of the redrawn mean trial shares, and how often a redraw meets the bar
@@ -118,6 +120,7 @@ SHORT_WARM_UP = 16  # trials of each task's warm-up round in the +short-warm-up 
 GENTLE = 0.2  # the +gentle arms' bandit temperature: a 10% lead buys 1.65x the share, not 7.4x
 TIE = 0.05  # the +ties arms: sketches within 5% of the task's best (the seeds' spread) count as level
 RESEED = 1000  # the +reseeded arms' seeds are the run's seeds plus this, so they share none with the others
+NULL = "baseline+reseeded"  # the null arm: more of the baseline's seeds, which the baseline's final pools
 
 
 class Arm(NamedTuple):
@@ -489,18 +492,23 @@ def reach(curve: np.ndarray, level: float) -> int | None:
 
 def summarise(runs: list[dict], trials: int) -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
-    curve needs to reach the baseline's final mean best, and to come within NEAR of it."""
+    curve needs to reach the baseline's final mean best, and to come within NEAR of it.
+    The baseline's final and time are means over all its seeds, the null arm's (NULL)
+    included: twice the seeds halve the luck in the level every arm is judged by, and the
+    two sets' own shares show how far that luck moves an arm of ten seeds."""
     by_arm: dict[str, list[dict]] = {}
     for run in runs:
         by_arm.setdefault(run["arm"], []).append(run)
     curves = {arm: np.mean([_padded(r["best_gflops"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
-    target = curves["baseline"][-1] if "baseline" in curves else None
+    baseline = [r for r in runs if r["arm"] in ("baseline", NULL)] if "baseline" in by_arm else []
+    target = float(np.mean([_padded(r["best_gflops"], trials)[-1] for r in baseline])) if baseline else None
+    budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline])) if baseline else None
 
     def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
         if not at:
             return None, None, None
-        return at, at / trials, float(clocks[arm][at - 1] / clocks["baseline"][-1])
+        return at, at / trials, float(clocks[arm][at - 1] / budget)
 
     table = {}
     for arm, rs in by_arm.items():
@@ -512,7 +520,7 @@ def summarise(runs: list[dict], trials: int) -> dict:
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
             "trials_to_baseline_best": at, "trial_share": trial_share, "time_share": time_share,
             "trials_to_near_baseline": near, "near_trial_share": near_trial_share,
-            "near_time_share": near_time_share,
+            "near_time_share": near_time_share, "baseline_gflops": target,
             "simulated_secs": float(clocks[arm][-1]),
         }
     return table
@@ -696,10 +704,8 @@ def print_overall(results: dict) -> None:
     """Means over the workloads of each arm's shares and final best relative to baseline."""
     rows: dict[str, list[dict]] = {}
     for data in results["workloads"].values():
-        table = data["table"]
-        base = table.get("baseline")
-        for arm, row in table.items():
-            ratio = row["final_gflops_mean"] / base["final_gflops_mean"] if base else float("nan")
+        for arm, row in data["table"].items():
+            ratio = row["final_gflops_mean"] / row["baseline_gflops"] if row["baseline_gflops"] else float("nan")
             rows.setdefault(arm, []).append({**row, "ratio": ratio})
     drawn = bootstrap_shares({name: (data["runs"], data.get("trials", results.get("trials")))
                               for name, data in results["workloads"].items()})
@@ -718,20 +724,32 @@ def print_overall(results: dict) -> None:
 
 
 def print_saved(paths: list[str]) -> None:
-    """The tables of earlier runs, summarised anew from their saved curves; where several
-    files hold a workload, the last one named wins."""
-    results: dict = {"workloads": {}}
+    """The tables of earlier runs, summarised anew from their saved curves. A workload's arms
+    gather from every file that holds it, so arms run on different days share one table
+    (the null's beside any other); where several files hold one arm, the last one named wins."""
+    arms: dict[str, dict[str, list[dict]]] = {}
+    trials: dict[str, int] = {}
     for path in paths:
         try:
             saved = json.loads(Path(path).read_text())
-            workloads, trials = saved["workloads"], saved["trials"]
+            workloads, budget = saved["workloads"], saved["trials"]
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise SystemExit(f"--tables {path}: not the results of an ablation run ({type(error).__name__}: "
                              f"{error}); name files that ablation.py wrote with --out")
         for name, data in workloads.items():
-            table = summarise(data["runs"], trials)
-            results["workloads"][name] = {"table": table, "runs": data["runs"], "trials": trials}
-            print_table(f"{name} ({path})", table)
+            if trials.setdefault(name, budget) != budget:
+                raise SystemExit(f"--tables {path}: {name} ran {budget} trials there and {trials[name]} in an "
+                                 f"earlier file; name only files of one budget for a workload")
+            for run in data["runs"]:
+                arms.setdefault(name, {}).setdefault(run["arm"], {})[path] = []
+            for run in data["runs"]:
+                arms[name][run["arm"]][path].append(run)
+    results: dict = {"workloads": {}}
+    for name, by_arm in arms.items():
+        runs = [run for files in by_arm.values() for run in list(files.values())[-1]]
+        table = summarise(runs, trials[name])
+        results["workloads"][name] = {"table": table, "runs": runs, "trials": trials[name]}
+        print_table(name, table)
     print_overall(results)
 
 

@@ -53,6 +53,16 @@ def test_an_arm_is_judged_by_the_mean_curve_over_its_seeds():
     assert table["both"]["final_gflops_min"] == 100
 
 
+def test_the_null_arms_seeds_join_the_baselines_final_and_show_its_luck():
+    lucky = run(ablation.NULL, [90] * 4 + [110] * 6, seconds_per_trial=3.0)
+    table = ablation.summarise([run("baseline", [90] * 9 + [100]), lucky, run("both", [105] * TRIALS)], TRIALS)
+    # The baseline's final is 105 over both sets of its seeds, its time 20 seconds.
+    assert all(row["baseline_gflops"] == 105 for row in table.values())
+    assert table["both"]["trials_to_baseline_best"] == 1 and table["both"]["time_share"] == 0.05
+    assert table["baseline"]["trial_share"] is None  # its own seeds alone end short of the pooled final
+    assert (table[ablation.NULL]["trial_share"], table[ablation.NULL]["time_share"]) == (0.5, 0.75)
+
+
 def test_a_short_curve_is_held_at_its_last_value():
     table = ablation.summarise([run("baseline", [100] * TRIALS), run("both", [80, 100])], TRIALS)
     assert table["both"]["trials_to_baseline_best"] == 2
@@ -74,6 +84,21 @@ def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
     assert both[1:6] == ["2", "0.50", "1.00", "0.40", "0.80"]
     bandit = next(line for line in overall if line.startswith("bandit")).split()
     assert bandit[1:6] == ["2", "1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
+
+
+def test_tables_gathers_a_workloads_arms_from_every_file(tmp_path):
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": runs()}}}))
+    null = run(ablation.NULL, [50, 60, 70, 80, 90, 95, 99, 99, 99, 100])
+    second.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": [runs()[0], null]}}}))
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
+                          capture_output=True, text=True, check=True)
+    arms = [line.split()[0] for line in done.stdout.splitlines()[3:7]]
+    assert arms == ["baseline", "both", "bandit", ablation.NULL]
+    second.write_text(json.dumps({"trials": 2 * TRIALS, "workloads": {"matmul": {"runs": [null]}}}))
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "matmul ran 20 trials there and 10 in an earlier file" in done.stderr
 
 
 @pytest.mark.parametrize("content", [None, "not json", '{"trials": 10}'])
