@@ -71,6 +71,13 @@ the seeds are drawn again with replacement (a bootstrap, ``bootstrap_shares``): 
 that holds 90% of the redrawn mean trial shares, and how often a redraw meets the bar
 (trial and time shares both at most 0.60), so a share is read with its seed noise. A PNG
 per workload plots best GFLOPS against trials and time (mean, and the range over seeds).
+
+A search's best is the best of many noisy measurements, and reads high by the luck of
+when each was measured. So at the end of a workload every schedule any search believed
+best (recorded within 10% of the best final) is timed anew in one sitting, three passes
+in random order, and each run gets a second curve: at each trial, the timed speed of the
+schedule its search then believed best, what its user would get (``true_curves``). The
+tables are printed for both curves; ``--no-sitting`` leaves the sitting out.
 """
 
 from __future__ import annotations
@@ -175,6 +182,10 @@ NEAR = 0.99
 # over the workloads must reach the baseline's final best.
 BAR = 0.60
 BOOTSTRAP_DRAWS = 1000
+# The sitting that times the schedules each search believes best (``true_curves``): passes
+# over them, and the share of the best final below which a schedule is not timed again.
+SITTING_PASSES = 3
+FLOOR = 0.9
 SCALE_CHUNK = 32  # live measurements between two of the reference
 SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a median
 REFERENCE = "reference"  # the sketch name that marks the reference's measurement setting a record's speed
@@ -259,6 +270,21 @@ class Measurements:
             if result.is_valid:
                 self.known[key] = (result.mean_cost, self.known[key][1])
 
+    def sitting(self, keys: list[str], passes: int = SITTING_PASSES, seed: int = 0) -> dict[str, float]:
+        """The cost of each schedule in ``keys`` measured anew in one sitting: ``passes`` times,
+        each pass in its own random order, the median kept (inf where every pass failed). The
+        record is left as it was, so later replays still reproduce this run's curves."""
+        traces = {key: MeasureInput(self.task.compute_dag, self.task.target, Trace.from_json(json.loads(key)))
+                  for key in keys}
+        built = dict(zip(keys, self.builder.build([traces[key] for key in keys])))
+        costs: dict[str, list[float]] = {key: [] for key in keys}
+        rng = np.random.default_rng(seed)
+        for _ in range(passes):
+            order = list(rng.permutation(keys))
+            for key, result in zip(order, self.runner.run([traces[k] for k in order], [built[k] for k in order])):
+                costs[key].append(result.mean_cost if result.is_valid else np.inf)
+        return {key: float(np.median(values)) for key, values in costs.items()}
+
     def costs(self, traces, sketches) -> tuple[list[float], list[float]]:
         """(mean cost, seconds the measurement took) per trace."""
         keys = [trace_key(t) for t in traces]
@@ -288,6 +314,7 @@ class Search:
         self.flop = task.compute_dag.flop_count()
         self.best_gflops: list[float] = []
         self.seconds: list[float] = []
+        self.believed: list[tuple[int, str]] = []  # (trial, trace key) where the best measured changed
         self.best_cost, self.simulated, self.exhausted = np.inf, 0.0, False
 
     @property
@@ -307,8 +334,10 @@ class Search:
         started = time.perf_counter()
         policy.update(candidates, costs)
         self.simulated += searched + time.perf_counter() - started
-        for cost, spent in zip(costs, seconds):
-            self.best_cost = min(self.best_cost, cost)
+        for trace, cost, spent in zip(traces, costs, seconds):
+            if cost < self.best_cost:
+                self.best_cost = cost
+                self.believed.append((len(self.best_gflops), trace_key(trace)))
             self.simulated += spent if np.isfinite(spent) else 0.0
             self.best_gflops.append(self.flop / self.best_cost / 1e9 if np.isfinite(self.best_cost) else 0.0)
             self.seconds.append(self.simulated)
@@ -455,6 +484,33 @@ def run_lockstep(searches: list, measurements: list[Measurements], checkpoint=la
     return [s.result() for s in searches]
 
 
+def true_curves(searches: list[Search], measurements: Measurements, runs: list[dict]) -> None:
+    """Add to each run its curve as its user would see it: at each trial, the speed of the
+    schedule its search believes best, timed anew in one sitting with every other run's
+    (``Measurements.sitting``). A search's best is the best of many noisy measurements,
+    which reads high by as much as the luck of when each was measured; in one sitting every
+    arm's choices are timed alike. Schedules recorded below FLOOR of the best final are not
+    timed again: they lie far below every level judged, and enter at their recorded speed
+    on the sitting's scale (times the median ratio of the timed ones to their records)."""
+    top = max(run["best_gflops"][-1] for run in runs)
+    recorded = {key: search.best_gflops[trial] for search in searches for trial, key in search.believed}
+    keys = [key for key, gflops in recorded.items() if gflops >= FLOOR * top]
+    started = time.perf_counter()
+    now = {key: searches[0].flop / cost / 1e9 if np.isfinite(cost) else 0.0
+           for key, cost in measurements.sitting(keys).items()}
+    scale = float(np.median([now[key] / recorded[key] for key in keys]))
+    print(f"  timed the {len(keys)} schedules believed best, recorded within {1 - FLOOR:.0%} of the best final, "
+          f"in one sitting ({time.perf_counter() - started:.0f} s): {scale:.3f} of their recorded speed", flush=True)
+    sitting = time.time()
+    for search, run in zip(searches, runs):
+        changes, curve, value = dict(search.believed), [], 0.0
+        for trial in range(len(search.best_gflops)):
+            if trial in changes:
+                value = now.get(changes[trial], recorded[changes[trial]] * scale)
+            curve.append(value)
+        run["true_gflops"], run["sitting"] = curve, sitting
+
+
 def operator_searches(task: tc.SearchTask, measurements: Measurements, arms: list[str], seeds: int, trials: int,
                       donor_logs: list[Path] = (), defaults_first: bool = True,
                       transfer_rows: int = TRANSFER_ROWS) -> list[Search]:
@@ -490,19 +546,20 @@ def reach(curve: np.ndarray, level: float) -> int | None:
     return int(hit[0]) + 1 if len(hit) else None
 
 
-def summarise(runs: list[dict], trials: int) -> dict:
+def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
     curve needs to reach the baseline's final mean best, and to come within NEAR of it.
     The baseline's final and time are means over all its seeds, the null arm's (NULL)
     included: twice the seeds halve the luck in the level every arm is judged by, and the
-    two sets' own shares show how far that luck moves an arm of ten seeds."""
+    two sets' own shares show how far that luck moves an arm of ten seeds. ``curve``: the
+    recorded best ("best_gflops") or the believed best timed in one sitting ("true_gflops")."""
     by_arm: dict[str, list[dict]] = {}
     for run in runs:
         by_arm.setdefault(run["arm"], []).append(run)
-    curves = {arm: np.mean([_padded(r["best_gflops"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
+    curves = {arm: np.mean([_padded(r[curve], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     baseline = [r for r in runs if r["arm"] in ("baseline", NULL)] if "baseline" in by_arm else []
-    target = float(np.mean([_padded(r["best_gflops"], trials)[-1] for r in baseline])) if baseline else None
+    target = float(np.mean([_padded(r[curve], trials)[-1] for r in baseline])) if baseline else None
     budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline])) if baseline else None
 
     def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
@@ -512,7 +569,7 @@ def summarise(runs: list[dict], trials: int) -> dict:
 
     table = {}
     for arm, rs in by_arm.items():
-        finals = [r["best_gflops"][-1] for r in rs]
+        finals = [r[curve][-1] for r in rs]
         at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         table[arm] = {
@@ -526,7 +583,8 @@ def summarise(runs: list[dict], trials: int) -> dict:
     return table
 
 
-def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> dict[str, np.ndarray]:
+def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 0,
+                     curve: str = "best_gflops") -> dict[str, np.ndarray]:
     """Per arm, ``draws`` pairs (mean trial share, mean time share) over the workloads, each
     with every arm's seeds, the baseline's too, drawn again with replacement: how far the
     means could move with other seeds. ``workloads``: name -> (runs, trials). Three seeds
@@ -544,7 +602,7 @@ def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 
         shares: dict[str, list[tuple[float, float]]] = {}
         for arms, trials in grouped:
             again = [rs[n] for rs in arms for n in rng.integers(len(rs), size=len(rs))]
-            for arm, row in summarise(again, trials).items():
+            for arm, row in summarise(again, trials, curve).items():
                 shares.setdefault(arm, []).append((_counted(row["trial_share"]), _counted(row["time_share"])))
         for arm, values in shares.items():
             drawn.setdefault(arm, []).append(tuple(np.mean(values, axis=0)))
@@ -578,6 +636,9 @@ def plot(name: str, runs: list[dict], trials: int, path: Path) -> None:
         line, = by_trials.plot(x, curves.mean(axis=0), label=arm)
         by_trials.fill_between(x, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.15)
         by_time.plot(clock / 60, curves.mean(axis=0), label=arm, color=line.get_color())
+        if timed_alike(runs):
+            timed = np.mean([_padded(r["true_gflops"], trials) for r in mine], axis=0)
+            by_trials.plot(x, timed, color=line.get_color(), linestyle="--", label=f"{arm}, timed in one sitting")
     by_trials.set(xlabel="trials", ylabel="best GFLOPS", title=f"{name}: best vs trials")
     by_time.set(xlabel="simulated minutes", ylabel="best GFLOPS", title=f"{name}: best vs time")
     by_trials.legend()
@@ -605,6 +666,9 @@ def main() -> None:
                              f"(default {TRANSFER_ROWS})")
     parser.add_argument("--no-defaults", action="store_true",
                         help="search from random samples only, as Ansor does: no sketch's default schedule first")
+    parser.add_argument("--no-sitting", action="store_true",
+                        help="leave out the sitting at the end that times every search's believed best anew "
+                             "(the curves as a user would see them; a few minutes a workload)")
     parser.add_argument("--tables", nargs="+", metavar="RESULTS",
                         help="measure nothing: print the tables of saved results (--out files of earlier runs)")
     args = parser.parse_args()
@@ -668,18 +732,19 @@ def main() -> None:
                 searches = operator_searches(tasks[0], measurements[0], arms, args.seeds, args.trials, donor_logs,
                                              not args.no_defaults, args.transfer_rows)
             runs = run_lockstep(searches, measurements, checkpoint=lambda: save(record, archive))
+            if name not in MODELS and not args.no_sitting:
+                true_curves(searches, measurements[0], runs)
         finally:
             runner.close()
             save(record, archive)
-        table = summarise(runs, args.trials)
-        results["workloads"][name] = {"table": table, "runs": runs,
+        results["workloads"][name] = {"table": summarise(runs, args.trials), "runs": runs,
                                       "replayed": sum(m.replayed for m in measurements),
                                       "measured_live": sum(m.measured for m in measurements),
                                       "scales": [m.scales for m in measurements] if name in MODELS else
                                       measurements[0].scales}
         plot(name, runs, args.trials, out.with_name(f"ablation_{name}.png"))
         out.write_text(json.dumps(results, indent=1))
-        print_table(name, table)
+        print_workload(name, runs, args.trials)
     lock.close()
     print_overall(results)
 
@@ -700,16 +765,39 @@ def print_table(name: str, table: dict) -> None:
               f"{_share(row['near_time_share']):>11s}")
 
 
+def timed_alike(runs: list[dict]) -> bool:
+    """Whether every run carries its believed best timed in one and the same sitting."""
+    return all("true_gflops" in run for run in runs) and len({run["sitting"] for run in runs}) == 1
+
+
+CURVES = {"best_gflops": "as recorded", "true_gflops": "the believed best, timed in one sitting"}
+
+
+def print_workload(name: str, runs: list[dict], trials: int) -> None:
+    for curve, says in CURVES.items():
+        if curve == "best_gflops" or timed_alike(runs):
+            print_table(f"{name}, {says}", summarise(runs, trials, curve))
+
+
 def print_overall(results: dict) -> None:
-    """Means over the workloads of each arm's shares and final best relative to baseline."""
+    """Means over the workloads of each arm's shares and final best relative to baseline,
+    as recorded and, over the workloads whose runs were timed in one sitting, as timed."""
+    for curve, says in CURVES.items():
+        workloads = {name: (data["runs"], data.get("trials", results.get("trials")))
+                     for name, data in results["workloads"].items()
+                     if curve == "best_gflops" or timed_alike(data["runs"])}
+        if workloads:
+            print_means(workloads, curve, says)
+
+
+def print_means(workloads: dict, curve: str, says: str) -> None:
     rows: dict[str, list[dict]] = {}
-    for data in results["workloads"].values():
-        for arm, row in data["table"].items():
+    for runs, trials in workloads.values():
+        for arm, row in summarise(runs, trials, curve).items():
             ratio = row["final_gflops_mean"] / row["baseline_gflops"] if row["baseline_gflops"] else float("nan")
             rows.setdefault(arm, []).append({**row, "ratio": ratio})
-    drawn = bootstrap_shares({name: (data["runs"], data.get("trials", results.get("trials")))
-                              for name, data in results["workloads"].items()})
-    print(f"\nover {len(results['workloads'])} workloads (shares count 1.0 where the arm never reached the level)")
+    drawn = bootstrap_shares(workloads, curve=curve)
+    print(f"\nover {len(workloads)} workloads, {says} (shares count 1.0 where the arm never reached the level)")
     print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
           f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s} "
           f"{'redrawn seeds: trial share, 90%':>32s} {f'meets {BAR:.2f}':>11s}")
@@ -726,7 +814,8 @@ def print_overall(results: dict) -> None:
 def print_saved(paths: list[str]) -> None:
     """The tables of earlier runs, summarised anew from their saved curves. A workload's arms
     gather from every file that holds it, so arms run on different days share one table
-    (the null's beside any other); where several files hold one arm, the last one named wins."""
+    (the null's beside any other); where several files hold one arm, the last one named wins.
+    The curves timed in one sitting are judged only where all of a workload's arms share it."""
     arms: dict[str, dict[str, list[dict]]] = {}
     trials: dict[str, int] = {}
     for path in paths:
@@ -747,9 +836,8 @@ def print_saved(paths: list[str]) -> None:
     results: dict = {"workloads": {}}
     for name, by_arm in arms.items():
         runs = [run for files in by_arm.values() for run in list(files.values())[-1]]
-        table = summarise(runs, trials[name])
-        results["workloads"][name] = {"table": table, "runs": runs, "trials": trials[name]}
-        print_table(name, table)
+        results["workloads"][name] = {"runs": runs, "trials": trials[name]}
+        print_workload(name, runs, trials[name])
     print_overall(results)
 
 

@@ -11,6 +11,8 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.database.record import TuningRecord, trace_key
+from tilecraft.measure import LocalRunner
+from tilecraft.search.default import default_schedule
 from tilecraft.search.policy import SketchPolicy
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -160,6 +162,77 @@ class FakeMeasurements:
         self.seen += costs
         self.replayed += len(traces)
         return costs, [0.5] * len(traces)
+
+
+def test_a_search_remembers_each_schedule_it_believed_best_and_when():
+    task = tc.SearchTask(func="matmul", args=(16, 16, 16))
+    measurements = FakeMeasurements(task)
+    search = ablation.Search(task, measurements, "baseline", 0, 2 * ablation.PER_ROUND, None)
+    curve = ablation.run_lockstep([search], [measurements])[0]["best_gflops"]
+    trials = [trial for trial, _ in search.believed]
+    assert trials == sorted(set(trials)) and len(trials) > 1
+    assert trials == [t for t in range(len(curve)) if curve[t] > (curve[t - 1] if t else 0)]
+    last = zlib.crc32(search.believed[-1][1].encode())
+    assert curve[-1] == pytest.approx(search.flop / (1e-6 * (1 + last % 1000)) / 1e9)
+
+
+class Believer:
+    """A finished search as true_curves reads it: its curve, and where its believed best changed."""
+
+    def __init__(self, curve: list[float], believed: list[tuple[int, str]]):
+        self.best_gflops, self.believed, self.flop = curve, believed, 1e9
+
+
+class Sitting:
+    def __init__(self, gflops: dict[str, float]):
+        self.gflops, self.asked = gflops, []
+
+    def sitting(self, keys):
+        self.asked += keys
+        return {key: 1 / self.gflops[key] for key in keys}
+
+
+def test_true_curves_follow_the_believed_best_as_timed_in_one_sitting():
+    slow = Believer([50, 95, 95, 99], [(0, "slow"), (1, "good"), (3, "lucky")])
+    other = Believer([60, 60, 96, 96], [(0, "other"), (2, "good2")])
+    runs = [{"best_gflops": slow.best_gflops}, {"best_gflops": other.best_gflops}]
+    timer = Sitting({"good": 90.0, "lucky": 85.0, "good2": 96.0})
+    ablation.true_curves([slow, other], timer, runs)
+    assert sorted(timer.asked) == ["good", "good2", "lucky"]  # those recorded below FLOOR of 99 are not timed
+    scale = np.median([90 / 95, 85 / 99, 96 / 96])
+    # The lucky schedule read 99 when recorded; timed again it is slower than the one it displaced.
+    assert runs[0]["true_gflops"] == pytest.approx([50 * scale, 90, 90, 85])
+    assert runs[1]["true_gflops"] == pytest.approx([60 * scale, 60 * scale, 96, 96])
+    assert runs[0]["sitting"] == runs[1]["sitting"] and ablation.timed_alike(runs)
+    assert not ablation.timed_alike([runs[0], {**runs[1], "sitting": 0.0}])
+    assert not ablation.timed_alike([runs[0], {"best_gflops": [1.0]}])
+
+
+def test_a_sitting_times_schedules_anew_and_leaves_the_record_alone(tmp_path):
+    task = tc.SearchTask(func="matmul", args=(32, 32, 32))
+    record = tmp_path / "matmul.json"
+    runner = LocalRunner()
+    try:
+        measurements = ablation.Measurements(task, record, False, runner)
+        key = trace_key(default_schedule(task.compute_dag, task.target).trace)
+        timed = measurements.sitting([key], passes=2)
+    finally:
+        runner.close()
+    assert list(timed) == [key] and 0 < timed[key] < 1
+    assert not record.exists()
+
+
+def test_tables_judge_the_timed_curves_only_where_one_sitting_timed_every_arm(tmp_path):
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    timed = [{**one, "true_gflops": one["best_gflops"], "sitting": 1.0} for one in runs()]
+    first.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": timed}}}))
+    tables = [sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first)]
+    said = subprocess.run(tables, capture_output=True, text=True, check=True).stdout
+    assert "matmul, the believed best, timed in one sitting" in said and "over 1 workloads, the believed" in said
+    second.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": [
+        {**run(ablation.NULL, [100] * TRIALS), "true_gflops": [100] * TRIALS, "sitting": 2.0}]}}}))
+    said = subprocess.run([*tables, str(second)], capture_output=True, text=True, check=True).stdout
+    assert "timed in one sitting" not in said and ablation.NULL in said
 
 
 def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_task_scheduler():
