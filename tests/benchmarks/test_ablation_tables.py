@@ -65,6 +65,15 @@ def test_the_null_arms_seeds_join_the_baselines_final_and_show_its_luck():
     assert (table[ablation.NULL]["trial_share"], table[ablation.NULL]["time_share"]) == (0.5, 0.75)
 
 
+def test_a_final_is_told_from_the_baselines_by_the_range_of_its_redrawn_seeds():
+    steady = [run("baseline", [100] * TRIALS), run(ablation.NULL, [100] * TRIALS), run("both", [110] * TRIALS)]
+    assert ablation.final_ranges(steady, TRIALS)["both"] == pytest.approx((1.1, 1.1))
+    lucky = [*steady, run("both", [90] * TRIALS)]  # one seed 10% up, one 10% down: its range takes in 1
+    low, high = ablation.final_ranges(lucky, TRIALS, draws=400)["both"]
+    assert low == pytest.approx(0.9) and high == pytest.approx(1.1)
+    assert ablation.final_ranges([run("both", [1.0] * TRIALS)], TRIALS) == {}
+
+
 def test_a_short_curve_is_held_at_its_last_value():
     table = ablation.summarise([run("baseline", [100] * TRIALS), run("both", [80, 100])], TRIALS)
     assert table["both"]["trials_to_baseline_best"] == 2
