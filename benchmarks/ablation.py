@@ -178,6 +178,10 @@ CHECKPOINT_SECONDS = 15 * 60
 # (about 1%) of the baseline's final mean best. Reaching the final itself is luck when the
 # default schedule already sits on the plateau (conv2d_r50_1x1).
 NEAR = 0.99
+# A third level, where the curves still climb steeply: within 3% of the baseline's final.
+# On flat curves the first two are reached by whichever arm had the luckier seeds; this
+# one is where a policy's speed shows (DESIGN.md, "The believed best, timed in one sitting").
+STEEP = 0.97
 # The issue's bar: the share of the baseline's trials (and time) in which an arm's mean
 # over the workloads must reach the baseline's final best.
 BAR = 0.60
@@ -548,7 +552,7 @@ def reach(curve: np.ndarray, level: float) -> int | None:
 
 def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
-    curve needs to reach the baseline's final mean best, and to come within NEAR of it.
+    curve needs to reach the baseline's final mean best, and to come within NEAR and STEEP of it.
     The baseline's final and time are means over all its seeds, the null arm's (NULL)
     included: twice the seeds halve the luck in the level every arm is judged by, and the
     two sets' own shares show how far that luck moves an arm of ten seeds. ``curve``: the
@@ -572,12 +576,14 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         finals = [r[curve][-1] for r in rs]
         at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
+        steep, steep_trial_share, _ = spent(arm, reach(curves[arm], STEEP * target) if target else None)
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
             "trials_to_baseline_best": at, "trial_share": trial_share, "time_share": time_share,
             "trials_to_near_baseline": near, "near_trial_share": near_trial_share,
-            "near_time_share": near_time_share, "baseline_gflops": target,
+            "near_time_share": near_time_share, "trials_to_steep": steep, "steep_trial_share": steep_trial_share,
+            "baseline_gflops": target,
             "simulated_secs": float(clocks[arm][-1]),
         }
     return table
@@ -756,7 +762,8 @@ def _share(value: float | None) -> str:
 def print_table(name: str, table: dict, ranges: dict[str, tuple[float, float]]) -> None:
     print(f"\n{name}")
     print(f"{'arm':17s} {'final GFLOPS (min-max)':>24s} {'vs base, 90% of redraws':>24s} {'trials to base':>15s} "
-          f"{'trial share':>12s} {'time share':>11s} {'to 99%':>7s} {'trial share':>12s} {'time share':>11s}")
+          f"{'trial share':>12s} {'time share':>11s} {'to 99%':>7s} {'trial share':>12s} {'time share':>11s} "
+          f"{'to 97%':>7s}")
     for arm, row in table.items():
         low, high = ranges.get(arm, (np.nan, np.nan))
         print(f"{arm:17s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
@@ -764,7 +771,7 @@ def print_table(name: str, table: dict, ranges: dict[str, tuple[float, float]]) 
               f"{str(row['trials_to_baseline_best'] or 'never'):>15s} "
               f"{_share(row['trial_share']):>12s} {_share(row['time_share']):>11s} "
               f"{str(row['trials_to_near_baseline'] or 'never'):>7s} {_share(row['near_trial_share']):>12s} "
-              f"{_share(row['near_time_share']):>11s}")
+              f"{_share(row['near_time_share']):>11s} {str(row['trials_to_steep'] or 'never'):>7s}")
 
 
 def timed_alike(runs: list[dict]) -> bool:
@@ -819,7 +826,7 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
     drawn = bootstrap_shares(workloads, curve=curve)
     print(f"\nover {len(workloads)} workloads, {says} (shares count 1.0 where the arm never reached the level)")
     print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
-          f"{'within 1%: trial':>17s} {'time':>6s} {'worst final vs base':>20s} "
+          f"{'within 1%: trial':>17s} {'time':>6s} {'within 3%: trial':>17s} {'worst final vs base':>20s} "
           f"{'redrawn seeds: trial share, 90%':>32s} {f'meets {BAR:.2f}':>11s}")
     for arm, values in rows.items():
         def mean(key: str) -> float:
@@ -827,7 +834,7 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
         low, high = np.percentile(drawn[arm][:, 0], [5, 95])
         meets = np.mean(np.all(drawn[arm] <= BAR + 1e-9, axis=1))
         print(f"{arm:17s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
-              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} "
+              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} {mean('steep_trial_share'):17.2f} "
               f"{min(v['ratio'] for v in values):20.3f} {f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f}")
 
 

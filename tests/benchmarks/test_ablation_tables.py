@@ -44,6 +44,7 @@ def test_shares_count_the_trials_and_time_to_the_baselines_final_mean_and_to_wit
     assert (both["trials_to_near_baseline"], both["near_trial_share"], both["near_time_share"]) == (4, 0.4, 0.8)
     assert bandit["trials_to_baseline_best"] is None and bandit["trial_share"] is None
     assert bandit["trials_to_near_baseline"] is None  # 98 is not within 1% of 100
+    assert (bandit["trials_to_steep"], bandit["steep_trial_share"]) == (6, 0.6)  # but within 3%
     assert both["final_gflops_mean"] == 101 and bandit["final_gflops_max"] == 98
 
 
