@@ -190,6 +190,7 @@ BOOTSTRAP_DRAWS = 1000
 # over them, and the share of the best final below which a schedule is not timed again.
 SITTING_PASSES = 3
 FLOOR = 0.9
+CURVES = {"best_gflops": "as recorded", "true_gflops": "the believed best, timed in one sitting"}  # judged on
 SCALE_CHUNK = 32  # live measurements between two of the reference
 SCALE_WINDOW = 9  # chunks (a few minutes) over which the reference's cost is a median
 REFERENCE = "reference"  # the sketch name that marks the reference's measurement setting a record's speed
@@ -779,9 +780,6 @@ def timed_alike(runs: list[dict]) -> bool:
     return all("true_gflops" in run for run in runs) and len({run["sitting"] for run in runs}) == 1
 
 
-CURVES = {"best_gflops": "as recorded", "true_gflops": "the believed best, timed in one sitting"}
-
-
 def print_workload(name: str, runs: list[dict], trials: int) -> None:
     for curve, says in CURVES.items():
         if curve == "best_gflops" or timed_alike(runs):
@@ -843,7 +841,7 @@ def print_saved(paths: list[str]) -> None:
     gather from every file that holds it, so arms run on different days share one table
     (the null's beside any other); where several files hold one arm, the last one named wins.
     The curves timed in one sitting are judged only where all of a workload's arms share it."""
-    arms: dict[str, dict[str, list[dict]]] = {}
+    arms: dict[str, dict[str, list[dict]]] = {}  # workload -> arm -> its runs, from the last file holding it
     trials: dict[str, int] = {}
     for path in paths:
         try:
@@ -856,13 +854,11 @@ def print_saved(paths: list[str]) -> None:
             if trials.setdefault(name, budget) != budget:
                 raise SystemExit(f"--tables {path}: {name} ran {budget} trials there and {trials[name]} in an "
                                  f"earlier file; name only files of one budget for a workload")
-            for run in data["runs"]:
-                arms.setdefault(name, {}).setdefault(run["arm"], {})[path] = []
-            for run in data["runs"]:
-                arms[name][run["arm"]][path].append(run)
+            for arm in dict.fromkeys(run["arm"] for run in data["runs"]):
+                arms.setdefault(name, {})[arm] = [run for run in data["runs"] if run["arm"] == arm]
     results: dict = {"workloads": {}}
     for name, by_arm in arms.items():
-        runs = [run for files in by_arm.values() for run in list(files.values())[-1]]
+        runs = [run for arm_runs in by_arm.values() for run in arm_runs]
         results["workloads"][name] = {"runs": runs, "trials": trials[name]}
         print_workload(name, runs, trials[name])
     print_overall(results)
