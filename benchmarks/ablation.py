@@ -551,6 +551,11 @@ def reach(curve: np.ndarray, level: float) -> int | None:
     return int(hit[0]) + 1 if len(hit) else None
 
 
+def baseline_runs(runs: list[dict]) -> list[dict]:
+    """The runs of the baseline's seeds, the null arm's (NULL) included; none without the baseline."""
+    return [r for r in runs if r["arm"] in ("baseline", NULL)] if any(r["arm"] == "baseline" for r in runs) else []
+
+
 def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
     curve needs to reach the baseline's final mean best, and to come within NEAR and STEEP of it.
@@ -563,7 +568,7 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         by_arm.setdefault(run["arm"], []).append(run)
     curves = {arm: np.mean([_padded(r[curve], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
-    baseline = [r for r in runs if r["arm"] in ("baseline", NULL)] if "baseline" in by_arm else []
+    baseline = baseline_runs(runs)
     target = float(np.mean([_padded(r[curve], trials)[-1] for r in baseline])) if baseline else None
     budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline])) if baseline else None
 
@@ -633,6 +638,7 @@ def plot(name: str, runs: list[dict], trials: int, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (by_trials, by_time) = plt.subplots(1, 2, figsize=(11, 4))
+    timed = timed_alike(runs)
     for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
         if not mine:
@@ -643,9 +649,9 @@ def plot(name: str, runs: list[dict], trials: int, path: Path) -> None:
         line, = by_trials.plot(x, curves.mean(axis=0), label=arm)
         by_trials.fill_between(x, curves.min(axis=0), curves.max(axis=0), color=line.get_color(), alpha=0.15)
         by_time.plot(clock / 60, curves.mean(axis=0), label=arm, color=line.get_color())
-        if timed_alike(runs):
-            timed = np.mean([_padded(r["true_gflops"], trials) for r in mine], axis=0)
-            by_trials.plot(x, timed, color=line.get_color(), linestyle="--", label=f"{arm}, timed in one sitting")
+        if timed:
+            by_trials.plot(x, np.mean([_padded(r["true_gflops"], trials) for r in mine], axis=0),
+                           color=line.get_color(), linestyle="--", label=f"{arm}, timed in one sitting")
     by_trials.set(xlabel="trials", ylabel="best GFLOPS", title=f"{name}: best vs trials")
     by_time.set(xlabel="simulated minutes", ylabel="best GFLOPS", title=f"{name}: best vs time")
     by_trials.legend()
@@ -795,7 +801,7 @@ def final_ranges(runs: list[dict], trials: int, curve: str = "best_gflops", draw
     finals: dict[str, list[float]] = {}
     for run in runs:
         finals.setdefault(run["arm"], []).append(_padded(run[curve], trials)[-1])
-    baseline = np.array(finals.get("baseline", []) + finals.get(NULL, []))
+    baseline = np.array([_padded(run[curve], trials)[-1] for run in baseline_runs(runs)])
     if not len(baseline):
         return {}
     rng = np.random.default_rng(seed)
