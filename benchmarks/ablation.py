@@ -75,9 +75,10 @@ per workload plots best GFLOPS against trials and time (mean, and the range over
 The bar's level sits where the baseline's curve is flat, so which arm reaches it first is
 mostly the seeds' luck. Each arm's pace is judged too: the trials and time its mean curve
 needs to come within 3% of the baseline's final, over the trials and time the baseline's
-own mean curve needs (where the curves still climb and the seeds agree). A pace of 0.5 is
-twice the baseline's speed; the means print it with its redrawn range and how often a
-redraw has both paces at most 0.60.
+own mean curve needs. A pace of 0.5 is twice the baseline's speed; the means print it
+with its redrawn range and how often a redraw has both paces at most 0.60. Above about
+95% of the final the curves are flat within what one measurement resolves on a noisy
+machine, so a pace there still carries luck (DESIGN.md, "Which half slows "both"").
 
 A search's best is the best of many noisy measurements, and reads high by the luck of
 when each was measured. So at the end of a workload every schedule any search believed
@@ -573,8 +574,8 @@ def baseline_runs(runs: list[dict]) -> list[dict]:
 def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
     curve needs to reach the baseline's final mean best, and to come within NEAR and STEEP of it.
-    Its pace: the trials and time to within STEEP over the baseline's own, where the curves
-    still climb and the baseline's seeds agree, so a policy's speed shows and not its luck.
+    Its pace: the trials and time to within STEEP over the baseline's own, nearer to where
+    the curves climb than the final, so more of a policy's speed shows and less of its luck.
     The baseline's final and time are means over all its seeds, the null arm's (NULL)
     included: twice the seeds halve the luck in the level every arm is judged by, and the
     two sets' own shares show how far that luck moves an arm of ten seeds. ``curve``: the
