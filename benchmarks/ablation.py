@@ -586,11 +586,12 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
     curves = {arm: np.mean([_padded(r[curve], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     baseline = baseline_runs(runs)
-    target = float(np.mean([_padded(r[curve], trials)[-1] for r in baseline])) if baseline else None
-    budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline])) if baseline else None
-    if baseline:  # the pooled baseline's own way to within STEEP of its final, which the pace divides by
-        base_steep = reach(np.mean([_padded(r[curve], trials) for r in baseline], axis=0), STEEP * target)
-        base_steep_secs = float(np.mean([_padded(r["seconds"], trials)[base_steep - 1] for r in baseline]))
+    target = budget = None
+    if baseline:  # the pooled baseline's mean curve and clock: its final, its time, and its own way to STEEP
+        base_curve = np.mean([_padded(r[curve], trials) for r in baseline], axis=0)
+        base_clock = np.mean([_padded(r["seconds"], trials) for r in baseline], axis=0)
+        target, budget = float(base_curve[-1]), float(base_clock[-1])
+        base_steep = reach(base_curve, STEEP * target)
 
     def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
         if not at:
@@ -604,7 +605,7 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         steep, steep_trial_share, _ = spent(arm, reach(curves[arm], STEEP * target) if target else None)
         paced = steep or trials  # an arm never within STEEP counts as there at the budget's end
-        pace = ((paced / base_steep, float(clocks[arm][paced - 1]) / base_steep_secs) if baseline
+        pace = ((paced / base_steep, float(clocks[arm][paced - 1] / base_clock[base_steep - 1])) if baseline
                 else (None, None))
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
