@@ -127,7 +127,8 @@ WORKLOADS = {
     "dense_1x2048x1000": ("dense", (1, 2048, 1000)),
     "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128)),
 }
-QUICK = {"matmul_128": ("matmul", (128, 128, 128))}  # for a quick look: --only matmul_128
+# For a quick look (--only matmul_128), and the README's first tuning (--only matmul_512 --trials 200).
+QUICK = {"matmul_128": ("matmul", (128, 128, 128)), "matmul_512": ("matmul", (512, 512, 512))}
 # Whole models, tuned by the task scheduler: name (benchmarks/model_zoo.py) -> the log of
 # benchmarks/models.py whose records of this target join the record. Run only when named in --only.
 MODELS = {"resnet50": "resnet50_tuning"}
@@ -195,6 +196,10 @@ STEEP = 0.97
 # judged against it too: the trials and time an arm needs to come within STEEP of that
 # final, over the baseline's own.
 BAR = 0.60
+# The levels, as shares of the baseline's final, each arm's pace is printed at: below about 95%
+# the curves still climb, and there a policy's speed can show where this machine's noise decides
+# the plateau (DESIGN.md, "how far one schedule's speed moves"). The last is STEEP.
+LEVELS = (0.85, 0.90, 0.95, STEEP)
 BOOTSTRAP_DRAWS = 1000
 # The sitting that times the schedules each search believes best (``true_curves``): passes
 # over them, and the share of the best final below which a schedule is not timed again.
@@ -587,11 +592,10 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     baseline = baseline_runs(runs)
     target = budget = None
-    if baseline:  # the pooled baseline's mean curve and clock: its final, its time, and its own way to STEEP
-        base_curve = np.mean([_padded(r[curve], trials) for r in baseline], axis=0)
-        base_clock = np.mean([_padded(r["seconds"], trials) for r in baseline], axis=0)
-        target, budget = float(base_curve[-1]), float(base_clock[-1])
-        base_steep = reach(base_curve, STEEP * target)
+    if baseline:  # the pooled baseline's mean curve and clock: its final and its time
+        target = float(np.mean([_padded(r[curve], trials)[-1] for r in baseline]))
+        budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline]))
+    paced = paces(runs, trials, curve)
 
     def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
         if not at:
@@ -604,9 +608,7 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         steep, steep_trial_share, _ = spent(arm, reach(curves[arm], STEEP * target) if target else None)
-        paced = steep or trials  # an arm never within STEEP counts as there at the budget's end
-        pace = ((paced / base_steep, float(clocks[arm][paced - 1] / base_clock[base_steep - 1])) if baseline
-                else (None, None))
+        pace = paced[arm][-1] if baseline else (None, None)
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
@@ -618,6 +620,29 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
             "simulated_secs": float(clocks[arm][-1]),
         }
     return table
+
+
+def paces(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict[str, list[tuple[float, float]]]:
+    """Per arm, its pace at each of LEVELS of the baseline's final (pooled with the null's
+    seeds): the trials and the time its mean curve needs to get there, over those the
+    pooled baseline's own mean curve needs. An arm never there counts as there at the
+    budget's end. Empty without the baseline."""
+    baseline = baseline_runs(runs)
+    if not baseline:
+        return {}
+
+    def mean(of: list[dict], key: str) -> np.ndarray:
+        return np.mean([_padded(r[key], trials) for r in of], axis=0)
+
+    base_curve, base_clock = mean(baseline, curve), mean(baseline, "seconds")
+    base_at = [reach(base_curve, level * base_curve[-1]) for level in LEVELS]
+    out = {}
+    for arm in dict.fromkeys(r["arm"] for r in runs):
+        mine = [r for r in runs if r["arm"] == arm]
+        arm_curve, arm_clock = mean(mine, curve), mean(mine, "seconds")
+        at = [reach(arm_curve, level * base_curve[-1]) or trials for level in LEVELS]
+        out[arm] = [(a / b, float(arm_clock[a - 1] / base_clock[b - 1])) for a, b in zip(at, base_at)]
+    return out
 
 
 def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 0,
@@ -818,6 +843,17 @@ def print_workload(name: str, runs: list[dict], trials: int) -> None:
     for curve, says in CURVES.items():
         if curve == "best_gflops" or timed_alike(runs):
             print_table(f"{name}, {says}", summarise(runs, trials, curve), final_ranges(runs, trials, curve))
+            print_paces(paces(runs, trials, curve), "pace")
+
+
+def print_paces(rows: dict[str, list[tuple[float, float]]], what: str) -> None:
+    """Each arm's pace at every level (``paces``): trials, and time in brackets."""
+    if not rows:
+        return
+    print(f"{what} to a share of the baseline's final: trials (time) over the baseline's own")
+    print(f"{'arm':17s}" + "".join(f"{f'{level:.0%}':>14s}" for level in LEVELS))
+    for arm, row in rows.items():
+        print(f"{arm:17s}" + "".join(f"{f'{trial:.2f} ({time:.2f})':>14s}" for trial, time in row))
 
 
 def final_ranges(runs: list[dict], trials: int, curve: str = "best_gflops", draws: int = BOOTSTRAP_DRAWS,
@@ -856,6 +892,10 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
             ratio = row["final_gflops_mean"] / row["baseline_gflops"] if row["baseline_gflops"] else float("nan")
             rows.setdefault(arm, []).append({**row, "ratio": ratio})
     drawn = bootstrap_shares(workloads, curve=curve)
+    paced: dict[str, list] = {}
+    for runs, trials in workloads.values():
+        for arm, row in paces(runs, trials, curve).items():
+            paced.setdefault(arm, []).append(row)
     print(f"\nover {len(workloads)} workloads, {says} (shares count 1.0 where the arm never reached the level)")
     print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
           f"{'within 1%: trial':>17s} {'time':>6s} {'within 3%: trial':>17s} {'worst final vs base':>20s} "
@@ -873,6 +913,8 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
               f"{min(v['ratio'] for v in values):20.3f} {f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f} "
               f"{mean('trial_pace'):20.2f} {mean('time_pace'):5.2f} {f'{pace_low:.2f}-{pace_high:.2f}':>13s} "
               f"{pace_meets:11.2f}")
+    print_paces({arm: [tuple(level) for level in np.mean(per_workload, axis=0)] for arm, per_workload in paced.items()},
+                "mean pace over the workloads that ran the arm")
 
 
 def print_saved(paths: list[str]) -> None:

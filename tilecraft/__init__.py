@@ -31,7 +31,7 @@ from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
 from .search.cost_model import LightGBMModel, RandomModel, XGBModel
 from .search.policy import PreloadMeasuredStates, SketchPolicy
 from .search.space import ScheduleFn
-from .search.transfer import transfer_model
+from .search.transfer import DEFAULT_RECORDS, transfer_model
 from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
 from .tune.scheduler import TaskScheduler
 from .tune.task import SearchTask, TuningOptions, register_workload
@@ -44,6 +44,6 @@ __all__ = [
     "ScheduleError", "TargetError", "TeError", "TilecraftError", "Database", "RecordToFile", "load_best_record",
     "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
     "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions",
-    "register_workload", "workloads", "transfer_model",
+    "register_workload", "workloads", "transfer_model", "DEFAULT_RECORDS",
     "tune_tir", "compile_tir", "CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks",
 ]

@@ -58,6 +58,19 @@ def test_a_pace_is_the_trials_and_time_to_within_three_percent_over_the_baseline
     assert table["predictor"]["trial_pace"] == pytest.approx(10 / 7)  # never there: counted at the budget's end
 
 
+def test_paces_are_taken_at_every_level_below_the_baselines_final():
+    paced = ablation.paces(runs(), TRIALS)
+    assert ablation.LEVELS == (0.85, 0.90, 0.95, ablation.STEEP)
+    # The baseline is at 85% and 90% of its final (100) at trial 5, 95% at 6, 97% at 7;
+    # "both" at trial 3, 3, 3 and 4, two seconds a trial.
+    assert np.ravel(paced["both"]) == pytest.approx([3 / 5, 6 / 5, 3 / 5, 6 / 5, 3 / 6, 6 / 6, 4 / 7, 8 / 7])
+    assert paced["bandit"][0] == pytest.approx((6 / 5, 6 / 5))
+    assert [pace for pace, _ in paced["baseline"]] == [1.0] * 4
+    table = ablation.summarise(runs(), TRIALS)
+    assert (table["both"]["trial_pace"], table["both"]["time_pace"]) == pytest.approx(paced["both"][-1])
+    assert ablation.paces([run("both", [1.0] * TRIALS)], TRIALS) == {}  # nothing to judge by without the baseline
+
+
 def test_a_pace_divides_by_the_pooled_baselines_way_to_its_final():
     lucky = run(ablation.NULL, [90] * 4 + [110] * 6, seconds_per_trial=3.0)
     table = ablation.summarise([run("baseline", [90] * 9 + [100]), lucky, run("both", [105] * TRIALS)], TRIALS)

@@ -1,6 +1,7 @@
 """Decision spaces: random candidates of every sketch compute what NumPy computes, and
 rows, traces and features agree with each other."""
 
+import json
 import re
 
 import numpy as np
@@ -27,7 +28,10 @@ def test_random_candidates_match_numpy(workload, kernel_cache):
     for sketch in generate_sketches(dag):
         rows = sketch.sample(rng, 8, 32)
         for row in rows:
-            assert (sketch.row_of(sketch.trace_of(row)) == row).all()
+            trace = sketch.trace_of(row)
+            assert (sketch.row_of(trace) == row).all()
+            assert (sketch.row_of(trace, trace.dumps()) == row).all()
+            assert (sketch.row_of(trace, json.dumps(trace.to_json(), indent=1)) == row).all()  # a hand-made log's
         check_candidates(dag, sketch, rows, 3, inputs, expected, kernel_cache)
 
 

@@ -99,3 +99,34 @@ def test_a_log_with_nothing_to_transfer_is_refused_naming_it(tmp_path):
                                     for r in records))
     with pytest.raises(ValueError, match="register their functions with @tc.register_workload"):
         transfer_model([unregistered], task)
+
+
+def test_a_log_of_another_machine_lends_its_nearest_target_of_the_same_isa(tmp_path):
+    here = tc.Target("llvm -isa=avx2 -num-cores=4 -l2-bytes=1048576")
+    near = tc.Target(here, num_cores=2)
+    far = tc.Target(here, num_cores=2, l2_bytes=262144, l3_bytes=here.l3_bytes * 4)
+    log = tmp_path / "elsewhere.json"
+    for target, count in ((far, 24), (near, 16), (tc.Target("llvm -isa=avx512 -num-cores=4"), 8)):
+        _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=target), count)
+    task = tc.SearchTask(func="matmul", args=(32, 32, 32), target=here)
+    assert transfer_model([log], task).model.num_samples == 16  # the nearest of the avx2 targets only
+    with pytest.raises(ValueError, match="or another target of its ISA"):
+        transfer_model([log], tc.SearchTask(func="matmul", args=(32, 32, 32), target="llvm -isa=scalar"))
+
+
+def test_the_default_database_teaches_a_first_tuning_on_an_x86_machine():
+    task = tc.SearchTask(func="matmul", args=(512, 512, 512), target="llvm -isa=avx2 -num-cores=8")
+    model = transfer_model([tc.DEFAULT_RECORDS], task, rows=16)
+    donors = {key for key in model.groups}
+    assert len(donors) >= 6 and task.workload_key not in donors  # convolutions, matmuls, dense, batch_matmul
+    assert model.model.is_trained and model.model.num_trainings == 1  # once, not once a workload
+
+
+def test_a_deferred_training_trains_once_on_every_row():
+    model = XGBModel(num_warmup_sample=8, adaptive_training=False, nthread=1)
+    rng = np.random.default_rng(0)
+    with model.training_deferred():
+        for _ in range(3):
+            model.update(rng.random((8, 4)), rng.random(8) + 0.1)
+        assert not model.is_trained
+    assert model.is_trained and model.num_trainings == 1 and model.num_samples == 24

@@ -30,6 +30,7 @@ import contextlib
 import gc
 import itertools
 import json
+import lzma
 import math
 import warnings
 from collections import Counter
@@ -106,7 +107,8 @@ class RecordToFile:
 
 def iter_records(path: str | Path, workload_key: str | None = None, target: Any = None) -> Iterator[TuningRecord]:
     """The records of the log in file order, optionally only those of one workload key and
-    target (a string or ``Target``; compared in canonical form)."""
+    target (a string or ``Target``; compared in canonical form). A log named ``*.xz`` is read
+    through xz, as logs are kept compressed."""
     path = Path(path)
     target = canonical_target(target)
     # A line in this version's layout that lacks the key or target as written cannot match:
@@ -114,7 +116,8 @@ def iter_records(path: str | Path, workload_key: str | None = None, target: Any 
     needles = [f'"{name}":{json.dumps(value)},' for name, value in (("key", workload_key), ("target", target))
                if value is not None]
     skipped = 0
-    with open(path, encoding="utf-8", errors="replace") as file:
+    opened = lzma.open if path.suffix == ".xz" else open
+    with opened(path, "rt", encoding="utf-8", errors="replace") as file:
         numbered = enumerate(file, 1)
         while chunk := list(itertools.islice(numbered, _BATCH_LINES)):
             batch = [(n, line) for n, line in chunk if line[0] != "#" and not line.isspace() and not (

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import abc
 import base64
+import contextlib
 import json
 import os
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -194,6 +195,7 @@ class _BoostedTreesModel(CostModel):
         self._booster: Any = None
         self._trained_rows = 0
         self._num_trainings = 0
+        self._deferred = False
 
     @property
     def num_samples(self) -> int:
@@ -217,8 +219,20 @@ class _BoostedTreesModel(CostModel):
         self._features = features if self._features is None else np.concatenate([self._features, features])
         self._costs = np.concatenate([self._costs, costs])
         self._groups = np.concatenate([self._groups, np.full(len(costs), group, dtype=np.int64)])
-        if self._is_time_to_train():
+        if not self._deferred and self._is_time_to_train():
             self._retrain()
+
+    @contextlib.contextmanager
+    def training_deferred(self) -> Iterator[None]:
+        """Train once, at the end, on the rows given inside (nothing may predict there):
+        teaching other tasks' records one task at a time trained a booster for each."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+            if self.num_samples >= self.num_warmup_sample and np.isfinite(self._costs).any():
+                self._retrain()
 
     def widen(self, num_features: int) -> None:
         """Take rows of ``num_features`` columns from now on; the rows so far get NaN
@@ -230,7 +244,7 @@ class _BoostedTreesModel(CostModel):
                              f"asked for {num_features}")
         extra = np.full((len(self._features), num_features - self._features.shape[1]), np.nan, dtype=np.float32)
         self._features = np.concatenate([self._features, extra], axis=1)
-        if self._booster is not None:
+        if self._booster is not None and not self._deferred:
             self._retrain()
 
     def _retrain(self) -> None:

@@ -151,7 +151,7 @@ class SketchPolicy:
             trace = Trace.from_json(record.trace)
             order = [by_name[record.sketch]] if record.sketch in by_name else range(len(self.sketches))
             for index in order:
-                row = self.sketches[index].row_of(trace)
+                row = self.sketches[index].row_of(trace, record.trace_json)
                 if row is not None:
                     candidates.append(Candidate(index, tuple(int(v) for v in row)))
                     costs.append(record.mean_cost)

@@ -99,8 +99,10 @@ class Sketch:
     def trace_of(self, row: Sequence[int]) -> Trace:
         return self.trace.with_decisions(self.decisions(row))
 
-    def row_of(self, trace: Trace) -> np.ndarray | None:
-        """The candidate a (recorded) trace stands for, or None if it is not of this sketch."""
+    def row_of(self, trace: Trace, dumped: str | None = None) -> np.ndarray | None:
+        """The candidate a (recorded) trace stands for, or None if it is not of this sketch.
+        ``dumped``: the trace as compact JSON where it is at hand (a record's), which spares
+        making it again when it matches."""
         if len(trace.steps) != len(self.trace.steps):
             return None
         row = []
@@ -109,7 +111,8 @@ class Sketch:
             if index is None:
                 return None
             row.append(index)
-        if trace.dumps() != self.trace_of(row).dumps():
+        mine = self.trace_of(row).dumps()
+        if mine != dumped and mine != trace.dumps():
             return None
         return np.array(row, dtype=np.int64)
 

@@ -11,10 +11,18 @@ every record of a log for the same reason.
 
 Only a sample of each workload's records is taught (``transfer_sample``): a whole log of
 10,000s of rows would make every retraining of the model seconds long.
+
+tilecraft ships such a sample as its default database (``DEFAULT_RECORDS``: ResNet-50's
+convolutions, matmuls, dense and batch_matmul, measured on a few x86 machines), so a
+first tuning on a new machine starts from what those taught. A log with no record for
+the task's target lends those of its nearest target of the same ISA and vector width:
+what pays (register tiles that fill the registers, loop orders) is set mostly by the ISA,
+and the model ranks candidates within a task, not across machines.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -23,11 +31,14 @@ import numpy as np
 
 from ..database.log import load_records
 from ..database.record import TuningRecord, workload_label
+from ..errors import TargetError
+from ..target import Target
 from ..tune.task import WORKLOADS, SearchTask
 from .policy import SketchPolicy
 from .shared_model import SharedCostModel
 
 TRANSFER_ROWS = 1024  # of each workload's records
+DEFAULT_RECORDS = Path(__file__).resolve().parent.parent / "database" / "default_records.json.xz"
 
 
 def transfer_sample(records: Sequence[TuningRecord], rows: int = TRANSFER_ROWS, seed: int = 0) -> list[TuningRecord]:
@@ -44,30 +55,63 @@ def transfer_sample(records: Sequence[TuningRecord], rows: int = TRANSFER_ROWS, 
 def transfer_model(logs: Iterable[str | os.PathLike], task, rows: int = TRANSFER_ROWS,
                    model: SharedCostModel | None = None) -> SharedCostModel:
     """A cost model for ``task`` (pass it to its ``SketchPolicy``), first taught a sample of
-    the records of every other registered workload that ``logs`` hold for ``task``'s target.
-    The task's own records are not taught here: resume from them (``resume_from``), which
-    also marks them measured. Raises ``ValueError`` naming the logs if one is missing or
-    none of them holds another workload's record to learn from."""
+    the records of every other registered workload that ``logs`` hold for ``task``'s target,
+    or for its nearest target where a log holds none for it (``nearest_records``). The
+    task's own records are not taught here: resume from them (``resume_from``), which also
+    marks them measured. Raises ``ValueError`` naming the logs if one is missing or none of
+    them holds another workload's record to learn from."""
     logs = [str(log) for log in logs]
     missing = [log for log in logs if not Path(log).is_file()]
     if missing:
         raise ValueError(f"cannot transfer from {', '.join(missing)}: no such file; name tuning logs (JSON lines)")
     by_workload: dict[str, list[TuningRecord]] = {}
     for log in logs:
-        for record in load_records(log, target=task.target):
+        for record in nearest_records(log, task.target):
             if record.workload_key != task.workload_key:
                 by_workload.setdefault(record.workload_key, []).append(record)
     model = model if model is not None else SharedCostModel()
     unknown = []
-    for records in by_workload.values():
-        workload = records[0].workload
-        if not workload or workload.get("func") not in WORKLOADS:
-            unknown.append(workload_label(records[0].workload_key, workload))
-            continue
-        donor = SearchTask(func=workload["func"], args=tuple(workload["args"]), target=task.target)
-        SketchPolicy(donor, model).preload(transfer_sample(records, rows), mark_measured=False)
+    with model.model.training_deferred():
+        for records in by_workload.values():
+            workload = records[0].workload
+            if not workload or workload.get("func") not in WORKLOADS:
+                unknown.append(workload_label(records[0].workload_key, workload))
+                continue
+            donor = SearchTask(func=workload["func"], args=tuple(workload["args"]), target=task.target)
+            SketchPolicy(donor, model).preload(transfer_sample(records, rows), mark_measured=False)
     if len(unknown) == len(by_workload):
         why = (f"only workloads it cannot rebuild ({', '.join(unknown[:3])}: register their functions with "
-               f"@tc.register_workload first)" if unknown else f"no record of another workload on {task.target}")
+               f"@tc.register_workload first)" if unknown
+               else f"no record of another workload on {task.target} or another target of its ISA")
         raise ValueError(f"nothing to transfer from {', '.join(logs)}: {why}")
     return model
+
+
+def nearest_records(log: str | os.PathLike, target: Target) -> list[TuningRecord]:
+    """The records ``log`` holds for ``target``; where it holds none, those of the nearest
+    target it holds with the same ISA and vector width (by cores and cache sizes, in
+    factors of two); none if no target shares them."""
+    own = load_records(log, target=target)  # the usual case, read without decoding other targets' lines
+    if own:
+        return own
+    by_target: dict[str, list[TuningRecord]] = {}
+    for record in load_records(log):
+        by_target.setdefault(record.target, []).append(record)
+    alike = {name: t for name in by_target
+             if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
+    if not alike:
+        return []
+
+    def distance(other: Target) -> float:
+        return sum(abs(math.log2(getattr(other, size) / getattr(target, size)))
+                   for size in ("num_cores", "l1_bytes", "l2_bytes", "l3_bytes"))
+
+    return by_target[min(alike, key=lambda name: distance(alike[name]))]
+
+
+def _parsed(name: str) -> Target | None:
+    """The target a record names; None for one this tilecraft cannot read (a newer field)."""
+    try:
+        return Target(name)
+    except TargetError:
+        return None

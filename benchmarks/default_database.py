@@ -1,0 +1,55 @@
+"""Build tilecraft's default database (``tilecraft/database/default_records.json.xz``) from
+the records the ablation keeps (``benchmarks/records``).
+
+It holds, for each operator workload of the ablation and each machine that measured it,
+the sample a +transfer arm of the ablation teaches its cost model (``transfer_sample``:
+the fastest quarter and a random rest, failures included), so a first tuning on a new
+machine starts from what the ablation measured transfer to give (DESIGN.md, "Transfer").
+The sample is the same every time for the same records: run it again when they grew.
+
+    python benchmarks/default_database.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import lzma
+from pathlib import Path
+
+from ablation import QUICK, WORKLOADS
+
+from tilecraft.database.log import load_records
+from tilecraft.search.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_sample
+
+
+def sampled_lines(archive: Path, rows: int) -> list[str]:
+    """The sample of each target's records in ``archive``, as log lines."""
+    by_target: dict[str, list] = {}
+    for record in load_records(archive):
+        by_target.setdefault(record.target, []).append(record)
+    return [record.to_json_line() + "\n" for records in by_target.values()
+            for record in transfer_sample(records, rows)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archive", default="benchmarks/records", help="where the ablation keeps its records")
+    parser.add_argument("--rows", type=int, default=TRANSFER_ROWS, help="records of each workload and machine")
+    parser.add_argument("--out", default=str(DEFAULT_RECORDS))
+    args = parser.parse_args()
+    lines = []
+    for name in [*WORKLOADS, *QUICK]:
+        archive = Path(args.archive) / f"{name}.json.xz"
+        if not archive.exists():
+            print(f"{name}: no records, left out (benchmarks/ablation.py --only {name} makes them)")
+            continue
+        found = sampled_lines(archive, args.rows)
+        print(f"{name}: {len(found)} records")
+        lines += found
+    data = lzma.compress("".join(lines).encode(), preset=9)
+    Path(args.out).write_bytes(data)
+    print(f"{args.out}: {len(lines)} records, {len(data) / 1e3:.0f} kB")
+
+
+if __name__ == "__main__":
+    main()
