@@ -608,7 +608,7 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         steep, steep_trial_share, _ = spent(arm, reach(curves[arm], STEEP * target) if target else None)
-        pace = paced[arm][-1] if baseline else (None, None)
+        pace = (paced[arm][-1] if baseline else None) or (None, None)
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
@@ -626,7 +626,9 @@ def paces(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict[str
     """Per arm, its pace at each of LEVELS of the baseline's final (pooled with the null's
     seeds): the trials and the time its mean curve needs to get there, over those the
     pooled baseline's own mean curve needs. An arm never there counts as there at the
-    budget's end. Empty without the baseline."""
+    budget's end. None at a level the baseline reached while its seeds all still had the
+    same best (the default schedules, measured first): no search to compare there, and the
+    time a taught arm takes to the same trial is its teaching. Empty without the baseline."""
     baseline = baseline_runs(runs)
     if not baseline:
         return {}
@@ -636,12 +638,15 @@ def paces(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict[str
 
     base_curve, base_clock = mean(baseline, curve), mean(baseline, "seconds")
     base_at = [reach(base_curve, level * base_curve[-1]) for level in LEVELS]
+    apart = np.flatnonzero(np.ptp([_padded(r[curve], trials) for r in baseline], axis=0) > 0)
+    alike = (int(apart[0]) if len(apart) else trials) if len(baseline) > 1 else 0  # trials its seeds share
     out = {}
     for arm in dict.fromkeys(r["arm"] for r in runs):
         mine = [r for r in runs if r["arm"] == arm]
         arm_curve, arm_clock = mean(mine, curve), mean(mine, "seconds")
         at = [reach(arm_curve, level * base_curve[-1]) or trials for level in LEVELS]
-        out[arm] = [(a / b, float(arm_clock[a - 1] / base_clock[b - 1])) for a, b in zip(at, base_at)]
+        out[arm] = [(a / b, float(arm_clock[a - 1] / base_clock[b - 1])) if b > alike else None
+                    for a, b in zip(at, base_at)]
     return out
 
 
@@ -846,14 +851,22 @@ def print_workload(name: str, runs: list[dict], trials: int) -> None:
             print_paces(paces(runs, trials, curve), "pace")
 
 
-def print_paces(rows: dict[str, list[tuple[float, float]]], what: str) -> None:
-    """Each arm's pace at every level (``paces``): trials, and time in brackets."""
+def print_paces(rows: dict[str, list[tuple[float, float] | None]], what: str) -> None:
+    """Each arm's pace at every level (``paces``): trials, and time in brackets; "-" where
+    the baseline's default schedules were already there."""
     if not rows:
         return
     print(f"{what} to a share of the baseline's final: trials (time) over the baseline's own")
     print(f"{'arm':17s}" + "".join(f"{f'{level:.0%}':>14s}" for level in LEVELS))
     for arm, row in rows.items():
-        print(f"{arm:17s}" + "".join(f"{f'{trial:.2f} ({time:.2f})':>14s}" for trial, time in row))
+        print(f"{arm:17s}" + "".join(f"{'-' if pace is None else f'{pace[0]:.2f} ({pace[1]:.2f})':>14s}"
+                                     for pace in row))
+
+
+def mean_paces(rows: list[list[tuple[float, float] | None]]) -> list[tuple[float, float] | None]:
+    """An arm's paces at each level averaged over the workloads that have one there."""
+    levels = [[pace for pace in level if pace is not None] for level in zip(*rows)]
+    return [tuple(np.mean(level, axis=0)) if level else None for level in levels]
 
 
 def final_ranges(runs: list[dict], trials: int, curve: str = "best_gflops", draws: int = BOOTSTRAP_DRAWS,
@@ -913,7 +926,7 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
               f"{min(v['ratio'] for v in values):20.3f} {f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f} "
               f"{mean('trial_pace'):20.2f} {mean('time_pace'):5.2f} {f'{pace_low:.2f}-{pace_high:.2f}':>13s} "
               f"{pace_meets:11.2f}")
-    print_paces({arm: [tuple(level) for level in np.mean(per_workload, axis=0)] for arm, per_workload in paced.items()},
+    print_paces({arm: mean_paces(per_workload) for arm, per_workload in paced.items()},
                 "mean pace over the workloads that ran the arm")
 
 

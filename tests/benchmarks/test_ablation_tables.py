@@ -71,6 +71,21 @@ def test_paces_are_taken_at_every_level_below_the_baselines_final():
     assert ablation.paces([run("both", [1.0] * TRIALS)], TRIALS) == {}  # nothing to judge by without the baseline
 
 
+def test_no_pace_is_taken_where_the_baselines_default_schedules_were_already_there():
+    # Both seeds of the baseline measure the same two defaults first, the second at 91% of
+    # the final (100): a taught arm, its first trials the same defaults after seconds of
+    # teaching, has no search to compare there.
+    taught = run("baseline+transfer", [50, 91, 100, 100, 100, 100, 100, 100, 100, 100])
+    taught["seconds"] = [6.0 + n for n in range(TRIALS)]
+    baseline = [run("baseline", [50, 91, 93, 93, 95, 96, 97, 98, 99, 100]),
+                run("baseline", [50, 91, 92, 94, 95, 96, 97, 98, 99, 100])]
+    paced = ablation.paces([*baseline, taught], TRIALS)
+    assert paced["baseline+transfer"][:2] == [None, None]
+    assert paced["baseline+transfer"][2] == pytest.approx((3 / 5, 8 / 5))
+    assert ablation.mean_paces([paced["baseline+transfer"], [(0.5, 0.5), None, (1.0, 1.0), (1.0, 1.0)]])[:3] == [
+        (0.5, 0.5), None, pytest.approx((0.8, 1.3))]
+
+
 def test_a_pace_divides_by_the_pooled_baselines_way_to_its_final():
     lucky = run(ablation.NULL, [90] * 4 + [110] * 6, seconds_per_trial=3.0)
     table = ablation.summarise([run("baseline", [90] * 9 + [100]), lucky, run("both", [105] * TRIALS)], TRIALS)
@@ -412,8 +427,9 @@ def test_a_second_run_is_refused_while_one_measures_naming_its_pid(tmp_path):
 def test_redrawn_seeds_show_how_often_an_arm_would_meet_the_bar():
     steady = [run("baseline", [100] * TRIALS)] * 2 + [run("both", [60, 80, 100] + [100] * 7)] * 2
     drawn = ablation.bootstrap_shares({"steady": (steady, TRIALS)}, draws=200)
-    # Every redraw reaches 100 at trial 3, which the baseline reaches (within 3%) at trial 1.
-    assert np.allclose(drawn["both"], [0.3, 0.3, 3.0, 3.0])
+    # Every redraw reaches 100 at trial 3; the baseline is within 3% of it at trial 1, where
+    # there is no climb to pace: counted as the baseline's own pace, 1.0.
+    assert np.allclose(drawn["both"], [0.3, 0.3, 1.0, 1.0])
     # One seed fast, one never there: a redraw meets the bar only when it takes the fast one twice.
     lottery = [run("baseline", [100] * TRIALS)] * 2 + [run("both", [60, 80, 100] + [100] * 7),
                                                        run("both", [90] * TRIALS)]
