@@ -622,7 +622,8 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
     return table
 
 
-def paces(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict[str, list[tuple[float, float]]]:
+def paces(runs: list[dict], trials: int,
+          curve: str = "best_gflops") -> dict[str, list[tuple[float, float] | None]]:
     """Per arm, its pace at each of LEVELS of the baseline's final (pooled with the null's
     seeds): the trials and the time its mean curve needs to get there, over those the
     pooled baseline's own mean curve needs. An arm never there counts as there at the
