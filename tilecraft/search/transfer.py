@@ -13,7 +13,7 @@ Only a sample of each workload's records is taught (``transfer_sample``): a whol
 10,000s of rows would make every retraining of the model seconds long.
 
 tilecraft ships such a sample as its default database (``DEFAULT_RECORDS``: ResNet-50's
-convolutions, matmuls, dense and batch_matmul, measured on a few x86 machines), so a
+convolutions, a 1024³ matmul, dense and batch_matmul, measured on a few x86 machines), so a
 first tuning on a new machine starts from what those taught. A log with no record for
 the task's target lends those of its nearest target of the same ISA and vector width:
 what pays (register tiles that fill the registers, loop orders) is set mostly by the ISA,
