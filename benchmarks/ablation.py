@@ -579,12 +579,13 @@ def baseline_runs(runs: list[dict]) -> list[dict]:
 def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
     curve needs to reach the baseline's final mean best, and to come within NEAR and STEEP of it.
-    Its pace: the trials and time to within STEEP over the baseline's own, nearer to where
-    the curves climb than the final, so more of a policy's speed shows and less of its luck.
-    The baseline's final and time are means over all its seeds, the null arm's (NULL)
-    included: twice the seeds halve the luck in the level every arm is judged by, and the
-    two sets' own shares show how far that luck moves an arm of ten seeds. ``curve``: the
-    recorded best ("best_gflops") or the believed best timed in one sitting ("true_gflops")."""
+    Its paces at each of LEVELS (``paces``), the last one, within STEEP, also as its pace:
+    nearer to where the curves climb than the final, so more of a policy's speed shows and
+    less of its luck. The baseline's final and time are means over all its seeds, the null
+    arm's (NULL) included: twice the seeds halve the luck in the level every arm is judged
+    by, and the two sets' own shares show how far that luck moves an arm of ten seeds.
+    ``curve``: the recorded best ("best_gflops") or the believed best timed in one sitting
+    ("true_gflops")."""
     by_arm: dict[str, list[dict]] = {}
     for run in runs:
         by_arm.setdefault(run["arm"], []).append(run)
@@ -592,15 +593,24 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
     clocks = {arm: np.mean([_padded(r["seconds"], trials) for r in rs], axis=0) for arm, rs in by_arm.items()}
     baseline = baseline_runs(runs)
     target = budget = None
-    if baseline:  # the pooled baseline's mean curve and clock: its final and its time
-        target = float(np.mean([_padded(r[curve], trials)[-1] for r in baseline]))
-        budget = float(np.mean([_padded(r["seconds"], trials)[-1] for r in baseline]))
-    paced = paces(runs, trials, curve)
+    if baseline:  # the pooled baseline's mean curve and clock: its final, its time, and its way to LEVELS
+        base_rows = np.array([_padded(r[curve], trials) for r in baseline])
+        base_curve = base_rows.mean(axis=0)
+        base_clock = np.mean([_padded(r["seconds"], trials) for r in baseline], axis=0)
+        target, budget = float(base_curve[-1]), float(base_clock[-1])
+        base_at = [reach(base_curve, level * target) for level in LEVELS]
+        apart = np.flatnonzero(np.ptp(base_rows, axis=0) > 0)
+        alike = (int(apart[0]) if len(apart) else trials) if len(baseline) > 1 else 0  # trials its seeds share
 
     def spent(arm: str, at: int | None) -> tuple[int | None, float | None, float | None]:
         if not at:
             return None, None, None
         return at, at / trials, float(clocks[arm][at - 1] / budget)
+
+    def paced(arm: str) -> list[tuple[float, float] | None]:
+        at = [reach(curves[arm], level * target) or trials for level in LEVELS]
+        return [(a / b, float(clocks[arm][a - 1] / base_clock[b - 1])) if b > alike else None
+                for a, b in zip(at, base_at)]
 
     table = {}
     for arm, rs in by_arm.items():
@@ -608,14 +618,15 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
         at, trial_share, time_share = spent(arm, reach(curves[arm], target) if target else None)
         near, near_trial_share, near_time_share = spent(arm, reach(curves[arm], NEAR * target) if target else None)
         steep, steep_trial_share, _ = spent(arm, reach(curves[arm], STEEP * target) if target else None)
-        pace = (paced[arm][-1] if baseline else None) or (None, None)
+        arm_paces = paced(arm) if baseline else None
+        pace = (arm_paces and arm_paces[-1]) or (None, None)
         table[arm] = {
             "final_gflops_mean": float(np.mean(finals)), "final_gflops_min": float(min(finals)),
             "final_gflops_max": float(max(finals)), "seeds": len(rs),
             "trials_to_baseline_best": at, "trial_share": trial_share, "time_share": time_share,
             "trials_to_near_baseline": near, "near_trial_share": near_trial_share,
             "near_time_share": near_time_share, "trials_to_steep": steep, "steep_trial_share": steep_trial_share,
-            "trial_pace": pace[0], "time_pace": pace[1],
+            "trial_pace": pace[0], "time_pace": pace[1], "paces": arm_paces,
             "baseline_gflops": target,
             "simulated_secs": float(clocks[arm][-1]),
         }
@@ -630,25 +641,12 @@ def paces(runs: list[dict], trials: int,
     budget's end. None at a level the baseline reached while its seeds all still had the
     same best (the default schedules, measured first): no search to compare there, and the
     time a taught arm takes to the same trial is its teaching. Empty without the baseline."""
-    baseline = baseline_runs(runs)
-    if not baseline:
-        return {}
+    return paces_of(summarise(runs, trials, curve))
 
-    def mean(of: list[dict], key: str) -> np.ndarray:
-        return np.mean([_padded(r[key], trials) for r in of], axis=0)
 
-    base_curve, base_clock = mean(baseline, curve), mean(baseline, "seconds")
-    base_at = [reach(base_curve, level * base_curve[-1]) for level in LEVELS]
-    apart = np.flatnonzero(np.ptp([_padded(r[curve], trials) for r in baseline], axis=0) > 0)
-    alike = (int(apart[0]) if len(apart) else trials) if len(baseline) > 1 else 0  # trials its seeds share
-    out = {}
-    for arm in dict.fromkeys(r["arm"] for r in runs):
-        mine = [r for r in runs if r["arm"] == arm]
-        arm_curve, arm_clock = mean(mine, curve), mean(mine, "seconds")
-        at = [reach(arm_curve, level * base_curve[-1]) or trials for level in LEVELS]
-        out[arm] = [(a / b, float(arm_clock[a - 1] / base_clock[b - 1])) if b > alike else None
-                    for a, b in zip(at, base_at)]
-    return out
+def paces_of(table: dict) -> dict[str, list[tuple[float, float] | None]]:
+    """The paces in a table of ``summarise``; empty where it had no baseline to judge by."""
+    return {arm: row["paces"] for arm, row in table.items() if row["paces"] is not None}
 
 
 def bootstrap_shares(workloads: dict, draws: int = BOOTSTRAP_DRAWS, seed: int = 0,
@@ -848,8 +846,9 @@ def timed_alike(runs: list[dict]) -> bool:
 def print_workload(name: str, runs: list[dict], trials: int) -> None:
     for curve, says in CURVES.items():
         if curve == "best_gflops" or timed_alike(runs):
-            print_table(f"{name}, {says}", summarise(runs, trials, curve), final_ranges(runs, trials, curve))
-            print_paces(paces(runs, trials, curve), "pace")
+            table = summarise(runs, trials, curve)
+            print_table(f"{name}, {says}", table, final_ranges(runs, trials, curve))
+            print_paces(paces_of(table), "pace")
 
 
 def print_paces(rows: dict[str, list[tuple[float, float] | None]], what: str) -> None:
@@ -901,15 +900,15 @@ def print_overall(results: dict) -> None:
 
 def print_means(workloads: dict, curve: str, says: str) -> None:
     rows: dict[str, list[dict]] = {}
-    for runs, trials in workloads.values():
-        for arm, row in summarise(runs, trials, curve).items():
-            ratio = row["final_gflops_mean"] / row["baseline_gflops"] if row["baseline_gflops"] else float("nan")
-            rows.setdefault(arm, []).append({**row, "ratio": ratio})
-    drawn = bootstrap_shares(workloads, curve=curve)
     paced: dict[str, list] = {}
     for runs, trials in workloads.values():
-        for arm, row in paces(runs, trials, curve).items():
+        table = summarise(runs, trials, curve)
+        for arm, row in table.items():
+            ratio = row["final_gflops_mean"] / row["baseline_gflops"] if row["baseline_gflops"] else float("nan")
+            rows.setdefault(arm, []).append({**row, "ratio": ratio})
+        for arm, row in paces_of(table).items():
             paced.setdefault(arm, []).append(row)
+    drawn = bootstrap_shares(workloads, curve=curve)
     print(f"\nover {len(workloads)} workloads, {says} (shares count 1.0 where the arm never reached the level)")
     print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
           f"{'within 1%: trial':>17s} {'time':>6s} {'within 3%: trial':>17s} {'worst final vs base':>20s} "
