@@ -117,7 +117,7 @@ def test_a_log_of_another_machine_lends_its_nearest_target_of_the_same_isa(tmp_p
 def test_the_default_database_teaches_a_first_tuning_on_an_x86_machine():
     task = tc.SearchTask(func="matmul", args=(512, 512, 512), target="llvm -isa=avx2 -num-cores=8")
     model = transfer_model([tc.DEFAULT_RECORDS], task, rows=24)
-    donors = {key for key in model.groups}
+    donors = set(model.groups)
     assert len(donors) >= 6 and task.workload_key not in donors  # convolutions, matmuls, dense, batch_matmul
     assert model.model.is_trained and model.model.num_trainings == 1  # once, not once a workload
 

@@ -231,7 +231,7 @@ class _BoostedTreesModel(CostModel):
             yield
         finally:
             self._deferred = False
-            if self.num_samples >= self.num_warmup_sample and np.isfinite(self._costs).any():
+            if self._warmed_up():
                 self._retrain()
 
     def widen(self, num_features: int) -> None:
@@ -256,8 +256,12 @@ class _BoostedTreesModel(CostModel):
         self._trained_rows = self.num_samples
         self._num_trainings += 1
 
+    def _warmed_up(self) -> bool:
+        """Enough rows to leave the random warm-up model, one of them a success."""
+        return self.num_samples >= self.num_warmup_sample and bool(np.isfinite(self._costs).any())
+
     def _is_time_to_train(self) -> bool:
-        if self.num_samples < self.num_warmup_sample or not np.isfinite(self._costs).any():
+        if not self._warmed_up():
             return False
         if self._booster is None or not self.adaptive_training:
             return True
