@@ -1,6 +1,7 @@
 """The tuning log: append-and-flush writing, tolerant reading, best over the whole history."""
 
 import json
+import lzma
 import os
 import signal
 import subprocess
@@ -12,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import tilecraft as tc
-from tilecraft.database import (MalformedRecordWarning, NoValidRecordError, RecordToFile, RecordVersionError,
-                                best_records, iter_records, load_best_record, load_records, measured_trace_keys,
-                                summarize, trace_key)
+from tilecraft.database import (MalformedRecordWarning, NoValidRecordError, RecordFormatError, RecordToFile,
+                                RecordVersionError, best_records, iter_records, load_best_record, load_records,
+                                measured_trace_keys, summarize, trace_key)
 
 KEY = '["dag", "k0"]'
 
@@ -219,6 +220,22 @@ def test_twenty_thousand_records_load_in_a_fraction_of_a_second(log_path, make_r
     elapsed = time.perf_counter() - start
     assert len(records) == 20_000 and len(line) > 1500
     assert elapsed < 2.0, f"{elapsed:.2f} s for 20,000 records"  # a loose bound: the machine may be busy
+
+
+def test_a_log_named_xz_is_read_through_xz_and_one_that_is_not_xz_is_named_with_the_fix(log_path, make_record,
+                                                                                          write_log):
+    write_log(log_path, [make_record(1e-3), make_record(2e-3)])
+    packed = log_path.with_name("log.json.xz")
+    packed.write_bytes(lzma.compress(log_path.read_bytes()))
+    assert [r.mean_cost for r in load_records(packed)] == [1e-3, 2e-3]
+    packed.write_bytes(log_path.read_bytes())
+    with pytest.raises(RecordFormatError, match=r"log.json.xz is named \*.xz but is not xz-compressed.*rename it"):
+        load_records(packed)
+
+
+def test_a_log_to_append_to_cannot_be_named_xz(tmp_path):
+    with pytest.raises(ValueError, match=r"cannot be xz-compressed; name it without .xz.*\(xz log.json\)"):
+        RecordToFile(tmp_path / "log.json.xz")
 
 
 def test_comments_and_blank_lines_are_skipped_silently_however_many(log_path, make_record, write_log):

@@ -84,6 +84,9 @@ class RecordToFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.suffix == ".xz":
+            raise ValueError(f"{self.path}: a log is appended a line at a time and so cannot be xz-compressed; "
+                             f"name it without .xz and compress it when tuning is done (xz {self.path.stem})")
 
     def __call__(self, task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],
                  sketches: Sequence[Any] | None = None) -> None:
@@ -119,7 +122,7 @@ def iter_records(path: str | Path, workload_key: str | None = None, target: Any 
     opened = lzma.open if path.suffix == ".xz" else open
     with opened(path, "rt", encoding="utf-8", errors="replace") as file:
         numbered = enumerate(file, 1)
-        while chunk := list(itertools.islice(numbered, _BATCH_LINES)):
+        while chunk := list(_lines(numbered, path)):
             batch = [(n, line) for n, line in chunk if line[0] != "#" and not line.isspace() and not (
                 needles and line.startswith(_LINE_START) and not all(needle in line for needle in needles))]
             for lineno, line, record in _decode_batch(batch):
@@ -136,6 +139,15 @@ def iter_records(path: str | Path, workload_key: str | None = None, target: Any 
     if skipped > _MAX_WARNINGS_PER_FILE:
         warnings.warn(f"{path}: {skipped} lines in all are not records and were skipped", MalformedRecordWarning,
                       stacklevel=2)
+
+
+def _lines(numbered: Iterator[tuple[int, str]], path: Path) -> list[tuple[int, str]]:
+    """The next batch of numbered lines; a log named *.xz that is not xz is named with the fix."""
+    try:
+        return list(itertools.islice(numbered, _BATCH_LINES))
+    except lzma.LZMAError as error:
+        raise RecordFormatError(f"{path} is named *.xz but is not xz-compressed ({error}); rename it without .xz, "
+                                f"or compress it with xz") from None
 
 
 def _decode_batch(batch: list[tuple[int, str]]) -> list[tuple[int, str, TuningRecord | RecordFormatError]]:
