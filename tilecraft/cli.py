@@ -30,6 +30,7 @@ from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadS
 from .errors import TilecraftError
 from .measure import LocalRunner
 from .search.policy import SketchPolicy
+from .search.shared_model import SharedCostModel
 from .search.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
@@ -79,14 +80,18 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--per-round", type=int, default=64, help="measurements per search round (default 64)")
     command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
     command.add_argument("--target", help="target string (default: this machine)")
+    _add_transfer_arguments(command, "in --log and ")
+    command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
+    command.set_defaults(run=run_tune)
+
+
+def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> None:
     command.add_argument("--transfer", action="append", default=[], metavar="LOG",
                          help="a log of other workloads tuned on this target: the cost model learns a sample of "
                               "each one's records before the first measurement (repeat for more logs)")
     command.add_argument("--no-transfer", action="store_true",
-                         help="do not learn from the other workloads in --log and the default database: start "
+                         help=f"do not learn from the other workloads {implicit}the default database: start "
                               "the cost model from nothing")
-    command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
-    command.set_defaults(run=run_tune)
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -102,18 +107,19 @@ def run_tune(args: argparse.Namespace) -> int:
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
-    task.tune(options, search_policy=_transfer_policy(task, resume, args), resume_from=resume)
+    model = _taught_model(task, resume, args)
+    task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
           f"see it with: tilecraft best {log}")
     return 0
 
 
-def _transfer_policy(task: SearchTask, resume: str | None, args: argparse.Namespace) -> SketchPolicy | None:
-    """A policy whose cost model first learned the other workloads of the ``--transfer`` logs,
-    of the resumed log and of the default database (on the 1x1 convolution, it reached 90% of
-    the untaught search's final in a third of its trials; DESIGN.md, "Transfer"); None, the
-    default policy, when there is nothing to learn."""
+def _taught_model(task: SearchTask, resume: str | None, args: argparse.Namespace) -> SharedCostModel | None:
+    """A cost model that first learned the other workloads of the ``--transfer`` logs, of the
+    resumed log and of the default database (on the 1x1 convolution, it reached 90% of the
+    untaught search's final in a third of its trials; DESIGN.md, "Transfer"); None, the
+    default model, when there is nothing to learn."""
     logs = args.transfer
     implicit = [] if args.no_transfer else [log for log in (resume, str(DEFAULT_RECORDS)) if log and log not in logs]
     try:
@@ -127,7 +133,7 @@ def _transfer_policy(task: SearchTask, resume: str | None, args: argparse.Namesp
         named = ", ".join("the default database" if log == str(DEFAULT_RECORDS) else log for log in [*logs, *implicit])
         print(f"the cost model first learns {model.model.num_samples} records of {donors} other workload"
               f"{'s' * (donors != 1)} in {named}" + (" (--no-transfer: start from nothing)" if implicit else ""))
-    return SketchPolicy(task, model)
+    return model
 
 
 # -- tilecraft best -------------------------------------------------------------------
@@ -306,7 +312,9 @@ def add_tune_model_command(subparsers: Any) -> None:
         "tune-model", help="tune every task of an ONNX model with one shared budget",
         description="Extract the model's tasks and tune them with the task scheduler (Ansor's gradient policy), "
                     "every measurement appended to one log. A log that exists is resumed: its tasks skip the "
-                    "warm-up and its candidates are never measured again. Then: tilecraft run-model MODEL --log LOG")
+                    "warm-up and its candidates are never measured again. The shared cost model first learns a sample "
+                    "of what tilecraft's default database holds of operators on this target, or the nearest one of "
+                    "its ISA (see --no-transfer). Then: tilecraft run-model MODEL --log LOG")
     _add_model_arguments(command)
     command.add_argument("--trials", type=int, default=2000, help="measurements over all tasks (default 2000)")
     command.add_argument("--per-round", type=int, default=64, help="measurements per round of a task (default 64)")
@@ -322,6 +330,7 @@ def add_tune_model_command(subparsers: Any) -> None:
                          help="flush the caches before every timed call, as a layer whose weights come from memory "
                               "finds them inside a large model; keep such a log apart from a warm one and give it "
                               "first to run-model")
+    _add_transfer_arguments(command, "of ")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune_model)
 
@@ -347,7 +356,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     if args.warm_up is not None and args.warm_up < 1:
         raise CommandError(f"--warm-up {args.warm_up}: give at least 1 measurement per task, or leave it out")
     scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None,
-                              warm_up_trials=args.warm_up)
+                              warm_up_trials=args.warm_up, cost_model=_taught_model(tasks[0], None, args))
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose)

@@ -70,6 +70,16 @@ def test_the_task_scheduler_shares_one_model_unless_told_not_to():
     assert isinstance(alone[0].policy.model, XGBModel) and alone[0].policy.model is not alone[1].policy.model
 
 
+def test_the_task_scheduler_starts_from_a_model_it_is_given_as_one_taught_by_transfer():
+    taught = SharedCostModel()
+    donor = SketchPolicy(_task(16, 16, 16), taught)
+    donor.update(chosen := donor.next_batch(8), [1e-3 * (n + 1) for n in range(len(chosen))])
+    states = TaskScheduler([_task(32, 32, 32), _task(64, 32, 32)], cost_model=taught).states
+    assert all(state.policy.model.shared is taught for state in states) and taught.model.num_samples == 8
+    with pytest.raises(ValueError, match="a cost_model is shared by the tasks; leave out share_cost_model=False"):
+        TaskScheduler([_task(32, 32, 32)], share_cost_model=False, cost_model=taught)
+
+
 def test_rows_of_the_wrong_width_name_the_task_feature_count():
     shared = SharedCostModel()
     policy = SketchPolicy(_task(32, 32, 32), shared)

@@ -27,6 +27,7 @@ from rich.table import Table
 
 from ..database.log import load_records
 from ..measure import LocalBuilder, LocalRunner
+from ..search.shared_model import SharedCostModel
 from .progress import ProgressReporter
 from .task import SearchTask, TuningOptions, TuningSummary, tune_round, use_policies
 
@@ -56,13 +57,15 @@ class TaskScheduler:
     """Ansor's names: ``TaskScheduler(tasks, task_weights, objective_func=None,
     strategy="gradient", load_log_file=None, alpha=0.2, beta=2, backward_window_size=3)``
     then ``.tune(TuningOptions(...), per_task_early_stopping=None)``; ``warm_up_trials`` is
-    tilecraft's (each task's first round, when shorter than ``num_measures_per_round``)."""
+    tilecraft's (each task's first round, when shorter than ``num_measures_per_round``), and so
+    is ``cost_model``, the shared model to start from, e.g. one that ``transfer_model`` taught."""
 
     def __init__(self, tasks: Sequence[SearchTask], task_weights: Sequence[float] | None = None,
                  objective_func: Callable[[list[float]], float] | None = None, strategy: str = "gradient",
                  load_log_file: str | None = None, alpha: float = 0.2, beta: float = 2.0,
                  backward_window_size: int = 3, seed: int = 0, policy_factory: Callable | None = None,
-                 share_cost_model: bool = True, warm_up_trials: int | None = None):
+                 share_cost_model: bool = True, warm_up_trials: int | None = None,
+                 cost_model: SharedCostModel | None = None):
         if strategy not in STRATEGIES:
             raise ValueError(f"TaskScheduler strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
         if warm_up_trials is not None and warm_up_trials < 1:
@@ -73,10 +76,11 @@ class TaskScheduler:
         weights = list(task_weights) if task_weights is not None else [1.0] * len(tasks)
         if len(weights) != len(tasks):
             raise ValueError(f"TaskScheduler: {len(tasks)} tasks but {len(weights)} task_weights; give one per task")
+        if cost_model is not None and not share_cost_model:
+            raise ValueError("TaskScheduler: a cost_model is shared by the tasks; leave out share_cost_model=False")
         from ..search.policy import SketchPolicy
-        from ..search.shared_model import SharedCostModel
 
-        shared = SharedCostModel() if share_cost_model else None
+        shared = (cost_model or SharedCostModel()) if share_cost_model else None
         make_policy = policy_factory or (lambda task, n: SketchPolicy(task, program_cost_model=shared, seed=seed + n))
         self.states = [_TaskState(task, float(w), make_policy(task, n)) for n, (task, w) in
                        enumerate(zip(tasks, weights))]
