@@ -30,7 +30,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
                     is the null, how far the baseline's own seed luck moves every share
     +transfer       the cost model first learns a sample of the other workloads' records
                     (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
-                    can who tuned other operators on the machine before
+                    can who tuned other operators on the machine before; a whole model's
+                    shared one learns tilecraft's default database, as ``tune-model``'s does
     +short-warm-up  whole models only: the task scheduler warms each task up with
                     SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_trials=...)``)
 
@@ -115,7 +116,7 @@ from tilecraft.search.default import default_schedule
 from tilecraft.search.evolution import SearchParams
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
-from tilecraft.search.transfer import TRANSFER_ROWS, transfer_model
+from tilecraft.search.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_model
 
 from archive import merge, restore, save  # benchmarks/archive.py, beside this script
 
@@ -378,9 +379,10 @@ class ModelSearch:
     best latencies, 0 until every task has a valid one (the warm-up round of each)."""
 
     def __init__(self, tasks: list, weights: list, measurements: list[Measurements], arm: str, seed: int,
-                 trials: int, defaults_first: bool = True):
+                 trials: int, defaults_first: bool = True, taught: SharedCostModel | None = None,
+                 teaching_secs: float = 0.0):
         chosen = arm_of(arm)
-        shared = SharedCostModel()
+        shared = copy.deepcopy(taught) if chosen.transfer else SharedCostModel()
         params = chosen.params(defaults_first)
         seed += chosen.reseed
 
@@ -397,7 +399,7 @@ class ModelSearch:
         self.arm, self.seed, self.trials = arm, seed, trials
         self.best_gflops: list[float] = []
         self.seconds: list[float] = []
-        self.simulated, self.exhausted = 0.0, False
+        self.simulated, self.exhausted = teaching_secs if chosen.transfer else 0.0, False
 
     @property
     def done(self) -> bool:
@@ -758,9 +760,6 @@ def main() -> None:
         chosen = {arm: arm_of(arm) for arm in arms}
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    if transfers(arms) and any(name in MODELS for name in names):
-        raise SystemExit("the +transfer arms are for single operators: a model's tasks already share one cost "
-                         "model; leave out the +transfer arms or the model")
     if any(arm.warm_up_trials for arm in chosen.values()) and any(name not in MODELS for name in names):
         raise SystemExit("the +short-warm-up arms are for whole models (a single operator has no warm-up "
                          "rounds to shorten): run them with --only resnet50")
@@ -793,8 +792,11 @@ def main() -> None:
             for each in measurements if args.remeasure else []:
                 each.remeasure(args.remeasure)
             if name in MODELS:
-                searches = [ModelSearch(tasks, weights, measurements, arm, seed, args.trials, not args.no_defaults)
-                            for seed in range(args.seeds) for arm in arms]
+                started = time.perf_counter()
+                taught = transfer_model([DEFAULT_RECORDS], tasks[0], args.transfer_rows) if transfers(arms) else None
+                teaching = time.perf_counter() - started
+                searches = [ModelSearch(tasks, weights, measurements, arm, seed, args.trials, not args.no_defaults,
+                                        taught, teaching) for seed in range(args.seeds) for arm in arms]
             else:
                 donor_logs = (recorded_workloads(known, Path(args.archive), Path(args.records), but=name)
                               if transfers(arms) else [])

@@ -14,6 +14,7 @@ from tilecraft.database.record import TuningRecord, trace_key
 from tilecraft.measure import LocalRunner
 from tilecraft.search.default import default_schedule
 from tilecraft.search.policy import SketchPolicy
+from tilecraft.search.shared_model import SharedCostModel
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -177,7 +178,6 @@ def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content,
     (["--only", "conv2d_r50_9x9"], "unknown workload 'conv2d_r50_9x9'"),
     (["--arms", "baseline,greedy"], "unknown arm 'greedy'"),
     (["--arms", "both+basins+basins"], "once each"),
-    (["--only", "resnet50", "--arms", "baseline,both+transfer"], "the +transfer arms are for single operators"),
     (["--transfer-rows", "0"], "--transfer-rows 0"),
     (["--only", "dense_1x2048x1000", "--arms", "baseline,both+short-warm-up"], "are for whole models"),
 ])
@@ -362,6 +362,20 @@ def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_re
                              teaching_secs=100.0)
     plain = ablation.Search(task, measurements, "baseline", 0, ablation.PER_ROUND, None, teaching_secs=100.0)
     assert (taught.simulated, plain.simulated) == (100.0, 0.0)
+
+
+def test_a_model_searchs_transfer_arm_starts_from_its_own_copy_of_the_taught_shared_model():
+    tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
+    donor = SketchPolicy(tc.SearchTask(func="matmul", args=(32, 16, 16)), taught := SharedCostModel())
+    donor.update(chosen := donor.next_batch(8), [1e-6 * (n + 1) for n in range(len(chosen))])
+    measurements = [FakeMeasurements(task) for task in tasks]
+    searches = [ablation.ModelSearch(tasks, [1, 1], measurements, arm, seed=0, trials=2 * ablation.PER_ROUND,
+                                     taught=taught, teaching_secs=100.0) for arm in ("baseline", "both+transfer")]
+    models = [search.scheduler.states[0].policy.model.shared for search in searches]
+    assert [model.model.num_samples for model in models] == [0, 8] and taught not in models
+    assert [search.simulated for search in searches] == [0.0, 100.0]  # the user waits for the teaching too
+    ablation.run_lockstep(searches, measurements)
+    assert models[1].model.num_samples == 8 + 2 * ablation.PER_ROUND and taught.model.num_samples == 8
 
 
 def test_a_long_run_packs_its_record_into_the_archive_as_it_goes(monkeypatch):
