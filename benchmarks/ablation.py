@@ -21,6 +21,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
                     search/basins.py)
     +scored-slots   the sketch shares split only the random population; the measurement
                     slots go by the cost model's ranking alone (SearchParams.sketch_quotas)
+    +quotas         the sketch shares set quotas of the measurement slots even for a cost model
+                    taught before the search (+transfer), which by default leaves them to its ranking
     +ties           the bandit counts a sketch whose best is within 5% of the task's best as
                     level with it (SearchParams.sketch_tie)
     +gentle         the bandit's softmax runs at temperature GENTLE (SearchParams.sketch_temperature)
@@ -149,7 +151,7 @@ class Arm(NamedTuple):
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
     explore_basins: bool = SearchParams.explore_basins  # the epsilon-greedy slots probe the tile shapes measured least
-    sketch_quotas: bool = SearchParams.sketch_quotas  # the sketch shares set the sketches' quotas of the slots
+    sketch_quotas: bool | None = SearchParams.sketch_quotas  # the sketch shares set quotas of the slots
     sketch_tie: float = SearchParams.sketch_tie  # the bandit counts sketches this close to the task's best as level
     sketch_temperature: float = SearchParams.sketch_temperature  # the bandit's softmax temperature
     reseed: int = 0  # added to each search's seed: the same policy on other random streams
@@ -165,7 +167,7 @@ class Arm(NamedTuple):
 POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "predictor": ("uniform", "learned"),
             "both": ("bandit", "learned")}
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
-             "scored-slots": {"sketch_quotas": False}, "ties": {"sketch_tie": TIE},
+             "scored-slots": {"sketch_quotas": False}, "quotas": {"sketch_quotas": True}, "ties": {"sketch_tie": TIE},
              "gentle": {"sketch_temperature": GENTLE}, "measured": {"mutation_policy": "measured"},
              "reseeded": {"reseed": RESEED},
              "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}

@@ -198,7 +198,8 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert combined == ablation.arm_of("predictor+basins+transfer")
     params = ablation.arm_of("both+scored-slots+basins").params(defaults_first=False)
     assert not params.sketch_quotas and params.explore_basins and not params.defaults_first
-    assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas
+    assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas is None  # the policy decides
+    assert ablation.arm_of("both+quotas").params(defaults_first=True).sketch_quotas is True
     assert ablation.arm_of("both+ties").params(defaults_first=True).sketch_tie == ablation.TIE > 0
     assert ablation.arm_of("baseline+measured") == ablation.Arm("uniform", "measured")  # a modifier may set a policy
     assert ablation.arm_of("baseline+reseeded").reseed == ablation.RESEED > 0

@@ -5,10 +5,12 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.search.bandit import SketchBandit
+from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.evolution import SearchParams, evolutionary_search
 from tilecraft.search.evolution import Candidate
 from tilecraft.search.mutation_predictor import FixedMutations, LearnedMutations, MeasuredMutations
 from tilecraft.search.policy import SketchPolicy
+from tilecraft.search.shared_model import SharedCostModel
 from tilecraft.search.space import generate_sketches
 from tilecraft.tune.task import WORKLOADS
 
@@ -49,7 +51,7 @@ def test_measurement_slots_follow_the_shares():
     def favours_sketch_zero(sketch_index, rows):
         return np.full(len(rows), 1.0 if sketch_index == 0 else 0.5) + np.random.default_rng(0).random(len(rows)) * 0.01
 
-    params = SearchParams(population=256, num_iters=1, eps_greedy=0.0)
+    params = SearchParams(population=256, num_iters=1, eps_greedy=0.0, sketch_quotas=True)
     chosen = evolutionary_search(sketches, favours_sketch_zero, 40, set(), [], np.random.default_rng(0), 32, params,
                                  sketch_shares=shares)
     per_sketch = np.bincount([c.sketch for c in chosen], minlength=3)
@@ -60,6 +62,16 @@ def test_measurement_slots_follow_the_shares():
                                  SearchParams(population=256, num_iters=1, eps_greedy=0.0, sketch_quotas=False),
                                  sketch_shares=shares)
     assert np.bincount([c.sketch for c in scored], minlength=3)[0] == 40  # shares split the population only
+
+
+def test_a_bandit_sets_quotas_of_the_slots_only_for_a_cost_model_not_taught_before_the_search():
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    taught = SharedCostModel(XGBModel(num_warmup_sample=8, adaptive_training=False))
+    donor = SketchPolicy(tc.SearchTask(func="matmul", args=(32, 64, 64), target=tc.Target.host()), taught)
+    donor.update(chosen := donor.next_batch(8), [1e-3 * (n + 1) for n in range(len(chosen))])
+    assert SketchPolicy(task, sketch_policy="bandit").params.sketch_quotas is True
+    assert SketchPolicy(task, taught, sketch_policy="bandit").params.sketch_quotas is False
+    assert SketchPolicy(task, taught, SearchParams(sketch_quotas=True)).params.sketch_quotas is True
 
 
 def test_learned_mutations_learn_which_slot_pays_off():

@@ -41,8 +41,9 @@ class SearchParams:
     # least (search/basins.py) instead of random ones.
     explore_basins: bool = False
     # Sketch shares (a bandit's) set each sketch's quota of the measurement slots, as well as its
-    # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does.
-    sketch_quotas: bool = True
+    # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does;
+    # None (SketchPolicy's default): quotas only for a cost model that was not taught before the search.
+    sketch_quotas: bool | None = None
     # A bandit counts a sketch whose best is within this fraction of the task's best as level with it.
     sketch_tie: float = 0.0
     # The bandit's softmax temperature: how much share a lead of a given size buys (search/bandit.py).

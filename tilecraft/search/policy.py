@@ -11,6 +11,7 @@ policies of their own, switchable by name: how the sketches share a round
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -47,6 +48,8 @@ class SketchPolicy:
             program_cost_model = program_cost_model.view(task, self.feature_space.names)
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()
+        if self.params.sketch_quotas is None:  # a taught model ranks the sketches better than a young bandit
+            self.params = replace(self.params, sketch_quotas=not self.model.is_trained)
         self.rng = np.random.default_rng(seed)
         self.min_parallel = JOBS_PER_CORE * task.target.num_cores
         self.measured: set = set()
