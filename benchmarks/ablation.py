@@ -583,7 +583,7 @@ def baseline_runs(runs: list[dict]) -> list[dict]:
 def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict:
     """Per arm: final best (mean, min, max over seeds), and the trials and time its mean
     curve needs to reach the baseline's final mean best, and to come within NEAR and STEEP of it.
-    Its paces at each of LEVELS (``paces``), the last one, within STEEP, also as its pace:
+    Its paces at each of LEVELS (``paces_of``), the last one, within STEEP, also as its pace:
     nearer to where the curves climb than the final, so more of a policy's speed shows and
     less of its luck. The baseline's final and time are means over all its seeds, the null
     arm's (NULL) included: twice the seeds halve the luck in the level every arm is judged
@@ -637,19 +637,14 @@ def summarise(runs: list[dict], trials: int, curve: str = "best_gflops") -> dict
     return table
 
 
-def paces(runs: list[dict], trials: int,
-          curve: str = "best_gflops") -> dict[str, list[tuple[float, float] | None]]:
-    """Per arm, its pace at each of LEVELS of the baseline's final (pooled with the null's
-    seeds): the trials and the time its mean curve needs to get there, over those the
-    pooled baseline's own mean curve needs. An arm never there counts as there at the
-    budget's end. None at a level the baseline reached while its seeds all still had the
-    same best (the default schedules, measured first): no search to compare there, and the
-    time a taught arm takes to the same trial is its teaching. Empty without the baseline."""
-    return paces_of(summarise(runs, trials, curve))
-
-
 def paces_of(table: dict) -> dict[str, list[tuple[float, float] | None]]:
-    """The paces in a table of ``summarise``; empty where it had no baseline to judge by."""
+    """Per arm of a ``summarise`` table, its pace at each of LEVELS of the baseline's final
+    (pooled with the null's seeds): the trials and the time its mean curve needs to get
+    there, over those the pooled baseline's own mean curve needs. An arm never there counts
+    as there at the budget's end. None at a level the baseline reached while its seeds all
+    still had the same best (the default schedules, measured first): no search to compare
+    there, and the time a taught arm takes to the same trial is its teaching. Empty where
+    the table had no baseline to judge by."""
     return {arm: row["paces"] for arm, row in table.items() if row["paces"] is not None}
 
 
@@ -856,7 +851,7 @@ def print_workload(name: str, runs: list[dict], trials: int) -> None:
 
 
 def print_paces(rows: dict[str, list[tuple[float, float] | None]], what: str) -> None:
-    """Each arm's pace at every level (``paces``): trials, and time in brackets; "-" where
+    """Each arm's pace at every level (``paces_of``): trials, and time in brackets; "-" where
     the baseline's default schedules were already there."""
     if not rows:
         return

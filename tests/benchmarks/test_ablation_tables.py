@@ -60,7 +60,7 @@ def test_a_pace_is_the_trials_and_time_to_within_three_percent_over_the_baseline
 
 
 def test_paces_are_taken_at_every_level_below_the_baselines_final():
-    paced = ablation.paces(runs(), TRIALS)
+    paced = ablation.paces_of(ablation.summarise(runs(), TRIALS))
     assert ablation.LEVELS == (0.85, 0.90, 0.95, ablation.STEEP)
     # The baseline is at 85% and 90% of its final (100) at trial 5, 95% at 6, 97% at 7;
     # "both" at trial 3, 3, 3 and 4, two seconds a trial.
@@ -69,7 +69,7 @@ def test_paces_are_taken_at_every_level_below_the_baselines_final():
     assert [pace for pace, _ in paced["baseline"]] == [1.0] * 4
     table = ablation.summarise(runs(), TRIALS)
     assert (table["both"]["trial_pace"], table["both"]["time_pace"]) == pytest.approx(paced["both"][-1])
-    assert ablation.paces([run("both", [1.0] * TRIALS)], TRIALS) == {}  # nothing to judge by without the baseline
+    assert ablation.paces_of(ablation.summarise([run("both", [1.0] * TRIALS)], TRIALS)) == {}  # nothing to judge by without the baseline
 
 
 def test_no_pace_is_taken_where_the_baselines_default_schedules_were_already_there():
@@ -80,7 +80,7 @@ def test_no_pace_is_taken_where_the_baselines_default_schedules_were_already_the
     taught["seconds"] = [6.0 + n for n in range(TRIALS)]
     baseline = [run("baseline", [50, 91, 93, 93, 95, 96, 97, 98, 99, 100]),
                 run("baseline", [50, 91, 92, 94, 95, 96, 97, 98, 99, 100])]
-    paced = ablation.paces([*baseline, taught], TRIALS)
+    paced = ablation.paces_of(ablation.summarise([*baseline, taught], TRIALS))
     assert paced["baseline+transfer"][:2] == [None, None]
     assert paced["baseline+transfer"][2] == pytest.approx((3 / 5, 8 / 5))
     assert ablation.mean_paces([paced["baseline+transfer"], [(0.5, 0.5), None, (1.0, 1.0), (1.0, 1.0)]])[:3] == [
