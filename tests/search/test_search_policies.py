@@ -74,6 +74,22 @@ def test_a_bandit_sets_quotas_of_the_slots_only_for_a_cost_model_not_taught_befo
     assert SketchPolicy(task, taught, SearchParams(sketch_quotas=True)).params.sketch_quotas is True
 
 
+class _Resumed:
+    """An init-search callback that trains the model on measurements of the task itself,
+    as resuming from its log does."""
+
+    def apply(self, policy):
+        chosen = policy.next_batch(8)
+        policy.update(chosen, [1e-3 * (n + 1) for n in range(len(chosen))])
+
+
+def test_a_search_resumed_from_its_own_log_leaves_the_slots_to_the_model():
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    resumed = SketchPolicy(task, XGBModel(num_warmup_sample=8, adaptive_training=False),
+                           init_search_callbacks=[_Resumed()], sketch_policy="bandit")
+    assert resumed.model.is_trained and resumed.params.sketch_quotas is False
+
+
 def test_learned_mutations_learn_which_slot_pays_off():
     sketches = matmul_sketches()
     sketch = sketches[2]

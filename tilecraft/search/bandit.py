@@ -13,7 +13,8 @@ bonus, ``exploration * sqrt(ln N / n)``, for arms measured rarely (N trials in a
 the arm). The shares are a softmax of these scores at ``temperature``, and every arm keeps
 at least ``floor / arms`` of each round, so a sketch that only pays off late is still
 found. The shares split the random part of each population and, unless the cost model was
-taught before the search (transfer), the measurement slots too (``SearchParams.sketch_quotas``).
+taught before the search (transfer, or a resumed log), the measurement slots too
+(``SearchParams.sketch_quotas``).
 With ``tie``, an arm whose best is within that fraction of the task's best counts as level
 with it, since early bests a few percent apart may say only which sketch was lucky first.
 Measured, it won one workload and cost two (DESIGN.md, "Seed noise in numbers"): off by default.

@@ -42,7 +42,8 @@ class SearchParams:
     explore_basins: bool = False
     # Sketch shares (a bandit's) set each sketch's quota of the measurement slots, as well as its
     # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does;
-    # None (SketchPolicy's default): quotas only for a cost model that was not taught before the search.
+    # None (SketchPolicy's default): quotas only for a cost model still untrained when the search
+    # begins (not taught by transfer, a shared model's other tasks or the task's own resumed log).
     sketch_quotas: bool | None = None
     # A bandit counts a sketch whose best is within this fraction of the task's best as level with it.
     sketch_tie: float = 0.0

@@ -48,8 +48,6 @@ class SketchPolicy:
             program_cost_model = program_cost_model.view(task, self.feature_space.names)
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()
-        if self.params.sketch_quotas is None:  # a taught model ranks the sketches better than a young bandit
-            self.params = replace(self.params, sketch_quotas=not self.model.is_trained)
         self.rng = np.random.default_rng(seed)
         self.min_parallel = JOBS_PER_CORE * task.target.num_cores
         self.measured: set = set()
@@ -65,6 +63,8 @@ class SketchPolicy:
         self.model.pending_logs = []
         for callback in init_search_callbacks:
             callback.apply(self)
+        if self.params.sketch_quotas is None:  # a taught model ranks the sketches better than a young bandit
+            self.params = replace(self.params, sketch_quotas=not self.model.is_trained)
 
     def use(self, sketch_policy: str | None = None, mutation_policy: str | None = None) -> None:
         """Switch the sketch policy and the mutation policy by name; None, or the name of
