@@ -23,7 +23,7 @@ def test_tasks_share_feature_names_and_are_told_apart_by_their_extents():
     assert isinstance(small.model, TaskCostModel) and small.model.shared is large.model.shared
     # the same sketches: every feature name is shared, and each task's extents go to the same columns
     assert len(shared.columns) == len(small.feature_space.names) + len(task_descriptor(small.task.compute_dag))
-    assert task_descriptor(large.task.compute_dag)["matmul.k.extent"] == 7.0  # log2 of L = 128
+    assert task_descriptor(large.task.compute_dag)["reduce0.k.extent"] == 7.0  # log2 of L = 128
     rows = small.features([c for c in small.next_batch(4)])
     placed_small, placed_large = small.model._placed(rows), large.model._placed(rows)
     np.testing.assert_array_equal(placed_small[:, small.model.positions], placed_large[:, large.model.positions])

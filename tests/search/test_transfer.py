@@ -74,12 +74,13 @@ def test_a_new_task_is_ranked_by_what_other_workloads_logs_measured(tmp_path):
 
 
 def test_the_tasks_own_records_and_other_targets_are_left_out_and_a_sample_is_taught(tmp_path):
+    here = tc.Target("llvm -isa=avx2 -num-cores=4")
     log = tmp_path / "tuned.json"
-    task, other = _task(32, 32, 32), _task(64, 32, 32)
+    task, other = (tc.SearchTask(func="matmul", args=args, target=here) for args in ((32, 32, 32), (64, 32, 32)))
     _log(log, task, 16)  # resumed from, never transferred
     _log(log, other, 40)
-    elsewhere = tc.SearchTask(func="matmul", args=(16, 16, 16), target="llvm -isa=avx2 -num-cores=3")
-    _log(log, elsewhere, 8)
+    _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 8)
+    _log(log, tc.SearchTask(func="matmul", args=(16, 16, 16), target="llvm -isa=avx512 -num-cores=4"), 8)
     model = transfer_model([log], task, rows=24)
     assert model.model.num_samples == 24
     assert set(model.groups) == {other.workload_key}
@@ -112,6 +113,18 @@ def test_a_log_of_another_machine_lends_its_nearest_target_of_the_same_isa(tmp_p
     assert transfer_model([log], task).model.num_samples == 16  # the nearest of the avx2 targets only
     with pytest.raises(ValueError, match="or another target of its ISA"):
         transfer_model([log], tc.SearchTask(func="matmul", args=(32, 32, 32), target="llvm -isa=scalar"))
+
+
+def test_a_workload_this_target_lacks_is_lent_by_the_nearest_target_that_measured_it(tmp_path):
+    here = tc.Target("llvm -isa=avx2 -num-cores=4")
+    log = tmp_path / "tuned.json"
+    measured_here = tc.SearchTask(func="matmul", args=(64, 32, 32), target=here)
+    _log(log, measured_here, 8)
+    _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 24)
+    _log(log, tc.SearchTask(func="matmul", args=(16, 32, 32), target=tc.Target(here, num_cores=2)), 16)
+    model = transfer_model([log], tc.SearchTask(func="matmul", args=(32, 32, 32), target=here))
+    assert model.model.num_samples == 8 + 16  # the 24 of the first workload elsewhere are not needed
+    assert len(model.groups) == 2
 
 
 def test_the_default_database_teaches_a_first_tuning_on_an_x86_machine():

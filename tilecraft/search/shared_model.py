@@ -6,8 +6,11 @@ anything. Shared, the model has seen the other tasks by then: ResNet-50's convol
 differ in shape, not in which tilings pay.
 
 Rows of every task live in one feature space: a feature keeps its name across tasks (the
-log2 tile factors of ``conv2d_nhwc_0.y`` mean the same in every convolution), and each
-task adds what tells it apart, the log2 extent of every loop of every stage and its FLOPs.
+log2 tile factors of a convolution's ``y`` loop mean the same in every convolution), and
+each task adds what tells it apart, the log2 extent of every loop of every stage and its
+FLOPs. A column is named by the stage's role, not its name (``stage_roles``): a registered
+operator calls its convolution ``conv2d`` and a model's fused task ``conv2d_nhwc_0``, and
+by name the default database's convolutions would teach a model's nothing.
 Each task sees the model through a ``CostModel`` view that places its columns; labels are
 normalised within each task (its best is 1), so tasks of different speeds mix.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 
@@ -39,7 +43,8 @@ class SharedCostModel:
         """The model as ``task`` sees it, its candidates described by ``feature_names``."""
         group = self.groups.setdefault(task.workload_key, len(self.groups))
         descriptor = task_descriptor(task.compute_dag)
-        positions = np.array([self._column(name) for name in feature_names], dtype=np.int64)
+        by_role = role_namer(task.compute_dag)
+        positions = np.array([self._column(by_role(name)) for name in feature_names], dtype=np.int64)
         described = np.array([self._column(name) for name in descriptor], dtype=np.int64)
         self.model.widen(len(self.columns))
         return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())))
@@ -89,9 +94,33 @@ class TaskCostModel(CostModel):
 
 
 def task_descriptor(dag) -> dict[str, float]:
-    """What tells a task apart: log2 FLOPs, and the log2 extent of each loop of each stage."""
+    """What tells a task apart: log2 FLOPs, and the log2 extent of each loop of each stage
+    (named by its role)."""
+    roles = stage_roles(dag)
     described = {"task.log2_flop": math.log2(max(dag.flop_count(), 1.0))}
     for tensor in dag.compute_ops:
         for axis in (*tensor.op.axis, *tensor.op.reduce_axis):
-            described[f"{tensor.name}.{axis.var.name}.extent"] = math.log2(axis.extent)
+            described[f"{roles[tensor.name]}.{axis.var.name}.extent"] = math.log2(axis.extent)
     return described
+
+
+def stage_roles(dag) -> dict[str, str]:
+    """Each compute stage's name -> its role, alike in every task of a kind: the reductions
+    in order ("reduce0", ...), the stages before the first ("in0", ...: padding) and the
+    others ("out0", ...: the fused element-wise tail)."""
+    roles, counts = {}, {"in": 0, "reduce": 0, "out": 0}
+    reduces = any(tensor.op.reduce_axis for tensor in dag.compute_ops)
+    for tensor in dag.compute_ops:
+        role = "reduce" if tensor.op.reduce_axis else "in" if reduces and not counts["reduce"] else "out"
+        roles[tensor.name] = f"{role}{counts[role]}"
+        counts[role] += 1
+    return roles
+
+
+def role_namer(dag):
+    """A function that renames a feature of ``dag``'s candidates by its stages' roles, in a
+    sketch's name too ("sketch=inline(relu_2) tile" -> "sketch=inline(out1) tile")."""
+    roles = stage_roles(dag)
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(roles, key=len, reverse=True)))
+                         + r")(?!\w)")
+    return lambda name: pattern.sub(lambda found: roles[found.group(1)], name)

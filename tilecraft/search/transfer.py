@@ -14,10 +14,10 @@ Only a sample of each workload's records is taught (``transfer_sample``): a whol
 
 tilecraft ships such a sample as its default database (``DEFAULT_RECORDS``: ResNet-50's
 convolutions, a 1024³ matmul, dense and batch_matmul, measured on a few x86 machines), so a
-first tuning on a new machine starts from what those taught. A log with no record for
-the task's target lends those of its nearest target of the same ISA and vector width:
-what pays (register tiles that fill the registers, loop orders) is set mostly by the ISA,
-and the model ranks candidates within a task, not across machines.
+first tuning on a new machine starts from what those taught. A workload a log holds no
+record of on the task's target lends those of its nearest target of the same ISA and
+vector width: what pays (register tiles that fill the registers, loop orders) is set
+mostly by the ISA, and the model ranks candidates within a task, not across machines.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def transfer_model(logs: Iterable[str | os.PathLike], task, rows: int = TRANSFER
                    model: SharedCostModel | None = None) -> SharedCostModel:
     """A cost model for ``task`` (pass it to its ``SketchPolicy``), first taught a sample of
     the records of every other registered workload that ``logs`` hold for ``task``'s target,
-    or for its nearest target where a log holds none for it (``nearest_records``). The
+    or, for a workload measured only elsewhere, its nearest target's (``nearest_records``). The
     task's own records are not taught here: resume from them (``resume_from``), which also
     marks them measured. Raises ``ValueError`` naming the logs if one is missing or none of
     them holds another workload's record to learn from."""
@@ -88,25 +88,26 @@ def transfer_model(logs: Iterable[str | os.PathLike], task, rows: int = TRANSFER
 
 
 def nearest_records(log: str | os.PathLike, target: Target) -> list[TuningRecord]:
-    """The records ``log`` holds for ``target``; where it holds none, those of the nearest
-    target it holds with the same ISA and vector width (by cores and cache sizes, in
-    factors of two); none if no target shares them."""
-    own = load_records(log, target=target)  # the usual case, read without decoding other targets' lines
-    if own:
-        return own
-    by_target: dict[str, list[TuningRecord]] = {}
+    """Per workload, the records ``log`` holds for ``target``; for a workload it holds none
+    of there, those of its nearest target with the same ISA and vector width (by cores and
+    cache sizes, in factors of two); none of a workload no such target measured."""
+    by_workload: dict[str, dict[str, list[TuningRecord]]] = {}
     for record in load_records(log):
-        by_target.setdefault(record.target, []).append(record)
-    alike = {name: t for name in by_target
-             if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
-    if not alike:
-        return []
+        by_workload.setdefault(record.workload_key, {}).setdefault(record.target, []).append(record)
+    own, lent = str(target), []
+    for by_target in by_workload.values():
+        alike = {name: t for name in by_target
+                 if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
+        if own in by_target:
+            lent += by_target[own]
+        elif alike:
+            lent += by_target[min(alike, key=lambda name: _distance(alike[name], target))]
+    return lent
 
-    def distance(other: Target) -> float:
-        return sum(abs(math.log2(getattr(other, size) / getattr(target, size)))
-                   for size in ("num_cores", "l1_bytes", "l2_bytes", "l3_bytes"))
 
-    return by_target[min(alike, key=lambda name: distance(alike[name]))]
+def _distance(other: Target, target: Target) -> float:
+    return sum(abs(math.log2(getattr(other, size) / getattr(target, size)))
+               for size in ("num_cores", "l1_bytes", "l2_bytes", "l3_bytes"))
 
 
 def _parsed(name: str) -> Target | None:
