@@ -9,7 +9,7 @@ from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.evolution import Candidate
 from tilecraft.search.features import feature_names
 from tilecraft.search.policy import SketchPolicy
-from tilecraft.search.shared_model import SharedCostModel, TaskCostModel, task_descriptor
+from tilecraft.search.shared_model import SharedCostModel, TaskCostModel, role_namer, stage_roles, task_descriptor
 from tilecraft.tune.scheduler import TaskScheduler
 
 
@@ -28,6 +28,23 @@ def test_tasks_share_feature_names_and_are_told_apart_by_their_extents():
     placed_small, placed_large = small.model._placed(rows), large.model._placed(rows)
     np.testing.assert_array_equal(placed_small[:, small.model.positions], placed_large[:, large.model.positions])
     assert not np.array_equal(placed_small[:, small.model.described], placed_large[:, large.model.described])
+
+
+def test_columns_are_named_by_stage_role_so_stages_named_apart_share_them():
+    shared = SharedCostModel()
+    matmul = SketchPolicy(_task(64, 64, 64), shared)
+    dense = SketchPolicy(tc.SearchTask(func="dense", args=(64, 64, 64), target=tc.Target.host()), shared)
+
+    def column(policy, name):
+        return policy.model.positions[policy.feature_space.names.index(name)]
+
+    assert column(matmul, "matmul.j.t3") == column(dense, "dense.j.t3")
+    conv = tc.SearchTask(func="conv2d_nhwc", args=(1, 14, 14, 16, 16, 3, 3, 1, 1)).compute_dag
+    assert stage_roles(conv) == {"conv2d_pad": "in0", "conv2d": "reduce0", "bias_add": "out0", "relu": "out1"}
+    rename = role_namer(conv)
+    assert rename("sketch=inline(bias_add) tile") == "sketch=inline(out0) tile"
+    assert [rename(name) for name in ("conv2d_pad.location", "conv2d.y.t2", "task.log2_flop")] == [
+        "in0.location", "reduce0.y.t2", "task.log2_flop"]
 
 
 def test_a_new_task_is_ranked_by_what_the_others_measured():

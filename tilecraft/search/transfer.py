@@ -96,11 +96,12 @@ def nearest_records(log: str | os.PathLike, target: Target) -> list[TuningRecord
         by_workload.setdefault(record.workload_key, {}).setdefault(record.target, []).append(record)
     own, lent = str(target), []
     for by_target in by_workload.values():
-        alike = {name: t for name in by_target
-                 if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
         if own in by_target:
             lent += by_target[own]
-        elif alike:
+            continue
+        alike = {name: t for name in by_target
+                 if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
+        if alike:
             lent += by_target[min(alike, key=lambda name: _distance(alike[name], target))]
     return lent
 
