@@ -75,10 +75,15 @@ def test_missing_compiler_says_to_install_gcc(tmp_path, monkeypatch):
         compile_c(ADD, Target.host(), cache_dir=tmp_path)
 
 
-def test_compile_timeout_raises_build_error(tmp_path):
+def test_compile_timeout_raises_build_error(tmp_path, monkeypatch):
+    # A compiler that never finishes: a real gcc under load can finish before a tiny timeout is checked.
+    slow = tmp_path / "slow-cc"
+    slow.write_text('#!/bin/sh\ncase "$1" in --version) echo slow-cc 1.0 ;; *) sleep 30 ;; esac\n')
+    slow.chmod(0o755)
+    monkeypatch.setattr(compiler, "_find_compiler", lambda: str(slow))
     with pytest.raises(BuildError, match="compile_timeout_secs"):
-        compile_c(ADD + "\n// timeout", Target.host(), cache_dir=tmp_path, compile_timeout_secs=1e-4)
-    assert not list(tmp_path.glob("*.so"))
+        compile_c(ADD + "\n// timeout", Target.host(), cache_dir=tmp_path / "cache", compile_timeout_secs=0.2)
+    assert not list((tmp_path / "cache").glob("*.so"))
 
 
 def test_concurrent_compiles_of_the_same_source_agree(tmp_path):
