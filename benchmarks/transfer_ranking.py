@@ -28,7 +28,6 @@ import numpy as np
 
 import tilecraft as tc
 from tilecraft.database import load_records
-from tilecraft.search.evolution import Candidate
 from tilecraft.search.metrics import peak_at_k, rank_correlation, recall_at_k
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.transfer import DEFAULT_RECORDS, transfer_model
@@ -49,18 +48,12 @@ def own_target_log(donors: Path, target: tc.Target, directory: Path) -> Path:
 
 
 def rank(policy: SketchPolicy, records: list) -> dict[str, float]:
-    """The metrics of the model's ranking of the records a sketch of the task stands for
-    (a model's records name no sketch: each is tried)."""
-    candidates, costs = [], []
-    for record in records:
-        trace = tc.Trace.from_json(record.trace)
-        for index, sketch in enumerate(policy.sketches):
-            if (row := sketch.row_of(trace, record.trace_json)) is not None:
-                candidates.append(Candidate(index, tuple(int(v) for v in row)))
-                costs.append(record.mean_cost)
-                break
+    """The metrics of the model's ranking of the records a sketch of the task stands for."""
+    located = [(candidate, record.mean_cost) for record, candidate in zip(records, policy.locate(records))
+               if candidate is not None]
+    candidates = [candidate for candidate, _ in located]
     scores = policy.model.predict(policy.features(candidates))
-    costs = np.array(costs)
+    costs = np.array([cost for _, cost in located])
     return {"records": len(candidates), **{name: float(metric(scores, costs)) for name, metric in METRICS.items()}}
 
 

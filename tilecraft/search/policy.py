@@ -148,22 +148,28 @@ class SketchPolicy:
         """Mark what ``records`` measured and learn from it; returns how many records
         matched a sketch of this task (the others are still never re-measured).
         ``mark_measured=False`` only trains the model."""
-        by_name = {sketch.name: n for n, sketch in enumerate(self.sketches)}
         candidates, costs = [], []
+        for record, candidate in zip(records, self.locate(records)):
+            if candidate is not None:
+                candidates.append(candidate)
+                costs.append(record.mean_cost)
+            elif mark_measured:
+                self.measured_traces.add(trace_key(Trace.from_json(record.trace)))
+        self.update(candidates, costs, mark_measured)
+        return len(candidates)
+
+    def locate(self, records: Sequence[TuningRecord]) -> list[Candidate | None]:
+        """The candidate of this task each record's trace stands for, None where no sketch's
+        does: the sketch a record names, or every sketch where it names none of them."""
+        by_name = {sketch.name: n for n, sketch in enumerate(self.sketches)}
+        located = []
         for record in records:
             trace = Trace.from_json(record.trace)
             order = [by_name[record.sketch]] if record.sketch in by_name else range(len(self.sketches))
-            for index in order:
-                row = self.sketches[index].row_of(trace, record.trace_json)
-                if row is not None:
-                    candidates.append(Candidate(index, tuple(int(v) for v in row)))
-                    costs.append(record.mean_cost)
-                    break
-            else:
-                if mark_measured:
-                    self.measured_traces.add(trace_key(trace))
-        self.update(candidates, costs, mark_measured)
-        return len(candidates)
+            rows = ((index, self.sketches[index].row_of(trace, record.trace_json)) for index in order)
+            found = next(((index, row) for index, row in rows if row is not None), None)
+            located.append(None if found is None else Candidate(found[0], tuple(int(v) for v in found[1])))
+        return located
 
 
 class PreloadMeasuredStates:
