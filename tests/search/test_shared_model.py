@@ -23,7 +23,7 @@ def test_tasks_share_feature_names_and_are_told_apart_by_their_extents():
     assert isinstance(small.model, TaskCostModel) and small.model.shared is large.model.shared
     # the same sketches: every feature name is shared, and each task's extents go to the same columns
     assert len(shared.columns) == len(small.feature_space.names) + len(task_descriptor(small.task.compute_dag))
-    assert task_descriptor(large.task.compute_dag)["reduce0.k.extent"] == 7.0  # log2 of L = 128
+    assert task_descriptor(large.task.compute_dag)["reduce0[i.k,k.j].k.extent"] == 7.0  # log2 of L = 128
     rows = small.features([c for c in small.next_batch(4)])
     placed_small, placed_large = small.model._placed(rows), large.model._placed(rows)
     np.testing.assert_array_equal(placed_small[:, small.model.positions], placed_large[:, large.model.positions])
@@ -33,18 +33,21 @@ def test_tasks_share_feature_names_and_are_told_apart_by_their_extents():
 def test_columns_are_named_by_stage_role_so_stages_named_apart_share_them():
     shared = SharedCostModel()
     matmul = SketchPolicy(_task(64, 64, 64), shared)
+    batched = SketchPolicy(tc.SearchTask(func="batch_matmul", args=(4, 64, 64, 64), target=tc.Target.host()), shared)
     dense = SketchPolicy(tc.SearchTask(func="dense", args=(64, 64, 64), target=tc.Target.host()), shared)
 
     def column(policy, name):
         return policy.model.positions[policy.feature_space.names.index(name)]
 
-    assert column(matmul, "matmul.j.t3") == column(dense, "dense.j.t3")
+    # a batch loop outside keeps the kind; weights read across k (dense) do not
+    assert column(matmul, "matmul.j.t3") == column(batched, "batch_matmul.j.t3") != column(dense, "dense.j.t3")
     conv = tc.SearchTask(func="conv2d_nhwc", args=(1, 14, 14, 16, 16, 3, 3, 1, 1)).compute_dag
-    assert stage_roles(conv) == {"conv2d_pad": "in0", "conv2d": "reduce0", "bias_add": "out0", "relu": "out1"}
+    assert stage_roles(conv) == {"conv2d_pad": "in0", "conv2d": "reduce0[rx+x.rc,rc.f]", "bias_add": "out0",
+                                 "relu": "out1"}
     rename = role_namer(conv)
     assert rename("sketch=inline(bias_add) tile") == "sketch=inline(out0) tile"
     assert [rename(name) for name in ("conv2d_pad.location", "conv2d.y.t2", "task.log2_flop")] == [
-        "in0.location", "reduce0.y.t2", "task.log2_flop"]
+        "in0.location", "reduce0[rx+x.rc,rc.f].y.t2", "task.log2_flop"]
 
 
 def test_a_new_task_is_ranked_by_what_the_others_measured():
@@ -65,6 +68,27 @@ def test_a_new_task_is_ranked_by_what_the_others_measured():
     names = second.feature_space.names
     innermost = second.features(batch)[:, names.index("matmul.j.t3")]
     assert np.corrcoef(innermost, scores)[0, 1] > 0.5  # what the first task taught
+
+
+def test_a_task_whose_kind_no_rows_taught_scores_at_random_until_its_own_arrive():
+    shared = SharedCostModel(XGBModel(num_warmup_sample=32, nthread=1))
+    taught = SketchPolicy(_task(32, 32, 32), shared)
+    measured = taught.next_batch(48)
+    taught.update(measured, [1.0 + n for n in range(len(measured))])
+    assert shared.model.is_trained
+
+    def policy(func, args):
+        return SketchPolicy(tc.SearchTask(func=func, args=args, target=tc.Target.host()), shared)
+
+    batched, dense = policy("batch_matmul", (2, 32, 32, 32)), policy("dense", (32, 32, 32))
+    assert batched.model.is_trained and not batched.params.sketch_quotas  # matmul's kind: taught
+    assert not dense.model.is_trained and dense.params.sketch_quotas  # searched as if untaught
+    rows = dense.features(dense.next_batch(16))
+    assert not np.array_equal(dense.model.predict(rows), dense.model.predict(rows))  # random
+    own = dense.next_batch(48)
+    dense.update(own, [1.0 + n for n in range(len(own))])
+    assert dense.model.is_trained
+    np.testing.assert_array_equal(dense.model.predict(rows), dense.model.predict(rows))
 
 
 def test_a_task_that_brings_new_features_widens_the_model():

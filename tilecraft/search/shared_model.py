@@ -10,7 +10,9 @@ log2 tile factors of a convolution's ``y`` loop mean the same in every convoluti
 each task adds what tells it apart, the log2 extent of every loop of every stage and its
 FLOPs. A column is named by the stage's role, not its name (``stage_roles``): a registered
 operator calls its convolution ``conv2d`` and a model's fused task ``conv2d_nhwc_0``, and
-by name the default database's convolutions would teach a model's nothing.
+by name the default database's convolutions would teach a model's nothing. A reduction's
+role carries its kind (``reduction_kind``), so dense, whose loops are matmul's, is not
+taught matmul's tilings; a task of a kind no rows taught scores at random until its own.
 Each task sees the model through a ``CostModel`` view that places its columns; labels are
 normalised within each task (its best is 1), so tasks of different speeds mix.
 """
@@ -23,7 +25,9 @@ import re
 
 import numpy as np
 
-from .cost_model import CostModel, XGBModel, _BoostedTreesModel
+from ..te.expr import free_vars
+from .access import reads_of
+from .cost_model import CostModel, RandomModel, XGBModel, _BoostedTreesModel
 
 
 class SharedCostModel:
@@ -38,6 +42,7 @@ class SharedCostModel:
         self.model = model if model is not None else XGBModel(adaptive_training=False)
         self.columns: dict[str, int] = {}
         self.groups: dict[str, int] = {}  # workload key -> the task's group in the model
+        self.taught_kinds: set[str] = set()  # the reductions (by role and kind) rows were given of
 
     def view(self, task, feature_names: list[str]) -> TaskCostModel:
         """The model as ``task`` sees it, its candidates described by ``feature_names``."""
@@ -47,7 +52,8 @@ class SharedCostModel:
         positions = np.array([self._column(by_role(name)) for name in feature_names], dtype=np.int64)
         described = np.array([self._column(name) for name in descriptor], dtype=np.int64)
         self.model.widen(len(self.columns))
-        return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())))
+        kinds = {role for role in stage_roles(task.compute_dag).values() if role.startswith("reduce")}
+        return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())), kinds)
 
     def _column(self, name: str) -> int:
         return self.columns.setdefault(name, len(self.columns))
@@ -57,9 +63,10 @@ class TaskCostModel(CostModel):
     """One task's view of a ``SharedCostModel``: its rows placed in the shared columns."""
 
     def __init__(self, shared: SharedCostModel, group: int, positions: np.ndarray, described: np.ndarray,
-                 descriptor: np.ndarray):
-        self.shared, self.group = shared, group
+                 descriptor: np.ndarray, kinds: set[str]):
+        self.shared, self.group, self.kinds = shared, group, kinds
         self.positions, self.described, self.descriptor = positions, described, descriptor
+        self.warm_up = RandomModel(group)
 
     @property
     def num_samples(self) -> int:
@@ -67,13 +74,18 @@ class TaskCostModel(CostModel):
 
     @property
     def is_trained(self) -> bool:
-        return self.shared.model.is_trained
+        """Trained, and on a reduction of this task's kind (or it has none). Taught only
+        other kinds, the model ranks by the columns they share, and ranked dense's records
+        worse than at random; until the task's own rows arrive its scores are random."""
+        return self.shared.model.is_trained and (not self.kinds or bool(self.kinds & self.shared.taught_kinds))
 
     def update(self, features: np.ndarray, costs: np.ndarray) -> None:
+        self.shared.taught_kinds |= self.kinds
         self.shared.model.update(self._placed(features), costs, group=self.group)
 
     def predict(self, features: np.ndarray) -> np.ndarray:
-        return self.shared.model.predict(self._placed(features))
+        placed = self._placed(features)
+        return self.shared.model.predict(placed) if self.is_trained else self.warm_up.predict(placed)
 
     def save(self, path: str | os.PathLike) -> None:
         """Save the shared model, every task's rows."""
@@ -106,15 +118,26 @@ def task_descriptor(dag) -> dict[str, float]:
 
 def stage_roles(dag) -> dict[str, str]:
     """Each compute stage's name -> its role, alike in every task of a kind: the reductions
-    in order ("reduce0", ...), the stages before the first ("in0", ...: padding) and the
-    others ("out0", ...: the fused element-wise tail)."""
+    in order, with their kind ("reduce0[i.k,k.j]", ...), the stages before the first
+    ("in0", ...: padding) and the others ("out0", ...: the fused element-wise tail)."""
     roles, counts = {}, {"in": 0, "reduce": 0, "out": 0}
     reduces = any(tensor.op.reduce_axis for tensor in dag.compute_ops)
     for tensor in dag.compute_ops:
         role = "reduce" if tensor.op.reduce_axis else "in" if reduces and not counts["reduce"] else "out"
-        roles[tensor.name] = f"{role}{counts[role]}"
+        kind = f"[{reduction_kind(tensor.op)}]" if role == "reduce" else ""
+        roles[tensor.name] = f"{role}{counts[role]}{kind}"
         counts[role] += 1
     return roles
+
+
+def reduction_kind(op) -> str:
+    """Which loops walk the two innermost dimensions of each read ("i.k,k.j"). They decide
+    which tilings vectorise and stay in cache, so reductions alike in them teach each
+    other: a batch loop outside leaves batch_matmul matmul's kind, while dense, which reads
+    its weights across ``k``, is not (taught by matmul, its search ended 3% behind; apart,
+    3% ahead)."""
+    return ",".join(".".join("+".join(sorted(v.name for v in free_vars(index))) for index in read.indices[-2:])
+                    for read in reads_of(op))
 
 
 def role_namer(dag):
