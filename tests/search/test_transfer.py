@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
-from tilecraft.database.record import TuningRecord, trace_key
 from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.evolution import Candidate
 from tilecraft.search.features import feature_names
@@ -19,28 +18,6 @@ INNERMOST = "matmul.j.t3"
 
 def _task(*args):
     return tc.SearchTask(func="matmul", args=args, target=tc.Target.host())
-
-
-def _record(task, trace, cost: float) -> TuningRecord:
-    valid = np.isfinite(cost)
-    return TuningRecord(task.workload_key, task.workload, str(task.target), trace_key(trace),
-                        (cost,) if valid else (), "none" if valid else "runtime", "", 0.1, 0.0,
-                        task.compute_dag.flop_count(), None)
-
-
-def _log(path, task, count: int) -> list[TuningRecord]:
-    """A log of ``count`` of ``task``'s candidates at a made-up cost: bigger innermost
-    spatial tiles are faster, one candidate in eight fails."""
-    policy = SketchPolicy(task)
-    sketch = next(n for n, s in enumerate(policy.sketches) if INNERMOST in feature_names(s))
-    rows = policy.sketches[sketch].sample_uniform(np.random.default_rng(0), count)
-    candidates = [Candidate(sketch, tuple(int(v) for v in row)) for row in rows]
-    innermost = policy.features(candidates)[:, policy.feature_space.names.index(INNERMOST)]
-    records = [_record(task, policy.trace_of(c), np.inf if n % 8 == 7 else 1e-3 / (1 + t))
-               for n, (c, t) in enumerate(zip(candidates, innermost))]
-    with open(path, "a") as file:
-        file.writelines(r.to_json_line() + "\n" for r in records)
-    return records
 
 
 class _Cost:
@@ -58,10 +35,10 @@ def test_a_sample_keeps_the_fastest_quarter_and_samples_the_rest_failures_includ
     assert transfer_sample(records[:30], rows=40) == records[:30]
 
 
-def test_a_new_task_is_ranked_by_what_other_workloads_logs_measured(tmp_path):
+def test_a_new_task_is_ranked_by_what_other_workloads_logs_measured(tmp_path, made_up_log):
     log = tmp_path / "tuned.json"
-    _log(log, _task(32, 32, 32), 48)
-    _log(log, _task(64, 32, 32), 48)
+    made_up_log(log, _task(32, 32, 32), 48)
+    made_up_log(log, _task(64, 32, 32), 48)
     task = _task(48, 32, 64)
     model = transfer_model([log], task, model=SharedCostModel(XGBModel(num_warmup_sample=32, nthread=1)))
     assert model.model.num_samples == 96 and model.model.is_trained
@@ -73,55 +50,55 @@ def test_a_new_task_is_ranked_by_what_other_workloads_logs_measured(tmp_path):
     assert np.corrcoef(innermost, policy.model.predict(policy.features(batch)))[0, 1] > 0.5
 
 
-def test_the_tasks_own_records_and_other_targets_are_left_out_and_a_sample_is_taught(tmp_path):
+def test_the_tasks_own_records_and_other_targets_are_left_out_and_a_sample_is_taught(tmp_path, made_up_log):
     here = tc.Target("llvm -isa=avx2 -num-cores=4")
     log = tmp_path / "tuned.json"
     task, other = (tc.SearchTask(func="matmul", args=args, target=here) for args in ((32, 32, 32), (64, 32, 32)))
-    _log(log, task, 16)  # resumed from, never transferred
-    _log(log, other, 40)
-    _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 8)
-    _log(log, tc.SearchTask(func="matmul", args=(16, 16, 16), target="llvm -isa=avx512 -num-cores=4"), 8)
+    made_up_log(log, task, 16)  # resumed from, never transferred
+    made_up_log(log, other, 40)
+    made_up_log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 8)
+    made_up_log(log, tc.SearchTask(func="matmul", args=(16, 16, 16), target="llvm -isa=avx512 -num-cores=4"), 8)
     model = transfer_model([log], task, rows=24)
     assert model.model.num_samples == 24
     assert set(model.groups) == {other.workload_key}
 
 
-def test_a_log_with_nothing_to_transfer_is_refused_naming_it(tmp_path):
+def test_a_log_with_nothing_to_transfer_is_refused_naming_it(tmp_path, made_up_log):
     task = _task(32, 32, 32)
     with pytest.raises(ValueError, match=f"cannot transfer from {tmp_path / 'none.json'}: no such file"):
         transfer_model([tmp_path / "none.json"], task)
     own = tmp_path / "own.json"
-    _log(own, task, 8)
+    made_up_log(own, task, 8)
     with pytest.raises(ValueError, match=f"nothing to transfer from {own}: no record of another workload"):
         transfer_model([own], task)
     unregistered = tmp_path / "model.json"
-    records = _log(tmp_path / "scratch.json", _task(64, 32, 32), 4)
+    records = made_up_log(tmp_path / "scratch.json", _task(64, 32, 32), 4)
     unregistered.write_text("".join(replace(r, workload_key='["dag", "abc"]', workload=None).to_json_line() + "\n"
                                     for r in records))
     with pytest.raises(ValueError, match="register their functions with @tc.register_workload"):
         transfer_model([unregistered], task)
 
 
-def test_a_log_of_another_machine_lends_its_nearest_target_of_the_same_isa(tmp_path):
+def test_a_log_of_another_machine_lends_its_nearest_target_of_the_same_isa(tmp_path, made_up_log):
     here = tc.Target("llvm -isa=avx2 -num-cores=4 -l2-bytes=1048576")
     near = tc.Target(here, num_cores=2)
     far = tc.Target(here, num_cores=2, l2_bytes=262144, l3_bytes=here.l3_bytes * 4)
     log = tmp_path / "elsewhere.json"
     for target, count in ((far, 24), (near, 16), (tc.Target("llvm -isa=avx512 -num-cores=4"), 8)):
-        _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=target), count)
+        made_up_log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=target), count)
     task = tc.SearchTask(func="matmul", args=(32, 32, 32), target=here)
     assert transfer_model([log], task).model.num_samples == 16  # the nearest of the avx2 targets only
     with pytest.raises(ValueError, match="or another target of its ISA"):
         transfer_model([log], tc.SearchTask(func="matmul", args=(32, 32, 32), target="llvm -isa=scalar"))
 
 
-def test_a_workload_this_target_lacks_is_lent_by_the_nearest_target_that_measured_it(tmp_path):
+def test_a_workload_this_target_lacks_is_lent_by_the_nearest_target_that_measured_it(tmp_path, made_up_log):
     here = tc.Target("llvm -isa=avx2 -num-cores=4")
     log = tmp_path / "tuned.json"
     measured_here = tc.SearchTask(func="matmul", args=(64, 32, 32), target=here)
-    _log(log, measured_here, 8)
-    _log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 24)
-    _log(log, tc.SearchTask(func="matmul", args=(16, 32, 32), target=tc.Target(here, num_cores=2)), 16)
+    made_up_log(log, measured_here, 8)
+    made_up_log(log, tc.SearchTask(func="matmul", args=(64, 32, 32), target=tc.Target(here, num_cores=2)), 24)
+    made_up_log(log, tc.SearchTask(func="matmul", args=(16, 32, 32), target=tc.Target(here, num_cores=2)), 16)
     model = transfer_model([log], tc.SearchTask(func="matmul", args=(32, 32, 32), target=here))
     assert model.model.num_samples == 8 + 16  # the 24 of the first workload elsewhere are not needed
     assert len(model.groups) == 2
