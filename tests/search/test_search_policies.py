@@ -258,3 +258,17 @@ def test_a_policy_that_cannot_switch_is_refused_clearly():
     task = tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
     with pytest.raises(tc.TilecraftError, match="cannot switch them"):
         task.tune(tc.TuningOptions(num_measure_trials=1, sketch_policy="bandit", verbose=0), search_policy=Custom())
+
+
+def test_a_batch_replaces_candidates_whose_compute_locations_do_not_replay():
+    task = tc.SearchTask(func="softmax", args=(8, 24), target=tc.Target.host())
+    policy = SketchPolicy(task, seed=0)
+    checked, unreplayable = policy._replays, []
+    policy._replays = lambda c: checked(c) or unreplayable.append(c)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        batch = policy.next_batch(4)
+        assert len(batch) == 4 and all(checked(c) for c in batch)
+        policy.update(batch, list(rng.uniform(1e-4, 1e-3, 4)))
+    assert unreplayable  # met, learned as failures, and never offered
+    assert all(c.key in policy.measured for c in unreplayable)

@@ -91,14 +91,27 @@ class SketchPolicy:
         return rows
 
     def next_batch(self, count: int) -> list[Candidate]:
-        """Up to ``count`` unmeasured candidates, the most promising by the model."""
+        """Up to ``count`` unmeasured candidates, the most promising by the model. Those
+        whose compute locations do not replay are learned as failures and replaced, so a
+        round (a scheduler's warm-up too) measures as many as it asks for."""
+        chosen: list[Candidate] = []
+        for _ in range(3):
+            proposed = self._propose(count - len(chosen), {c.key for c in chosen})
+            invalid = [c for c in proposed if not self._replays(c)]
+            chosen += [c for c in proposed if c not in invalid]
+            if not invalid:
+                break
+            self.update(invalid, [np.inf] * len(invalid))  # never measured (Ansor drops them when sampling)
+        return chosen
+
+    def _propose(self, count: int, pending: set) -> list[Candidate]:
         def score(sketch: int, rows: np.ndarray) -> np.ndarray:
             return self.model.predict(self.feature_space.features(sketch, rows))
 
         seeds = [c for _, c in self.best]
-        nearby = local_candidates(self.sketches, score, seeds, self.measured,
+        nearby = local_candidates(self.sketches, score, seeds, self.measured | pending,
                                   int(round(count * self.params.local_share)))
-        taken = self.measured | {c.key for c in nearby} if nearby else self.measured
+        taken = self.measured | pending | {c.key for c in nearby}
         # A warm-up model's scores are random: a learned policy would learn noise from them.
         mutator = self.mutation_policy if self.model.is_trained else FixedMutations(self.sketches)
         chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
@@ -111,10 +124,6 @@ class SketchPolicy:
             chosen = (defaults + [c for c in chosen if c.key not in keys])[:count]
         if self.measured_traces:
             chosen = [c for c in chosen if trace_key(self.trace_of(c)) not in self.measured_traces]
-        invalid = [c for c in chosen if not self._replays(c)]
-        if invalid:  # learned as failures, never measured (Ansor drops them when sampling)
-            self.update(invalid, [np.inf] * len(invalid))
-            chosen = [c for c in chosen if c.key not in self.measured]
         return chosen
 
     def _replays(self, candidate: Candidate) -> bool:
