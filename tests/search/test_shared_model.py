@@ -127,3 +127,24 @@ def test_rows_of_the_wrong_width_name_the_task_feature_count():
     width = len(policy.feature_space.names)
     with pytest.raises(ValueError, match=rf"features must have {width} columns \(this task's feature names\)"):
         policy.model.predict(np.zeros((2, width + 1)))
+
+
+def test_a_saved_shared_model_loads_with_its_columns_tasks_and_kinds(tmp_path):
+    shared = SharedCostModel(XGBModel(num_warmup_sample=8, nthread=1))
+    first = SketchPolicy(_task(32, 32, 32), shared)
+    chosen = first.next_batch(16)
+    first.update(chosen, [1e-3 * (n + 1) for n in range(len(chosen))])
+    first.model.save(tmp_path / "shared.json")
+    loaded = SharedCostModel(XGBModel(nthread=1))
+    loaded.load(tmp_path / "shared.json")
+    again = SketchPolicy(_task(32, 32, 32), loaded)
+    assert loaded.columns == shared.columns and loaded.groups == shared.groups and again.model.is_trained
+    rows = first.features(chosen)
+    np.testing.assert_allclose(again.model.predict(rows), first.model.predict(rows), rtol=1e-5)
+    shuffled = SharedCostModel()
+    SketchPolicy(tc.SearchTask(func="softmax", args=(8, 24), target=tc.Target.host()), shuffled)
+    with pytest.raises(ValueError, match="placed its columns otherwise than this model does; load it before"):
+        shuffled.load(tmp_path / "shared.json")
+    XGBModel(nthread=1).save(tmp_path / "own.json")
+    with pytest.raises(ValueError, match="holds one task's cost model, not a shared one; load it into an XGBModel"):
+        loaded.load(tmp_path / "own.json")

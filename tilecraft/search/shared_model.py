@@ -19,9 +19,11 @@ normalised within each task (its best is 1), so tasks of different speeds mix.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -54,6 +56,28 @@ class SharedCostModel:
         self.model.widen(len(self.columns))
         kinds = {role for role in stage_roles(task.compute_dag).values() if role.startswith("reduce")}
         return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())), kinds)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Every task's rows and where they sit: the columns, the tasks' groups, the kinds taught."""
+        self.model.save(path)
+        document = json.loads(Path(path).read_text())
+        document["layout"] = {"columns": self.columns, "groups": self.groups, "taught_kinds": sorted(self.taught_kinds)}
+        Path(path).write_text(json.dumps(document))
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restore what ``save`` wrote, before the tasks' policies are made (or after, the
+        same tasks made in the same order: their columns must be where they were)."""
+        layout = json.loads(Path(path).read_text()).get("layout")
+        if layout is None:
+            raise ValueError(f"{path} holds one task's cost model, not a shared one; load it into an XGBModel")
+        for mine, saved, what in ((self.columns, layout["columns"], "columns"), (self.groups, layout["groups"], "tasks")):
+            if any(saved.get(key) != value for key, value in mine.items()):
+                raise ValueError(f"{path} placed its {what} otherwise than this model does; "
+                                 f"load it before making the tasks' policies")
+        self.model.load(path)
+        self.columns.update(layout["columns"])
+        self.groups.update(layout["groups"])
+        self.taught_kinds |= set(layout["taught_kinds"])
 
     def _column(self, name: str) -> int:
         return self.columns.setdefault(name, len(self.columns))
@@ -88,11 +112,10 @@ class TaskCostModel(CostModel):
         return self.shared.model.predict(placed) if self.is_trained else self.warm_up.predict(placed)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Save the shared model, every task's rows."""
-        self.shared.model.save(path)
+        self.shared.save(path)
 
     def load(self, path: str | os.PathLike) -> None:
-        self.shared.model.load(path)
+        self.shared.load(path)
 
     def _placed(self, features: np.ndarray) -> np.ndarray:
         features = np.asarray(features, dtype=np.float32)
