@@ -301,7 +301,13 @@ class _BoostedTreesModel(CostModel):
     def _booster_from_json(self, value: Any) -> Any: ...
 
     def save(self, path: str | os.PathLike) -> None:
-        _write_document(path, self.name, {
+        _write_document(path, self.name, self._state())
+
+    def load(self, path: str | os.PathLike) -> None:
+        self._restore(_read_document(path, self.name))
+
+    def _state(self) -> dict:
+        return {
             "objective": self.objective, "trained_rows": self._trained_rows,
             "num_trainings": self._num_trainings,
             "features": None if self._features is None else _array_to_json(self._features),
@@ -309,10 +315,9 @@ class _BoostedTreesModel(CostModel):
             "groups": _array_to_json(self._groups),
             "random": self._random._state(),
             "booster": None if self._booster is None else self._booster_to_json(),
-        })
+        }
 
-    def load(self, path: str | os.PathLike) -> None:
-        document = _read_document(path, self.name)
+    def _restore(self, document: dict) -> None:
         if document["objective"] != self.objective:
             raise ValueError(f"the saved model was trained with objective {document['objective']!r}, "
                              f"this one uses {self.objective!r}; build it with objective={document['objective']!r}")

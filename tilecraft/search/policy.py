@@ -109,9 +109,9 @@ class SketchPolicy:
             return self.model.predict(self.feature_space.features(sketch, rows))
 
         seeds = [c for _, c in self.best]
-        nearby = local_candidates(self.sketches, score, seeds, self.measured | pending,
-                                  int(round(count * self.params.local_share)))
-        taken = self.measured | pending | {c.key for c in nearby}
+        taken = self.measured | pending
+        nearby = local_candidates(self.sketches, score, seeds, taken, int(round(count * self.params.local_share)))
+        taken |= {c.key for c in nearby}
         # A warm-up model's scores are random: a learned policy would learn noise from them.
         mutator = self.mutation_policy if self.model.is_trained else FixedMutations(self.sketches)
         chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,

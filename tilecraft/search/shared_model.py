@@ -19,17 +19,15 @@ normalised within each task (its best is 1), so tasks of different speeds mix.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 
 from ..te.expr import free_vars
 from .access import reads_of
-from .cost_model import CostModel, RandomModel, XGBModel, _BoostedTreesModel
+from .cost_model import CostModel, RandomModel, XGBModel, _BoostedTreesModel, _read_document, _write_document
 
 
 class SharedCostModel:
@@ -59,22 +57,21 @@ class SharedCostModel:
 
     def save(self, path: str | os.PathLike) -> None:
         """Every task's rows and where they sit: the columns, the tasks' groups, the kinds taught."""
-        self.model.save(path)
-        document = json.loads(Path(path).read_text())
-        document["layout"] = {"columns": self.columns, "groups": self.groups, "taught_kinds": sorted(self.taught_kinds)}
-        Path(path).write_text(json.dumps(document))
+        layout = {"columns": self.columns, "groups": self.groups, "taught_kinds": sorted(self.taught_kinds)}
+        _write_document(path, self.model.name, {**self.model._state(), "layout": layout})
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore what ``save`` wrote, before the tasks' policies are made (or after, the
         same tasks made in the same order: their columns must be where they were)."""
-        layout = json.loads(Path(path).read_text()).get("layout")
+        document = _read_document(path, self.model.name)
+        layout = document.get("layout")
         if layout is None:
             raise ValueError(f"{path} holds one task's cost model, not a shared one; load it into an XGBModel")
         for mine, saved, what in ((self.columns, layout["columns"], "columns"), (self.groups, layout["groups"], "tasks")):
             if any(saved.get(key) != value for key, value in mine.items()):
                 raise ValueError(f"{path} placed its {what} otherwise than this model does; "
                                  f"load it before making the tasks' policies")
-        self.model.load(path)
+        self.model._restore(document)
         self.columns.update(layout["columns"])
         self.groups.update(layout["groups"])
         self.taught_kinds |= set(layout["taught_kinds"])
