@@ -541,8 +541,11 @@ def true_curves(searches: list[Search], measurements: Measurements, runs: list[d
 def operator_searches(task: tc.SearchTask, measurements: Measurements, arms: list[str], seeds: int, trials: int,
                       donor_logs: list[Path] = (), defaults_first: bool = True,
                       transfer_rows: int = TRANSFER_ROWS) -> list[Search]:
-    started = time.perf_counter()
-    taught = transfer_model(donor_logs, task, transfer_rows) if transfers(arms) else None
+    started, taught = time.perf_counter(), None
+    try:
+        taught = transfer_model(donor_logs, task, transfer_rows) if transfers(arms) else None
+    except ValueError as error:  # the +transfer arms search on a model of their own, as tilecraft tune does
+        print(f"  {error}", flush=True)
     teaching = time.perf_counter() - started
     return [Search(task, measurements, arm, seed, trials, taught, defaults_first, teaching)
             for seed in range(seeds) for arm in arms]
@@ -790,7 +793,7 @@ def main() -> None:
                 each.remeasure(args.remeasure)
             if name in MODELS:
                 started = time.perf_counter()
-                taught = transfer_model([DEFAULT_RECORDS], tasks[0], args.transfer_rows) if transfers(arms) else None
+                taught = transfer_model([DEFAULT_RECORDS], tasks, args.transfer_rows) if transfers(arms) else None
                 teaching = time.perf_counter() - started
                 searches = [ModelSearch(tasks, weights, measurements, arm, seed, args.trials, not args.no_defaults,
                                         taught, teaching) for seed in range(args.seeds) for arm in arms]

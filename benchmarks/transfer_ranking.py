@@ -61,7 +61,7 @@ def model_cases(name: str, log: Path, target: tc.Target, donors: dict[str, list[
     """(task, its records, taught model per arm) for each task of model ``name`` with 32 records."""
     tasks, _ = model_tasks(name, scratch)
     own = records_by_workload(log, target)
-    arms = {arm: transfer_model(taught_by, tasks[0]) for arm, taught_by in donors.items()}
+    arms = {arm: transfer_model(taught_by, tasks) for arm, taught_by in donors.items()}
     return [(task, own[task.workload_key], arms) for task in tasks if len(own.get(task.workload_key, ())) >= 32]
 
 
@@ -72,7 +72,10 @@ def operator_cases(logs: list[Path], target: tc.Target, donors: dict[str, list[P
         workload = records[0].workload
         if workload and workload.get("func") in WORKLOADS and len(records) >= 32:
             task = tc.SearchTask(func=workload["func"], args=tuple(workload["args"]), target=target)
-            cases.append((task, records, {arm: transfer_model(taught_by, task) for arm, taught_by in donors.items()}))
+            try:
+                cases.append((task, records, {arm: transfer_model(taught_by, task) for arm, taught_by in donors.items()}))
+            except ValueError as error:  # no donor of its kind: it tunes on a model of its own, not ranked here
+                print(f"{workload['func']} {workload['args']}: {error}")
     return cases
 
 

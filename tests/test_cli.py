@@ -130,6 +130,9 @@ def test_tune_command_transfers_from_another_workloads_log_and_names_a_missing_o
     assert {r.workload["args"][0] for r in load_records(log)} == {32} and len(load_records(log)) == 2
     assert main([*argv[:-1], str(tmp_path / "none.json")]) == 2
     assert f"--transfer: cannot transfer from {tmp_path / 'none.json'}: no such file" in capsys.readouterr().err
+    argv = ["tune", "dense", "--shape", "1,16,16", "--trials", "2", "--log", str(tmp_path / "dense.json")]
+    assert main([*argv, "--no-transfer", "--transfer", str(donor)]) == 2  # a matmul teaches dense nothing
+    assert "no record of a reduction of the kind reduce0[i.k,j.k]; tune it on a" in capsys.readouterr().err
 
 
 def test_tune_command_learns_the_default_database_and_its_own_logs_other_workloads_unless_told_not_to(
@@ -139,7 +142,8 @@ def test_tune_command_learns_the_default_database_and_its_own_logs_other_workloa
     assert main([*argv, "--shape", "16,16,16", "--no-transfer"]) == 0
     assert "first learns" not in capsys.readouterr().out
     assert main([*argv, "--shape", "32,16,16", "--target", "llvm -isa=scalar"]) == 0
-    assert "first learns" not in capsys.readouterr().out  # the default database holds no scalar machine
+    said = capsys.readouterr().out  # the default database holds no scalar machine
+    assert "first learns" not in said and "starts from nothing: nothing to transfer from" in said
     assert main([*argv, "--shape", "48,16,16"]) == 0
     said = capsys.readouterr().out
     if tc.Target.host().isa in ("avx2", "avx512"):  # the machines the default database was measured on

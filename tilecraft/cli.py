@@ -115,7 +115,8 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _taught_model(task: SearchTask, resume: str | None, args: argparse.Namespace) -> SharedCostModel | None:
+def _taught_model(task: SearchTask | list[SearchTask], resume: str | None,
+                  args: argparse.Namespace) -> SharedCostModel | None:
     """A cost model that first learned the other workloads of the ``--transfer`` logs, of the
     resumed log and of the default database (on the 1x1 convolution, it reached 90% of the
     untaught search's final in a third of its trials; DESIGN.md, "Transfer"); None, the
@@ -127,7 +128,9 @@ def _taught_model(task: SearchTask, resume: str | None, args: argparse.Namespace
     except ValueError as error:
         if logs:
             raise CommandError(f"--transfer: {error}") from None
-        return None  # nothing to learn: the resumed log holds this workload only, the default database not this ISA
+        if args.verbose:  # none of its kind, only its own records, or none of this ISA
+            print(f"the cost model starts from nothing: {error}")
+        return None
     if args.verbose:
         donors = len(model.groups)
         named = ", ".join("the default database" if log == str(DEFAULT_RECORDS) else log for log in [*logs, *implicit])
@@ -356,7 +359,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     if args.warm_up is not None and args.warm_up < 1:
         raise CommandError(f"--warm-up {args.warm_up}: give at least 1 measurement per task, or leave it out")
     scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None,
-                              warm_up_trials=args.warm_up, cost_model=_taught_model(tasks[0], None, args))
+                              warm_up_trials=args.warm_up, cost_model=_taught_model(tasks, None, args))
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose)

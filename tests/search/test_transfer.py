@@ -112,6 +112,17 @@ def test_the_default_database_teaches_a_first_tuning_on_an_x86_machine():
     assert model.model.is_trained and model.model.num_trainings == 1  # once, not once a workload
 
 
+def test_a_task_whose_kind_no_donor_measured_is_refused_unless_a_models_tasks_share_it(tmp_path, made_up_log):
+    log = tmp_path / "tuned.json"
+    made_up_log(log, _task(64, 32, 32), 8)
+    made_up_log(log, _task(16, 32, 32), 8)
+    dense = tc.SearchTask(func="dense", args=(1, 32, 16), target=_task(8, 8, 8).target)
+    with pytest.raises(ValueError, match=r"no record of a reduction of the kind reduce0\[i\.k,j\.k\]; tune it on a"):
+        transfer_model([log], dense)
+    model = transfer_model([log], [dense, _task(32, 32, 32)])  # a model's tasks: the matmul learns, and teaches
+    assert model.model.num_samples == 16 and len(model.groups) == 2
+
+
 def test_a_deferred_training_trains_once_on_every_row():
     model = XGBModel(num_warmup_sample=8, adaptive_training=False, nthread=1)
     rng = np.random.default_rng(0)

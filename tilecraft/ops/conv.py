@@ -39,28 +39,35 @@ def _check_groups(channels: int, filters: int, kernel_channels: int, groups: int
         )
 
 
-def _window_geometry(H: int, W: int, KH: int, KW: int, stride: Pair, padding, dilation: Pair, op: str):
-    """Strides, dilations, the four paddings and the output size of a 2-D sliding window."""
+def _operands(data: Tensor, kernel: Tensor, op: str) -> None:
+    check_tensor(data, op, 4, "data")
+    check_tensor(kernel, op, 4, "kernel")
+    same_dtype(data, kernel, op)
+
+
+def _window(data: Tensor, KH: int, KW: int, stride: Pair, padding, dilation: Pair, op: str, name: str):
+    """The padded data (``{name}_pad``, NHWC if ``op`` ends so), strides, dilations and output
+    size of a 2-D sliding window."""
+    nhwc = op.endswith("nhwc")
+    H, W = data.shape[1:3] if nhwc else data.shape[2:]
     (sh, sw), (dh, dw) = pair(stride, op, "stride"), pair(dilation, op, "dilation")
     top, left, bottom, right = padding4(padding, op)
     OH = _output_size(H, KH, sh, top, bottom, dh, op, "height")
     OW = _output_size(W, KW, sw, left, right, dw, op, "width")
-    return sh, sw, dh, dw, top, left, bottom, right, OH, OW
+    edges = (lambda a, b: (0, a, b, 0)) if nhwc else (lambda a, b: (0, 0, a, b))
+    padded = (pad(data, edges(top, left), edges(bottom, right), name=f"{name}_pad")
+              if any((top, left, bottom, right)) else data)
+    return padded, sh, sw, dh, dw, OH, OW
 
 
 def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
                 groups: int = 1, name: str = "conv2d") -> Tensor:
     """data [N, C, H, W], kernel [F, C/groups, KH, KW] (OIHW) -> [N, F, OH, OW]."""
-    check_tensor(data, "conv2d_nchw", 4, "data")
-    check_tensor(kernel, "conv2d_nchw", 4, "kernel")
-    same_dtype(data, kernel, "conv2d_nchw")
+    _operands(data, kernel, "conv2d_nchw")
     N, C, H, W = data.shape
     F, CG, KH, KW = kernel.shape
     _check_groups(C, F, CG, groups, data, kernel, "conv2d_nchw")
-    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation,
-                                                                        "conv2d_nchw")
-    padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
-        (top, left, bottom, right)) else data
+    padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, "conv2d_nchw", name)
     rc, ry, rx = te.reduce_axis((0, CG), "rc"), te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
     per_group = F // groups
 
@@ -75,16 +82,11 @@ def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
 def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
                 groups: int = 1, name: str = "conv2d") -> Tensor:
     """data [N, H, W, C], kernel [KH, KW, C/groups, F] (HWIO) -> [N, OH, OW, F]."""
-    check_tensor(data, "conv2d_nhwc", 4, "data")
-    check_tensor(kernel, "conv2d_nhwc", 4, "kernel")
-    same_dtype(data, kernel, "conv2d_nhwc")
+    _operands(data, kernel, "conv2d_nhwc")
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
     _check_groups(C, F, CG, groups, data, kernel, "conv2d_nhwc")
-    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation,
-                                                                        "conv2d_nhwc")
-    padded = pad(data, (0, top, left, 0), (0, bottom, right, 0), name=f"{name}_pad") if any(
-        (top, left, bottom, right)) else data
+    padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, "conv2d_nhwc", name)
     ry, rx, rc = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx"), te.reduce_axis((0, CG), "rc")
     per_group = F // groups
 
@@ -103,17 +105,13 @@ def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, paddin
     Output channel ``c`` convolves input channel ``c // M`` with ``kernel[c // M, c % M]``.
     """
     op = "depthwise_conv2d_nchw"
-    check_tensor(data, op, 4, "data")
-    check_tensor(kernel, op, 4, "kernel")
-    same_dtype(data, kernel, op)
+    _operands(data, kernel, op)
     N, C, H, W = data.shape
     KC, M, KH, KW = kernel.shape
     if KC != C:
         raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {C} channels of data "
                       f"{data.name} {data.shape} as its first dimension")
-    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation, op)
-    padded = pad(data, (0, 0, top, left), (0, 0, bottom, right), name=f"{name}_pad") if any(
-        (top, left, bottom, right)) else data
+    padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, op, name)
     ry, rx = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
 
     def body(n, c, y, x):
@@ -129,17 +127,13 @@ def depthwise_conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, paddin
     """data [N, H, W, C], kernel [KH, KW, C, M] (M: channel multiplier) -> [N, OH, OW, C*M]:
     the NHWC form of ``depthwise_conv2d_nchw``, channels contiguous for vectorization."""
     op = "depthwise_conv2d_nhwc"
-    check_tensor(data, op, 4, "data")
-    check_tensor(kernel, op, 4, "kernel")
-    same_dtype(data, kernel, op)
+    _operands(data, kernel, op)
     N, H, W, C = data.shape
     KH, KW, KC, M = kernel.shape
     if KC != C:
         raise TeError(f"{op}: kernel {kernel.name} {kernel.shape} must have the {C} channels of data "
                       f"{data.name} {data.shape} as its third dimension")
-    sh, sw, dh, dw, top, left, bottom, right, OH, OW = _window_geometry(H, W, KH, KW, stride, padding, dilation, op)
-    padded = pad(data, (0, top, left, 0), (0, bottom, right, 0), name=f"{name}_pad") if any(
-        (top, left, bottom, right)) else data
+    padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, op, name)
     ry, rx = te.reduce_axis((0, KH), "ry"), te.reduce_axis((0, KW), "rx")
 
     def body(n, y, x, c):
@@ -158,9 +152,7 @@ def conv2d_transpose_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, paddin
     ``KH-1-pad``, then a stride-1 convolution with the flipped kernel.
     """
     op = "conv2d_transpose_nchw"
-    check_tensor(data, op, 4, "data")
-    check_tensor(kernel, op, 4, "kernel")
-    same_dtype(data, kernel, op)
+    _operands(data, kernel, op)
     N, CI, H, W = data.shape
     KCI, CO, KH, KW = kernel.shape
     if KCI != CI:

@@ -12,7 +12,8 @@ FLOPs. A column is named by the stage's role, not its name (``stage_roles``): a 
 operator calls its convolution ``conv2d`` and a model's fused task ``conv2d_nhwc_0``, and
 by name the default database's convolutions would teach a model's nothing. A reduction's
 role carries its kind (``reduction_kind``), so dense, whose loops are matmul's, is not
-taught matmul's tilings; a task of a kind no rows taught scores at random until its own.
+taught matmul's tilings; a task of a kind no rows taught scores at random until its own
+(and ``transfer_model`` refuses to teach a task alone rows of none of its kinds).
 Each task sees the model through a ``CostModel`` view that places its columns; labels are
 normalised within each task (its best is 1), so tasks of different speeds mix.
 """
@@ -52,8 +53,8 @@ class SharedCostModel:
         positions = np.array([self._column(by_role(name)) for name in feature_names], dtype=np.int64)
         described = np.array([self._column(name) for name in descriptor], dtype=np.int64)
         self.model.widen(len(self.columns))
-        kinds = {role for role in stage_roles(task.compute_dag).values() if role.startswith("reduce")}
-        return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())), kinds)
+        return TaskCostModel(self, group, positions, described, np.array(list(descriptor.values())),
+                             reduction_roles(task.compute_dag))
 
     def save(self, path: str | os.PathLike) -> None:
         """Every task's rows and where they sit: the columns, the tasks' groups, the kinds taught."""
@@ -148,6 +149,11 @@ def stage_roles(dag) -> dict[str, str]:
         roles[tensor.name] = f"{role}{counts[role]}{kind}"
         counts[role] += 1
     return roles
+
+
+def reduction_roles(dag) -> set[str]:
+    """The roles of ``dag``'s reductions, their kinds in them ("reduce0[i.k,k.j]")."""
+    return {role for role in stage_roles(dag).values() if role.startswith("reduce")}
 
 
 def reduction_kind(op) -> str:

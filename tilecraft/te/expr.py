@@ -155,13 +155,10 @@ class Binary(Expr):
         return self.a.dtype
 
 
-@dataclass(frozen=True, slots=True)
-class Compare(Expr):
-    """lt le gt ge eq ne; always bool."""
+class Boolean(Expr):
+    """A comparison or a logical operation: always bool."""
 
-    op: str
-    a: Expr
-    b: Expr
+    __slots__ = ()
 
     @property
     def dtype(self) -> str:
@@ -169,23 +166,22 @@ class Compare(Expr):
 
 
 @dataclass(frozen=True, slots=True)
-class Logical(Expr):
+class Compare(Boolean):
+    op: str  # lt le gt ge eq ne
+    a: Expr
+    b: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Logical(Boolean):
     op: str  # "and" | "or"
     a: Expr
     b: Expr
 
-    @property
-    def dtype(self) -> str:
-        return "bool"
-
 
 @dataclass(frozen=True, slots=True)
-class Not(Expr):
+class Not(Boolean):
     a: Expr
-
-    @property
-    def dtype(self) -> str:
-        return "bool"
 
 
 @dataclass(frozen=True, slots=True)
