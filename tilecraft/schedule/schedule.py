@@ -140,9 +140,6 @@ class Schedule:
 
         return loop_path(self.state, name)
 
-    def get_consumers(self, block: BlockRV) -> list[str]:
-        return [s.name for s in self.state.consumers_of(self._stage(block).name)]
-
     def loop_extent(self, loop: LoopRV) -> int:
         return self._loop(loop)[1].extent
 

@@ -11,7 +11,6 @@ leaves the schedule untouched.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ..te.tensor import ComputeOp, Tensor
@@ -123,12 +122,6 @@ class State:
                 return stage
         raise KeyError(loop_id)
 
-    def producer_of(self, tensor: Tensor) -> Stage | None:
-        for stage in self.stages:
-            if stage.tensor is tensor:
-                return stage
-        return None
-
     def producers_of(self, stage: Stage) -> list[Stage]:
         """The stages whose output ``stage`` reads, in state (topological) order."""
         return [s for s in self.stages if any(t is s.tensor for t in stage.op.input_tensors)]
@@ -155,10 +148,6 @@ def initial_stage(op: ComputeOp, tensor: Tensor, first_id: int, is_output: bool)
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def fused_extent(extents: list[int]) -> int:
-    return math.prod(extents)
 
 
 def common_prefix(paths: list[list[int]]) -> list[int]:
