@@ -28,6 +28,8 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
     +gentle         the bandit's softmax runs at temperature GENTLE (SearchParams.sketch_temperature)
     +measured       the mutations follow the measured mutation policy ("measured" in
                     search/mutation_predictor.py), whatever the policy pair named
+    +walk           while the cost model is untrained, a round measures neighbours of the best
+                    measured instead of evolving on random scores (SearchParams.untrained_walk)
     +reseeded       the same search on other random streams (seeds from RESEED on): "baseline+reseeded"
                     is the null, how far the baseline's own seed luck moves every share
     +transfer       the cost model first learns a sample of the other workloads' records
@@ -148,6 +150,7 @@ class Arm(NamedTuple):
     sketch_policy: str
     mutation_policy: str
     local_share: float = SearchParams.local_share  # of each round measuring neighbours of the best (search/local.py)
+    untrained_walk: bool = SearchParams.untrained_walk  # while the model is untrained, walk from the best
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
     explore_basins: bool = SearchParams.explore_basins  # the epsilon-greedy slots probe the tile shapes measured least
@@ -157,7 +160,8 @@ class Arm(NamedTuple):
     reseed: int = 0  # added to each search's seed: the same policy on other random streams
 
     def params(self, defaults_first: bool) -> SearchParams:
-        return SearchParams(local_share=self.local_share, explore_basins=self.explore_basins,
+        return SearchParams(local_share=self.local_share, untrained_walk=self.untrained_walk,
+                            explore_basins=self.explore_basins,
                             sketch_quotas=self.sketch_quotas, sketch_tie=self.sketch_tie,
                             sketch_temperature=self.sketch_temperature,
                             defaults_first=defaults_first)
@@ -169,7 +173,7 @@ POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "pr
 MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
              "scored-slots": {"sketch_quotas": False}, "quotas": {"sketch_quotas": True}, "ties": {"sketch_tie": TIE},
              "gentle": {"sketch_temperature": GENTLE}, "measured": {"mutation_policy": "measured"},
-             "reseeded": {"reseed": RESEED},
+             "walk": {"untrained_walk": True}, "reseeded": {"reseed": RESEED},
              "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
 
 

@@ -203,6 +203,8 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert ablation.arm_of("both+ties").params(defaults_first=True).sketch_tie == ablation.TIE > 0
     assert ablation.arm_of("baseline+measured") == ablation.Arm("uniform", "measured")  # a modifier may set a policy
     assert ablation.arm_of("baseline+reseeded").reseed == ablation.RESEED > 0
+    assert ablation.arm_of("baseline+walk").params(defaults_first=True).untrained_walk
+    assert not ablation.arm_of("both").params(defaults_first=True).untrained_walk
     with pytest.raises(ValueError, match="unknown arm 'basins'"):
         ablation.arm_of("basins")
 

@@ -8,6 +8,7 @@ from tilecraft.search.bandit import SketchBandit
 from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.evolution import SearchParams, evolutionary_search
 from tilecraft.search.evolution import Candidate
+from tilecraft.search.local import neighbours
 from tilecraft.search.mutation_predictor import FixedMutations, LearnedMutations, MeasuredMutations
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
@@ -249,6 +250,24 @@ def test_the_learned_mutations_learn_nothing_from_a_warm_up_models_random_scores
     assert policy.model.is_trained
     measure(16)
     assert policy.mutation_policy.seen > 0
+
+
+@pytest.mark.parametrize("mutation_policy, walks", [("fixed", False), ("learned", False), ("fixed", True),
+                                                     ("learned", True)])
+def test_a_walking_search_measures_neighbours_of_its_best_until_the_model_trains(mutation_policy, walks):
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
+    policy = SketchPolicy(task, program_cost_model=XGBModel(num_warmup_sample=32), seed=0,
+                          params=SearchParams(population=128, num_iters=1, untrained_walk=walks),
+                          mutation_policy=mutation_policy)
+    first = policy.next_batch(16)
+    policy.update(first, [1.0 + n for n in range(len(first))])  # the first is the best, then the second
+    around = {(best.sketch, tuple(int(v) for v in r))
+              for best in first[:2] for r in neighbours(policy.sketches[best.sketch], best.row)}
+    second = [c.key for c in policy.next_batch(16)]
+    assert len(set(second)) == 16 and not set(second) & policy.measured
+    assert (set(second) <= around) if walks else len(set(second) & around) < 4
+    policy.update([Candidate(*key) for key in second], [2.0] * 16)
+    assert policy.model.is_trained and len({c.key for c in policy.next_batch(16)} & around) < 8  # evolving again
 
 
 def test_a_policy_that_cannot_switch_is_refused_clearly():

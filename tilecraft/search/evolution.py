@@ -37,6 +37,10 @@ class SearchParams:
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
     local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
+    # While the cost model is untrained its scores are random, and so are evolution's picks: a walk
+    # measures the neighbours of the best measured instead (search/local.py). Off: it sped dense and
+    # stuck batch_matmul in poor register tiles (DESIGN.md, "A walk while the model is untrained").
+    untrained_walk: bool = False
     # The epsilon-greedy slots measure the best-scored program of the register-tile shapes measured
     # least (search/basins.py) instead of random ones.
     explore_basins: bool = False
@@ -84,6 +88,8 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
                         params: SearchParams = SearchParams(), sketch_shares: np.ndarray | None = None,
                         mutator: FixedMutations | None = None) -> list[Candidate]:
     """Up to ``count`` distinct unmeasured candidates to measure next."""
+    if count <= 0:  # a round the local walk filled
+        return []
     mutator = mutator or FixedMutations(sketches)
     n_measured = min(int(params.population * params.use_measured_ratio), len(best_measured))
     population = list(best_measured[:n_measured])

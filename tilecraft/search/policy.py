@@ -110,7 +110,8 @@ class SketchPolicy:
 
         seeds = [c for _, c in self.best]
         taken = self.measured | pending
-        nearby = local_candidates(self.sketches, score, seeds, taken, int(round(count * self.params.local_share)))
+        local_share = 1.0 if self.params.untrained_walk and not self.model.is_trained else self.params.local_share
+        nearby = local_candidates(self.sketches, score, seeds, taken, int(round(count * local_share)))
         taken |= {c.key for c in nearby}
         # A warm-up model's scores are random: a learned policy would learn noise from them.
         mutator = self.mutation_policy if self.model.is_trained else FixedMutations(self.sketches)
