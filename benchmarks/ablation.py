@@ -33,7 +33,7 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
     +reseeded       the same search on other random streams (seeds from RESEED on): "baseline+reseeded"
                     is the null, how far the baseline's own seed luck moves every share
     +transfer       the cost model first learns a sample of the other workloads' records
-                    (``tilecraft.search.transfer``; ``--transfer-rows`` of each), as a user's
+                    (``tilecraft.tune.transfer``; ``--transfer-rows`` of each), as a user's
                     can who tuned other operators on the machine before; a whole model's
                     shared one learns tilecraft's default database, as ``tune-model``'s does
     +short-warm-up  whole models only: the task scheduler warms each task up with
@@ -120,7 +120,7 @@ from tilecraft.search.default import default_schedule
 from tilecraft.search.evolution import SearchParams
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
-from tilecraft.search.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_model
+from tilecraft.tune.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_model
 
 from archive import merge, restore, save  # benchmarks/archive.py, beside this script
 

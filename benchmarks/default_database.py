@@ -21,7 +21,7 @@ from pathlib import Path
 from ablation import WORKLOADS
 
 from tilecraft.database.log import load_records
-from tilecraft.search.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_sample
+from tilecraft.tune.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_sample
 
 
 def sampled_lines(archive: Path, rows: int) -> list[str]:

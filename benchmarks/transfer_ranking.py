@@ -30,7 +30,7 @@ import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.search.metrics import peak_at_k, rank_correlation, recall_at_k
 from tilecraft.search.policy import SketchPolicy
-from tilecraft.search.transfer import DEFAULT_RECORDS, transfer_model
+from tilecraft.tune.transfer import DEFAULT_RECORDS, transfer_model
 from tilecraft.tune.task import WORKLOADS
 
 from ablation import model_tasks  # benchmarks/ablation.py, beside this script

@@ -1,22 +1,25 @@
 """tilecraft: automatic scheduling of tensor programs into fast native kernels.
 
-Map of the package:
-  te/         the tensor-expression language (placeholder, compute, reduce_axis) and
-              ComputeDAG, with its NumPy reference evaluation (te/reference.py)
+Map of the package, lowest layer first (a package imports only from layers below it;
+tests/test_layers.py checks it, docs/architecture.md draws it):
+  errors.py   the exception hierarchy every layer raises
+  target.py   the CPU description (ISA, vector width, cores, caches)
+  te/         the tensor-expression language (placeholder, compute, reduce_axis), index
+              arithmetic (te/arith.py) and ComputeDAG, with its NumPy reference evaluation
   ops/        a library of operators written in te (matmul, conv2d, softmax, ...)
-  schedule/   Schedule primitives over an immutable loop state; traces (JSON, Python)
-  ir/         loop-nest IR, index arithmetic, bound inference, lowering passes, printer
+  schedule/   Schedule primitives over an immutable loop state, bound inference; traces
+  graph/      whole models as graphs of operators: the IR, its passes, fusion into subgraphs
+  ir/         the loop-nest IR, lowering a schedule into it, and its printer
   codegen/    C with OpenMP and SIMD from the IR
   runtime/    compiler cache, ctypes Module called with NumPy arrays, timer
-  target.py   the CPU description (ISA, vector width, cores, caches)
-  build.py    schedule -> lowered IR -> C -> shared library -> Module
-  search/     sketch rules, decision spaces, features, cost models, evolutionary search
-  measure/    building and timing candidates in isolated processes
-  database/   the JSON-lines tuning log and "best over the whole history"
-  tune/       SearchTask, TuningOptions and the tuning loop, progress display
   frontend/   model importers: ONNX to a Graph
-  graph/      whole models: the node graph IR and its passes, fusion into subgraphs, task
-              extraction, CompiledModel (compile_model, save, load_model)
+  build.py    schedule -> lowered IR -> C -> shared library -> Module
+  database/   the JSON-lines tuning log and "best over the whole history"
+  measure/    building and timing candidates in isolated processes
+  search/     sketch rules, decision spaces, features, cost models, evolutionary search
+  tune/       SearchTask, TuningOptions, the tuning loop, the task scheduler, transfer
+  model/      task extraction from a model and CompiledModel (compile_model, save, load_model)
+  cli.py      the ``tilecraft`` command
 """
 
 from . import frontend, te
@@ -31,12 +34,11 @@ from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
 from .search.cost_model import LightGBMModel, RandomModel, XGBModel
 from .search.policy import PreloadMeasuredStates, SketchPolicy
 from .search.space import ScheduleFn
-from .search.transfer import DEFAULT_RECORDS, transfer_model
+from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
 from .tune.scheduler import TaskScheduler
 from .tune.task import SearchTask, TuningOptions, register_workload
-from .graph.compiled import CompiledModel, compile_model, load_model
-from .graph.tasks import extract_tasks, print_tasks
+from .model import CompiledModel, compile_model, extract_tasks, load_model, print_tasks
 from .tune.tir import compile_tir, tune_tir
 
 __all__ = [

@@ -31,7 +31,7 @@ from .errors import TilecraftError
 from .measure import LocalRunner
 from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
-from .search.transfer import DEFAULT_RECORDS, transfer_model
+from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
 
@@ -303,7 +303,7 @@ def add_tasks_command(subparsers: Any) -> None:
 
 
 def run_tasks(args: argparse.Namespace) -> int:
-    from .graph.tasks import extract_tasks, print_tasks
+    from .model.tasks import extract_tasks, print_tasks
 
     tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
     print_tasks(tasks, weights)
@@ -339,7 +339,7 @@ def add_tune_model_command(subparsers: Any) -> None:
 
 
 def run_tune_model(args: argparse.Namespace) -> int:
-    from .graph.tasks import extract_tasks, print_tasks
+    from .model.tasks import extract_tasks, print_tasks
 
     tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
     if args.tasks is not None:
@@ -390,7 +390,7 @@ def add_run_model_command(subparsers: Any) -> None:
 def run_run_model(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .graph.compiled import compile_model, load_model
+    from .model.compiled import compile_model, load_model
     from .runtime.timer import time_callable
 
     path = Path(args.model)

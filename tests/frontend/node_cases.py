@@ -23,7 +23,7 @@ import numpy as np
 from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx
 from tilecraft.frontend.onnx_ops import CONVERTERS
 from tilecraft.graph import run_reference
-from tilecraft.graph.compiled import DefaultScheduleWarning, compile_model
+from tilecraft.model.compiled import DefaultScheduleWarning, compile_model
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 

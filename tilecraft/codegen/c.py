@@ -20,7 +20,7 @@ from ..errors import LoweringError
 from ..target import Target
 from ..te.dtype import C_TYPES, bytes_of, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
-from ..ir.arith import bounds, simplify, to_linear
+from ..te.arith import bounds, simplify, to_linear
 from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
 from . import vector_math
 from .prefetch import flat_index, prefetches

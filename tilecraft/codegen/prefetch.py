@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..ir.arith import simplify, to_linear
+from ..te.arith import simplify, to_linear
 from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
 from ..te.dtype import bytes_of
 from ..te.expr import Expr, TensorRead, Var, binary, cast, const, substitute, walk

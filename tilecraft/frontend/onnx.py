@@ -11,122 +11,16 @@ all the unsupported ones. ``onnx`` is imported only here: ``pip install tilecraf
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import TeError, TilecraftError
-from ..graph.builder import GraphBuilder
+from ..errors import TeError
 from ..graph.ir import Graph
 from ..graph.passes import simplify
 from ..te.dtype import DTYPES
-
-
-class OnnxImportError(TilecraftError, ValueError):
-    """The model cannot be imported as given (a dynamic input size, a malformed node)."""
-
-
-class UnsupportedOperatorError(OnnxImportError):
-    """The model uses an operator, or a feature of one, that tilecraft does not implement."""
-
-
-class RuntimeInputError(UnsupportedOperatorError):
-    """A node input that tilecraft needs at import (a shape, axes, pads) is computed at run time: ``input``."""
-
-    def __init__(self, message: str, input: str):  # noqa: A002
-        super().__init__(message)
-        self.input = input
-
-
-@dataclass(frozen=True, slots=True)
-class OnnxNode:
-    """An ONNX node with its attributes decoded and its inputs resolved ('' for an absent optional input)."""
-
-    name: str
-    op_type: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    attrs: dict[str, Any]
-    opset: int
-
-    def input(self, index: int) -> str:
-        return self.inputs[index] if index < len(self.inputs) else ""
-
-    def unsupported(self, feature: str) -> UnsupportedOperatorError:
-        return UnsupportedOperatorError(f"node {self.name} ({self.op_type}, opset {self.opset}): {feature} is not "
-                                        "supported; change the model, or extend tilecraft.frontend.onnx_ops")
-
-
-class Importer(GraphBuilder):
-    """A GraphBuilder that also knows ONNX names: aliases (Identity, Dropout) and constant inputs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.aliases: dict[str, str] = {}
-        self._fresh: set[str] = set()
-
-    def fresh_value(self, hint: str) -> str:
-        name = super().fresh_value(hint)
-        self._fresh.add(name)
-        return name
-
-    def emit(self, op: str, inputs: Sequence[str], attrs: dict[str, Any], name: str, output: str | None = None) -> str:
-        """``GraphBuilder.emit``, refusing empty tensors, which te cannot hold."""
-        empty = [i for i in inputs if 0 in self.values[i].shape]
-        if empty:
-            raise UnsupportedOperatorError(f"node {name}: {op} of the empty tensor {empty[0]} "
-                                           f"{list(self.values[empty[0]].shape)}; tilecraft tensors are never empty")
-        return super().emit(op, inputs, attrs, name, output)
-
-    def resolve(self, name: str) -> str:
-        return self.aliases.get(name, name)
-
-    def alias(self, name: str, source: str) -> None:
-        """``name`` stands for ``source``; a value just made by a converter simply takes the ONNX name."""
-        source = self.resolve(source)
-        last_output = bool(self.nodes) and self.nodes[-1].output == source
-        unread_constant = source in self.constants and not any(source in n.inputs for n in self.nodes)
-        if source not in self._fresh or not (last_output or unread_constant):
-            self.aliases[name] = source
-            return
-        self._fresh.discard(source)
-        self.values[name] = replace(self.values.pop(source), name=name)
-        if source in self.constants:
-            self.constants[name] = self.constants.pop(source)
-        else:
-            self.nodes[-1] = replace(self.nodes[-1], output=name)
-
-    def constant(self, node: OnnxNode, index: int, what: str) -> np.ndarray | None:
-        """The value of the constant input ``index`` of ``node``; None when absent; an error when computed."""
-        name = node.input(index)
-        if not name:
-            return None
-        if name not in self.constants:
-            raise RuntimeInputError(
-                f"node {node.name} ({node.op_type}, opset {node.opset}) needs its {what} (input {name}) at import, "
-                "but it is computed at run time; make it a constant (an initializer) of the model", name)
-        return self.constants[name]
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.values[name].shape
-
-    def emit_for(self, node: OnnxNode, op: str, inputs: Sequence[str], attrs: dict[str, Any] | None = None) -> None:
-        """Emit ``node`` as the one tilecraft node ``op``, under the node's ONNX output name."""
-        self.emit(op, inputs, attrs or {}, node.name, output=node.outputs[0])
-
-    def reshape(self, x: str, shape: Sequence[int], name: str) -> str:
-        """``x`` reshaped (``x`` itself when it has the shape already)."""
-        return x if tuple(shape) == self.shape(x) else self.emit("reshape", [x], {"newshape": tuple(shape)}, name)
-
-    def scalar(self, value: float, like: str) -> str:
-        """A new 0-d constant of the dtype of ``like``."""
-        return self.add_constant(self.fresh_value(f"{like}_scalar"), np.array(value, self.values[like].dtype))
-
-    def output(self, name: str) -> str:
-        """A graph output under its ONNX name, copied when it aliases another value."""
-        source = self.resolve(name)
-        return name if source == name else self.emit("identity", [source], {}, name, output=name)
+from .onnx_importer import Importer, OnnxImportError, OnnxNode, UnsupportedOperatorError, checked_array
+from .onnx_ops import CONVERTERS
 
 
 def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
@@ -135,8 +29,6 @@ def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | 
         graph = tc.frontend.from_onnx("resnet50.onnx", input_shapes={"data": (1, 3, 224, 224)})
         outputs = run_reference(graph, {"data": image})
     """
-    from .onnx_ops import CONVERTERS
-
     onnx = _require_onnx()
     model = model_or_path if isinstance(model_or_path, onnx.ModelProto) else onnx.load(os.fspath(model_or_path))
     opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
@@ -232,10 +124,3 @@ def _input_dtype(onnx, info) -> str:
     if dtype not in DTYPES:
         raise UnsupportedOperatorError(f"input {info.name} has dtype {dtype}; tilecraft supports {', '.join(DTYPES)}")
     return dtype
-
-
-def checked_array(array: np.ndarray, name: str) -> np.ndarray:
-    if array.dtype.name not in DTYPES:
-        raise UnsupportedOperatorError(f"constant {name} has dtype {array.dtype.name}; tilecraft supports "
-                                       f"{', '.join(DTYPES)}")
-    return array

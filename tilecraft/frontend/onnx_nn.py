@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from ..ops.common import broadcast_shape
-from .onnx import Importer, OnnxNode
+from .onnx_importer import Importer, OnnxNode
 
 Converter = Callable[[Importer, OnnxNode], None]
 

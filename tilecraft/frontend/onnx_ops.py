@@ -18,7 +18,7 @@ import numpy as np
 
 from ..ops.common import broadcast_shape
 from ..te.dtype import DTYPES, is_float
-from .onnx import Importer, OnnxNode, checked_array
+from .onnx_importer import Importer, OnnxNode, checked_array
 from .onnx_nn import NN_CONVERTERS
 
 Converter = Callable[[Importer, OnnxNode], None]

@@ -1,5 +1,5 @@
-"""Whole models as graphs of tilecraft operators: the IR, the operator registry, passes and a NumPy runner;
-fusion into subgraphs (``fuse``), task extraction (``tasks``) and compiled models (``compiled``)."""
+"""Whole models as graphs of tilecraft operators: the IR, the operator registry, passes, a NumPy runner,
+layout conversion and fusion into subgraphs (``fuse``); ``tilecraft.model`` extracts tasks and compiles."""
 
 from .ir import Graph, Node, Value
 from .operators import OPERATORS, Operator

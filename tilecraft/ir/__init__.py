@@ -1,4 +1,4 @@
-"""The loop-nest IR, index arithmetic, bound inference and lowering."""
+"""The loop-nest IR, the lowering of a schedule into it, and its printer."""
 
 from .lower import lower
 

@@ -13,12 +13,12 @@ Passes, in order:
 from __future__ import annotations
 
 import math
+from ..schedule.bound import BoundInference, StageBounds, loop_path
+from ..schedule.state import Stage, common_prefix
+from ..te.arith import bounds, simplify
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute)
 from ..te.tensor import Tensor
-from ..schedule.state import Stage, common_prefix
-from .arith import bounds, simplify
-from .bound import BoundInference, StageBounds, loop_path
 from .nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
 
 _IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}

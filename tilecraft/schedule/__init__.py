@@ -1,4 +1,4 @@
-"""Schedules: primitives over a loop state, recorded as a replayable trace."""
+"""Schedules: primitives over an immutable loop state (with its bound inference), recorded as a replayable trace."""
 
 from .schedule import BlockRV, ExprRV, LoopRV, Schedule
 from .trace import Step, Trace

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import ScheduleError
-from ..ir.arith import bounds, simplify
+from ..te.arith import bounds, simplify
 from ..te.expr import (Const, Expr, Logical, Reduce, Select, TensorRead, Var, binary, const, reduction_identity,
                        substitute)
 from ..te.tensor import ComputeOp, IterVar, Tensor

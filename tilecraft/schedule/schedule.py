@@ -136,7 +136,7 @@ class Schedule:
 
     def loop_path(self, name: str) -> list[int]:
         """Ids of all loops around the body of block ``name``, outermost first."""
-        from ..ir.bound import loop_path
+        from .bound import loop_path
 
         return loop_path(self.state, name)
 
@@ -329,7 +329,7 @@ class Schedule:
                     f"every consumer ({', '.join(c.name for c in consumers)})"
                 )
         state = self.state.with_stage(replace(stage, attach=Attach(owner.name, target.id, reverse)))
-        from ..ir.bound import refresh_extents
+        from .bound import refresh_extents
 
         try:
             return refresh_extents(state, stage.name)
@@ -538,7 +538,7 @@ class Schedule:
     def _pack(self, source: Tensor, index_map: IndexMap) -> None:
         variables = tuple(Var(name) for name in index_map.params)
         targets = index_map(*variables)
-        from ..ir.arith import bounds as index_bounds
+        from ..te.arith import bounds as index_bounds
 
         ranges = dict(zip(variables, source.shape))
         bounds = [index_bounds(t, ranges) for t in targets]
@@ -640,9 +640,8 @@ class Schedule:
 
     # ----------------------------------------------------------------- display
     def __str__(self) -> str:
-        from ..ir.lower import lower
-
-        return str(lower(self))
+        """The steps that made this schedule, as Python; ``tc.lower(sch)`` shows its loop nest."""
+        return str(self.trace)
 
 
 def _as_ref(value: Any) -> Any:

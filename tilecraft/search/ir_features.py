@@ -46,7 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import TilecraftError
-from ..ir.arith import bounds, to_linear
+from ..te.arith import bounds, to_linear
 from ..ir.lower import lower
 from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
 from ..schedule.trace import Trace

@@ -192,7 +192,7 @@ def _check_reduce_is_top_level(body: Expr, name: str) -> None:
 
 def _check_reads_in_bounds(op: ComputeOp) -> None:
     """Reject a read that is provably out of its tensor's bounds (reads under a condition are skipped)."""
-    from ..ir.arith import bounds  # index bounds are one piece of arithmetic, shared with lowering
+    from .arith import bounds  # index bounds are one piece of arithmetic, shared with lowering
 
     ranges = {iv.var: iv.extent for iv in op.axis + op.reduce_axis}
     guarded: set[int] = set()

@@ -40,8 +40,8 @@ from ..schedule.trace import Trace
 from ..search.default import default_schedule
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
-from .fuse import partition, subgraph_dag
-from .ir import Value
+from ..graph.fuse import partition, subgraph_dag
+from ..graph.ir import Value
 from .tasks import describe, prepare_graph
 
 FORMAT, FORMAT_VERSION = "tilecraft-compiled-model", 2

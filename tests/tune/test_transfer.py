@@ -11,7 +11,7 @@ from tilecraft.search.evolution import Candidate
 from tilecraft.search.features import feature_names
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
-from tilecraft.search.transfer import transfer_model, transfer_sample
+from tilecraft.tune.transfer import transfer_model, transfer_sample
 
 INNERMOST = "matmul.j.t3"
 

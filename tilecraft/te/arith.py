@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..te.dtype import is_int
-from ..te.expr import Binary, Const, Expr, Var, binary, const, map_children
+from .dtype import is_int
+from .expr import Binary, Const, Expr, Var, binary, const, map_children
 
 Ranges = Mapping[Var, int]
 
@@ -167,6 +167,6 @@ def interval(expr: Expr, varying: Ranges, ranges: Ranges) -> tuple[Expr, int] | 
 
 
 def _vars_of(expr: Expr) -> set[Var]:
-    from ..te.expr import free_vars
+    from .expr import free_vars
 
     return free_vars(expr)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, free_vars, substitute, walk
-from ..schedule.state import Split, Stage, State, ceil_div
-from .arith import bounds, interval, simplify, to_linear
+from ..te.arith import bounds, interval, simplify, to_linear
+from .state import Split, Stage, State, ceil_div
 
 
 @dataclass(frozen=True)

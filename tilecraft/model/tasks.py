@@ -11,16 +11,15 @@ from typing import Any, Mapping
 
 from ..target import Target
 from ..tune.task import SearchTask
-from .fuse import Subgraph, partition, subgraph_dag
-from .ir import Graph
-from .layout import convert_layout
+from ..frontend.onnx import from_onnx
+from ..graph.fuse import Subgraph, partition, subgraph_dag
+from ..graph.ir import Graph
+from ..graph.layout import convert_layout
 
 
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in NHWC."""
     if not isinstance(model_or_graph, Graph):
-        from ..frontend.onnx import from_onnx
-
         model_or_graph = from_onnx(model_or_graph, input_shapes)
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")

@@ -33,9 +33,9 @@ from ..database.log import load_records
 from ..database.record import TuningRecord, workload_label
 from ..errors import TargetError
 from ..target import Target
-from ..tune.task import WORKLOADS, SearchTask
-from .policy import SketchPolicy
-from .shared_model import SharedCostModel, reduction_roles
+from ..search.policy import SketchPolicy
+from ..search.shared_model import SharedCostModel, reduction_roles
+from .task import WORKLOADS, SearchTask
 
 TRANSFER_ROWS = 1024  # of each workload's records
 DEFAULT_RECORDS = Path(__file__).resolve().parent.parent / "database" / "default_records.json.xz"

@@ -12,7 +12,7 @@ import pytest
 import tilecraft as tc
 from tilecraft.graph import run_reference
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.graph.compiled import DefaultScheduleWarning, ModelInputError, ModelLoadError
+from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, ModelLoadError
 from tilecraft.search.default import default_schedule
 
 onnx = pytest.importorskip("onnx")
@@ -48,12 +48,12 @@ def test_several_outputs_come_as_a_tuple_or_a_dict_and_are_new_arrays(kernel_cac
 
 
 def test_a_subgraph_without_a_default_schedule_gets_naive_loops_and_the_warning_says_so(monkeypatch, kernel_cache):
-    import tilecraft.graph.compiled
+    import tilecraft.model.compiled
 
     def no_schedule(dag, target):
         raise tc.ScheduleError("no sketch gave a default schedule")
 
-    monkeypatch.setattr(tilecraft.graph.compiled, "default_schedule", no_schedule)
+    monkeypatch.setattr(tilecraft.model.compiled, "default_schedule", no_schedule)
     with pytest.warns(DefaultScheduleWarning, match=r"relu 2x8  no log given; no default schedule either "
                                                     r"\(no sketch gave a default schedule\): naive loops"):
         model = tc.compile_model(two_output_graph(), TARGET, cache_dir=kernel_cache)
@@ -238,7 +238,7 @@ def test_a_corrupt_runner_is_named(saved):
 
 
 def test_buffers_are_shared_once_every_reader_has_run_and_a_view_keeps_its_source_alive():
-    from tilecraft.graph.compiled import Step, _plan_buffers
+    from tilecraft.model.compiled import Step, _plan_buffers
     from tilecraft.graph.ir import Value
 
     values = {name: Value(name, (8,), "float32") for name in "xabcd"} | {"v": Value("v", (2, 4), "float32")}

@@ -1,0 +1,7 @@
+"""Whole models end to end: tuning tasks extracted from a model (``tasks``) and the compiled model that runs
+each fused subgraph with its best kernel (``compiled``)."""
+
+from .compiled import CompiledModel, compile_model, load_model
+from .tasks import extract_tasks, print_tasks
+
+__all__ = ["CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks"]
