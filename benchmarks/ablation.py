@@ -12,13 +12,8 @@ Four arms, the same trial budget and seeds each:
     predictor  sketch_policy="uniform", mutation_policy="learned"
     both       sketch_policy="bandit",  mutation_policy="learned"
 
-and any of them with modifiers joined by "+" (``--arms baseline,both+basins+transfer``):
+and any of them with modifiers joined by "+" (``--arms baseline,both+ties+transfer``):
 
-    +local          a quarter of each round measures neighbours of the best candidates
-                    (SearchParams.local_share, search/local.py)
-    +basins         the epsilon-greedy slots measure the best-scored program of the
-                    register-tile shapes measured least (SearchParams.explore_basins,
-                    search/basins.py)
     +scored-slots   the sketch shares split only the random population; the measurement
                     slots go by the cost model's ranking alone (SearchParams.sketch_quotas)
     +quotas         the sketch shares set quotas of the measurement slots even for a cost model
@@ -26,10 +21,6 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
     +ties           the bandit counts a sketch whose best is within 5% of the task's best as
                     level with it (SearchParams.sketch_tie)
     +gentle         the bandit's softmax runs at temperature GENTLE (SearchParams.sketch_temperature)
-    +measured       the mutations follow the measured mutation policy ("measured" in
-                    search/mutation_predictor.py), whatever the policy pair named
-    +walk           while the cost model is untrained, a round measures neighbours of the best
-                    measured instead of evolving on random scores (SearchParams.untrained_walk)
     +reseeded       the same search on other random streams (seeds from RESEED on): "baseline+reseeded"
                     is the null, how far the baseline's own seed luck moves every share
     +transfer       the cost model first learns a sample of the other workloads' records
@@ -38,6 +29,10 @@ and any of them with modifiers joined by "+" (``--arms baseline,both+basins+tran
                     shared one learns tilecraft's default database, as ``tune-model``'s does
     +short-warm-up  whole models only: the task scheduler warms each task up with
                     SHORT_WARM_UP trials instead of a whole round (``TaskScheduler(warm_up_trials=...)``)
+
+The modifiers of finished studies whose code left tilecraft (REMOVED: +local, +basins,
++measured, +walk) are refused by --arms with the write-up that holds their result; saved
+results whose arms name them still print with --tables, where an arm's name is a label.
 
 The workloads are single operators, and, when named in --only, whole models tuned by the
 task scheduler (``--only resnet50 --trials 4000``; exporting the model needs torch). A
@@ -83,7 +78,7 @@ needs to come within 3% of the baseline's final, over the trials and time the ba
 own mean curve needs. A pace of 0.5 is twice the baseline's speed; the means print it
 with its redrawn range and how often a redraw has both paces at most 0.60. Above about
 95% of the final the curves are flat within what one measurement resolves on a noisy
-machine, so a pace there still carries luck (DESIGN.md, "Which half slows "both"").
+machine, so a pace there still carries luck (docs/experiments/timed-best-and-pace.md).
 
 A search's best is the best of many noisy measurements, and reads high by the luck of
 when each was measured. So at the end of a workload every schedule any search believed
@@ -123,6 +118,7 @@ from tilecraft.search.shared_model import SharedCostModel
 from tilecraft.tune.transfer import DEFAULT_RECORDS, TRANSFER_ROWS, transfer_model
 
 from archive import merge, restore, save  # benchmarks/archive.py, beside this script
+from tables import numeric_table, print_table  # benchmarks/tables.py
 
 WORKLOADS = {
     "conv2d_r50_3x3": ("conv2d_nhwc", (1, 56, 56, 64, 64, 3, 3, 1, 1)),
@@ -149,40 +145,42 @@ class Arm(NamedTuple):
     and those that are SearchParams' default to its defaults."""
     sketch_policy: str
     mutation_policy: str
-    local_share: float = SearchParams.local_share  # of each round measuring neighbours of the best (search/local.py)
-    untrained_walk: bool = SearchParams.untrained_walk  # while the model is untrained, walk from the best
     transfer: bool = False  # the cost model first learns the other workloads' records
     warm_up_trials: int | None = None  # of each task's warm-up round in a model (None: a whole round)
-    explore_basins: bool = SearchParams.explore_basins  # the epsilon-greedy slots probe the tile shapes measured least
     sketch_quotas: bool | None = SearchParams.sketch_quotas  # the sketch shares set quotas of the slots
     sketch_tie: float = SearchParams.sketch_tie  # the bandit counts sketches this close to the task's best as level
     sketch_temperature: float = SearchParams.sketch_temperature  # the bandit's softmax temperature
     reseed: int = 0  # added to each search's seed: the same policy on other random streams
 
     def params(self, defaults_first: bool) -> SearchParams:
-        return SearchParams(local_share=self.local_share, untrained_walk=self.untrained_walk,
-                            explore_basins=self.explore_basins,
-                            sketch_quotas=self.sketch_quotas, sketch_tie=self.sketch_tie,
+        return SearchParams(sketch_quotas=self.sketch_quotas, sketch_tie=self.sketch_tie,
                             sketch_temperature=self.sketch_temperature,
                             defaults_first=defaults_first)
 
 
-# An arm is named by a policy pair and any modifiers after it, joined by "+": "both+basins+transfer".
+# An arm is named by a policy pair and any modifiers after it, joined by "+": "both+ties+transfer".
 POLICIES = {"baseline": ("uniform", "fixed"), "bandit": ("bandit", "fixed"), "predictor": ("uniform", "learned"),
             "both": ("bandit", "learned")}
-MODIFIERS = {"local": {"local_share": 0.25}, "basins": {"explore_basins": True}, "transfer": {"transfer": True},
-             "scored-slots": {"sketch_quotas": False}, "quotas": {"sketch_quotas": True}, "ties": {"sketch_tie": TIE},
-             "gentle": {"sketch_temperature": GENTLE}, "measured": {"mutation_policy": "measured"},
-             "walk": {"untrained_walk": True}, "reseeded": {"reseed": RESEED},
-             "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
+MODIFIERS = {"transfer": {"transfer": True}, "scored-slots": {"sketch_quotas": False},
+             "quotas": {"sketch_quotas": True}, "ties": {"sketch_tie": TIE}, "gentle": {"sketch_temperature": GENTLE},
+             "reseeded": {"reseed": RESEED}, "short-warm-up": {"warm_up_trials": SHORT_WARM_UP}}
+# Modifiers of finished studies whose code left tilecraft (at commit 797298c) -> the write-up of each.
+# Saved results still name them; --tables reads those names as labels and never calls arm_of.
+REMOVED = {"local": "docs/experiments/local-search.md", "basins": "docs/experiments/basins.md",
+           "measured": "docs/experiments/measured-mutations.md", "walk": "docs/experiments/untrained-walk.md"}
 
 
 def arm_of(name: str) -> Arm:
-    """The arm a name such as "both+basins+transfer" stands for."""
+    """The arm a name such as "both+ties+transfer" stands for."""
     policies, *modifiers = name.split("+")
+    for modifier in modifiers:
+        if modifier in REMOVED:
+            raise ValueError(f"arm {name!r}: +{modifier} was a study whose code left tilecraft; its result is in "
+                             f"{REMOVED[modifier]} (the code at commit 797298c). Saved results naming it still "
+                             f"print with --tables")
     if policies not in POLICIES or any(m not in MODIFIERS for m in modifiers) or len(set(modifiers)) < len(modifiers):
         raise ValueError(f"unknown arm {name!r}: name one of {', '.join(POLICIES)}, then any of "
-                         f"{', '.join('+' + m for m in MODIFIERS)} once each (both+basins+transfer, say)")
+                         f"{', '.join('+' + m for m in MODIFIERS)} once each (both+ties+transfer, say)")
     fields = dict(zip(Arm._fields, POLICIES[policies]))
     return Arm(**(fields | {k: v for m in modifiers for k, v in MODIFIERS[m].items()}))
 
@@ -196,7 +194,7 @@ CHECKPOINT_SECONDS = 15 * 60
 NEAR = 0.99
 # A third level, where the curves still climb steeply: within 3% of the baseline's final.
 # On flat curves the first two are reached by whichever arm had the luckier seeds; this
-# one is where a policy's speed shows (DESIGN.md, "The believed best, timed in one sitting").
+# one is where a policy's speed shows (docs/experiments/timed-best-and-pace.md).
 STEEP = 0.97
 # The issue's bar: the share of the baseline's trials (and time) in which an arm's mean
 # over the workloads must reach the baseline's final best. The pace (``summarise``) is
@@ -205,7 +203,7 @@ STEEP = 0.97
 BAR = 0.60
 # The levels, as shares of the baseline's final, each arm's pace is printed at: below about 95%
 # the curves still climb, and there a policy's speed can show where this machine's noise decides
-# the plateau (DESIGN.md, "how far one schedule's speed moves"). The last is STEEP.
+# the plateau (docs/experiments/timed-best-and-pace.md). The last is STEEP.
 LEVELS = (0.85, 0.90, 0.95, STEEP)
 BOOTSTRAP_DRAWS = 1000
 # The sitting that times the schedules each search believes best (``true_curves``): passes
@@ -729,7 +727,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated workloads (default: all)")
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS),
                         help=f"comma-separated arms: one of {', '.join(POLICIES)}, each with any of "
-                             f"{', '.join('+' + m for m in MODIFIERS)} (both+basins, say)")
+                             f"{', '.join('+' + m for m in MODIFIERS)} (both+transfer, say)")
     parser.add_argument("--live", action="store_true", help="measure every candidate afresh, no replay")
     parser.add_argument("--records", default="benchmarks/results/ablation_records")
     parser.add_argument("--archive", default="benchmarks/records", help="where the records are kept, compressed")
@@ -828,20 +826,22 @@ def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def print_table(name: str, table: dict, ranges: dict[str, tuple[float, float]]) -> None:
-    print(f"\n{name}")
-    print(f"{'arm':17s} {'final GFLOPS (min-max)':>24s} {'vs base, 90% of redraws':>24s} {'trials to base':>15s} "
-          f"{'trial share':>12s} {'time share':>11s} {'to 99%':>7s} {'trial share':>12s} {'time share':>11s} "
-          f"{'to 97%':>7s} {'pace (trials, time)':>20s}")
+def print_summary(name: str, table: dict, ranges: dict[str, tuple[float, float]]) -> None:
+    """A workload's ``summarise`` table, a row per arm, with its final's redrawn range (``final_ranges``)."""
+    printed = numeric_table("arm", "final GFLOPS (min-max)", "vs base, 90% of redraws", "trials to base",
+                            "trial share", "time share", "to 99%", "trial share", "time share", "to 97%",
+                            "pace (trials, time)", title=name)
     for arm, row in table.items():
         low, high = ranges.get(arm, (np.nan, np.nan))
-        print(f"{arm:17s} {row['final_gflops_mean']:9.1f} ({row['final_gflops_min']:.1f}-"
-              f"{row['final_gflops_max']:.1f}) {f'{low:.3f}-{high:.3f}':>24s} "
-              f"{str(row['trials_to_baseline_best'] or 'never'):>15s} "
-              f"{_share(row['trial_share']):>12s} {_share(row['time_share']):>11s} "
-              f"{str(row['trials_to_near_baseline'] or 'never'):>7s} {_share(row['near_trial_share']):>12s} "
-              f"{_share(row['near_time_share']):>11s} {str(row['trials_to_steep'] or 'never'):>7s} "
-              f"{_share(row['trial_pace']) + ', ' + _share(row['time_pace']):>20s}")
+        printed.add_row(arm, f"{row['final_gflops_mean']:.1f} ({row['final_gflops_min']:.1f}-"
+                             f"{row['final_gflops_max']:.1f})", f"{low:.3f}-{high:.3f}",
+                        str(row["trials_to_baseline_best"] or "never"), _share(row["trial_share"]),
+                        _share(row["time_share"]), str(row["trials_to_near_baseline"] or "never"),
+                        _share(row["near_trial_share"]), _share(row["near_time_share"]),
+                        str(row["trials_to_steep"] or "never"),
+                        f"{_share(row['trial_pace'])}, {_share(row['time_pace'])}")
+    print()
+    print_table(printed)
 
 
 def timed_alike(runs: list[dict]) -> bool:
@@ -853,7 +853,7 @@ def print_workload(name: str, runs: list[dict], trials: int) -> None:
     for curve, says in CURVES.items():
         if curve == "best_gflops" or timed_alike(runs):
             table = summarise(runs, trials, curve)
-            print_table(f"{name}, {says}", table, final_ranges(runs, trials, curve))
+            print_summary(f"{name}, {says}", table, final_ranges(runs, trials, curve))
             print_paces(paces_of(table), "pace")
 
 
@@ -862,11 +862,12 @@ def print_paces(rows: dict[str, list[tuple[float, float] | None]], what: str) ->
     the baseline's default schedules were already there."""
     if not rows:
         return
+    # A line of its own, not the table's title: rich would wrap a title wider than the table to its width.
     print(f"{what} to a share of the baseline's final: trials (time) over the baseline's own")
-    print(f"{'arm':17s}" + "".join(f"{f'{level:.0%}':>14s}" for level in LEVELS))
+    table = numeric_table("arm", *(f"{level:.0%}" for level in LEVELS))
     for arm, row in rows.items():
-        print(f"{arm:17s}" + "".join(f"{'-' if pace is None else f'{pace[0]:.2f} ({pace[1]:.2f})':>14s}"
-                                     for pace in row))
+        table.add_row(arm, *("-" if pace is None else f"{pace[0]:.2f} ({pace[1]:.2f})" for pace in row))
+    print_table(table)
 
 
 def mean_paces(rows: list[list[tuple[float, float] | None]]) -> list[tuple[float, float] | None]:
@@ -880,7 +881,7 @@ def final_ranges(runs: list[dict], trials: int, curve: str = "best_gflops", draw
     """Per arm, the range holding 90% of its mean final over the baseline's (all its seeds,
     the null's included) when the seeds of both are drawn again with replacement. A final
     is told apart from the baseline's only where its range leaves out 1; the shares,
-    taken where the curves are flat, are not (DESIGN.md, "The believed best, timed in one sitting")."""
+    taken where the curves are flat, are not (docs/experiments/timed-best-and-pace.md)."""
     finals: dict[str, list[float]] = {}
     for run in runs:
         finals.setdefault(run["arm"], []).append(_padded(run[curve], trials)[-1])
@@ -915,11 +916,11 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
         for arm, row in paces_of(table).items():
             paced.setdefault(arm, []).append(row)
     drawn = bootstrap_shares(workloads, curve=curve)
-    print(f"\nover {len(workloads)} workloads, {says} (shares count 1.0 where the arm never reached the level)")
-    print(f"{'arm':17s} {'workloads':>9s} {'mean trial share':>17s} {'mean time share':>16s} "
-          f"{'within 1%: trial':>17s} {'time':>6s} {'within 3%: trial':>17s} {'worst final vs base':>20s} "
-          f"{'redrawn seeds: trial share, 90%':>32s} {f'meets {BAR:.2f}':>11s} "
-          f"{'pace to 97%: trials':>20s} {'time':>5s} {'redrawn, 90%':>13s} {f'meets {BAR:.2f}':>11s}")
+    table = numeric_table("arm", "workloads", "mean trial share", "mean time share", "within 1%: trial", "time",
+                          "within 3%: trial", "worst final vs base", "redrawn seeds: trial share, 90%",
+                          f"meets {BAR:.2f}", "pace to 97%: trials", "time", "redrawn, 90%", f"meets {BAR:.2f}",
+                          title=f"over {len(workloads)} workloads, {says} (shares count 1.0 where the arm never "
+                                f"reached the level)")
     for arm, values in rows.items():
         def mean(key: str) -> float:
             return float(np.mean([_counted(v[key]) for v in values]))
@@ -927,11 +928,13 @@ def print_means(workloads: dict, curve: str, says: str) -> None:
         meets = np.mean(np.all(drawn[arm][:, :2] <= BAR + 1e-9, axis=1))
         pace_low, pace_high = np.percentile(drawn[arm][:, 2], [5, 95])
         pace_meets = np.mean(np.all(drawn[arm][:, 2:] <= BAR + 1e-9, axis=1))
-        print(f"{arm:17s} {len(values):9d} {mean('trial_share'):17.2f} {mean('time_share'):16.2f} "
-              f"{mean('near_trial_share'):17.2f} {mean('near_time_share'):6.2f} {mean('steep_trial_share'):17.2f} "
-              f"{min(v['ratio'] for v in values):20.3f} {f'{low:.2f}-{high:.2f}':>32s} {meets:11.2f} "
-              f"{mean('trial_pace'):20.2f} {mean('time_pace'):5.2f} {f'{pace_low:.2f}-{pace_high:.2f}':>13s} "
-              f"{pace_meets:11.2f}")
+        table.add_row(arm, str(len(values)), f"{mean('trial_share'):.2f}", f"{mean('time_share'):.2f}",
+                      f"{mean('near_trial_share'):.2f}", f"{mean('near_time_share'):.2f}",
+                      f"{mean('steep_trial_share'):.2f}", f"{min(v['ratio'] for v in values):.3f}",
+                      f"{low:.2f}-{high:.2f}", f"{meets:.2f}", f"{mean('trial_pace'):.2f}",
+                      f"{mean('time_pace'):.2f}", f"{pace_low:.2f}-{pace_high:.2f}", f"{pace_meets:.2f}")
+    print()
+    print_table(table)
     print_paces({arm: mean_paces(per_workload) for arm, per_workload in paced.items()},
                 "mean pace over the workloads that ran the arm")
 

@@ -26,6 +26,8 @@ from tilecraft.database import TuningRecord
 from tilecraft.database.database import RECORDS_FILE
 from tilecraft.search.space import generate_sketches
 
+from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
+
 WORKLOADS = [("matmul", (128, 128, 128)), ("matmul", (512, 512, 512)), ("dense", (1, 784, 128)),
              ("conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1)), ("softmax", (128, 1000)),
              ("batch_matmul", (8, 128, 128, 64))]
@@ -87,11 +89,12 @@ def main() -> int:
         runs = [eval(subprocess.run([sys.executable, "-c", code, work_dir], check=True, capture_output=True,
                                     text=True).stdout) for _ in range(args.repeat)]
     best = min(runs, key=lambda r: r["open_secs"])
-    print(f"{'records':>8} | {'open (s)':>8} | {'query_best x' + str(len(WORKLOADS)) + ' (s)':>17} | "
-          f"{'query_schedule + build (s)':>26}")
+    table = numeric_table("records", "open (s)", f"query_best x{len(WORKLOADS)} (s)", "query_schedule + build (s)",
+                          text_columns=0)
     for run in runs:
-        print(f"{run['records']:8d} | {run['open_secs']:8.2f} | {run['query_best_all_secs']:17.4f} | "
-              f"{run['query_schedule_and_build_secs']:26.2f}")
+        table.add_row(str(run["records"]), f"{run['open_secs']:.2f}", f"{run['query_best_all_secs']:.4f}",
+                      f"{run['query_schedule_and_build_secs']:.2f}")
+    print_table(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "machine": {"platform": platform.platform(), "processor": platform.processor(),

@@ -4,7 +4,7 @@ the records the ablation keeps (``benchmarks/records``).
 It holds, for each operator workload of the ablation and each machine that measured it,
 the sample a +transfer arm of the ablation teaches its cost model (``transfer_sample``:
 the fastest quarter and a random rest, failures included), so a first tuning on a new
-machine starts from what the ablation measured transfer to give (DESIGN.md, "Transfer").
+machine starts from what the ablation measured transfer to give (docs/experiments/default-database.md).
 The quick workloads are left out: matmul 512 is the README's first tuning, which should
 learn from other workloads, as the ablation measured it.
 The sample is the same every time for the same records: run it again when they grew.

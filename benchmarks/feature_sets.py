@@ -29,9 +29,11 @@ import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.errors import TilecraftError
 from tilecraft.search.cost_model import XGBModel
-from tilecraft.search.ir_features import IR_FEATURE_NAMES, ir_features
 from tilecraft.search.metrics import peak_at_k, rank_correlation, recall_at_k
 from tilecraft.search.policy import SketchPolicy
+
+from ir_features import IR_FEATURE_NAMES, ir_features  # benchmarks/ir_features.py, beside this script
+from tables import numeric_table, print_table  # benchmarks/tables.py
 
 METRICS = ("peak@32", "recall@16", "rho")
 
@@ -127,22 +129,26 @@ def evaluate_log(log: Path, seeds: int):
     return results
 
 
-def print_table(rows, seeds):
-    print(f"\n{'log':<28} {'features':<9} {'n':>4} {'ms/cand':>8} {'train s':>7}   time-order split "
-          f"{'':>7}   {seeds} random splits, mean ± std")
-    print(f"{'':<28} {'':<9} {'':>4} {'':>8} {'':>7}   {'pk@32':>5} {'rc@16':>5} {'rho':>5}   "
-          f"{'peak@32':>11} {'recall@16':>11} {'rho':>11}")
+def print_results(rows, seeds):
+    """A row per log and feature set: the held-out ranking on the split in time order and on
+    the random splits, then each feature set's means over the logs."""
+    table = numeric_table("log", "features", "n", "ms/cand", "train s", "time pk@32", "time rc@16", "time rho",
+                          "random peak@32", "random recall@16", "random rho", text_columns=2,
+                          caption=f"time: the split in time order; random: mean ± std over {seeds} random splits")
     for r in rows:
         t, mean, std = r["time_split"], r["random_mean"], r["random_std"]
-        print(f"{r['log']:<28} {r['features']:<9} {r['records']:4d} {r['extract_ms_per_candidate']:8.3f} "
-              f"{r['train_secs']:7.2f}   {t['peak@32']:5.3f} {t['recall@16']:5.2f} {t['rho']:5.2f}   "
-              + "  ".join(f"{mean[m]:5.3f}±{std[m]:.3f}" for m in METRICS))
+        table.add_row(r["log"], r["features"], str(r["records"]), f"{r['extract_ms_per_candidate']:.3f}",
+                      f"{r['train_secs']:.2f}", f"{t['peak@32']:.3f}", f"{t['recall@16']:.2f}", f"{t['rho']:.2f}",
+                      *(f"{mean[m]:.3f}±{std[m]:.3f}" for m in METRICS))
+    table.add_section()
     for name in dict.fromkeys(r["features"] for r in rows):
         mine = [r for r in rows if r["features"] == name]
-        print(f"{'mean over logs':<28} {name:<9} {'':>4} {np.mean([r['extract_ms_per_candidate'] for r in mine]):8.3f} "
-              f"{np.mean([r['train_secs'] for r in mine]):7.2f}   "
-              + " ".join(f"{np.nanmean([r['time_split'][m] for r in mine]):5.3f}" for m in METRICS) + "   "
-              + "  ".join(f"{np.nanmean([r['random_mean'][m] for r in mine]):5.3f}      " for m in METRICS))
+        table.add_row("mean over logs", name, "", f"{np.mean([r['extract_ms_per_candidate'] for r in mine]):.3f}",
+                      f"{np.mean([r['train_secs'] for r in mine]):.2f}",
+                      *(f"{np.nanmean([r['time_split'][m] for r in mine]):.3f}" for m in METRICS),
+                      *(f"{np.nanmean([r['random_mean'][m] for r in mine]):.3f}" for m in METRICS))
+    print()
+    print_table(table)
 
 
 def main():
@@ -160,7 +166,7 @@ def main():
     if not rows:
         print("no log had enough usable records")
         return 1
-    print_table(rows, options.seeds)
+    print_results(rows, options.seeds)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps({
         "machine": {"platform": platform.platform(), "target": str(tc.Target.host()), "numpy": np.__version__},

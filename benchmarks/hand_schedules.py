@@ -31,6 +31,8 @@ from tilecraft import te
 from tilecraft.codegen import generate_c
 from tilecraft.runtime import compile_c
 
+from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
+
 try:
     import torch
     import torch.nn.functional as F
@@ -324,12 +326,13 @@ def main():
         rows.append(row)
         print(f"  {name}: done ({'ok' if row['correct'] else 'WRONG RESULT'})", flush=True)
 
-    fmt = lambda v: "-" if v is None else f"{v:8.1f}"  # noqa: E731
-    print(f"\n{'workload':<20} | {'tilecraft':>9} | {'NumPy':>8} | {'PyTorch':>8} | tc/NumPy   (GFLOPS)")
-    print("-" * 72)
+    table = numeric_table("workload", "tilecraft", "NumPy", "PyTorch", "tc/NumPy", caption="GFLOPS")
     for r in rows:
-        print(f"{r['workload']:<20} | {r['tilecraft_gflops']:9.1f} | {r['numpy_gflops']:8.1f} | "
-              f"{fmt(r['torch_gflops']):>8} | {r['ratio_vs_numpy']:5.2f}x{'' if r['correct'] else '  WRONG'}")
+        table.add_row(r["workload"] + ("" if r["correct"] else "  WRONG"), f"{r['tilecraft_gflops']:.1f}",
+                      f"{r['numpy_gflops']:.1f}", "-" if r["torch_gflops"] is None else f"{r['torch_gflops']:.1f}",
+                      f"{r['ratio_vs_numpy']:.2f}x")
+    print()
+    print_table(table)
     if torch is None:
         print("(PyTorch not installed: skipped)")
 

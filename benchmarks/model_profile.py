@@ -31,6 +31,7 @@ from tilecraft.database.log import best_records
 sys.path.insert(0, str(Path(__file__).parent))
 import model_zoo  # noqa: E402
 from archive import restore  # noqa: E402
+from tables import numeric_table, print_table  # noqa: E402
 
 
 def alone_seconds(module, cold_weights: bool) -> float:
@@ -61,6 +62,34 @@ def onnxruntime_ms_by_shape(path: Path, x: np.ndarray, runs: int, directory: Pat
         nhwc = (shape[0], *shape[2:], shape[1]) if len(shape) == 4 else shape
         spent[nhwc] += event["dur"] / 1e3 / runs
     return spent
+
+
+def print_kernels(rows: list[dict], totals: dict[str, float]) -> None:
+    """Each kernel's milliseconds per model call in the model, alone warm, alone cold and as recorded."""
+    table = numeric_table("kernel", "calls", "in model", "warm", "cold", "record", "model/warm", "model/cold")
+    for r in rows:
+        table.add_row(r["kernel"], str(r["calls"]), f"{r['in_model_ms']:.3f}", f"{r['alone_warm_ms']:.3f}",
+                      f"{r['alone_cold_ms']:.3f}", "-" if r["record_ms"] is None else f"{r['record_ms']:.3f}",
+                      f"{r['in_model_ms'] / r['alone_warm_ms']:.2f}", f"{r['in_model_ms'] / r['alone_cold_ms']:.2f}")
+    table.add_section()
+    table.add_row("total (ms)", "", f"{totals['in_model_ms']:.2f}", f"{totals['alone_warm_ms']:.2f}",
+                  f"{totals['alone_cold_ms']:.2f}", f"{totals['record_ms']:.2f}",
+                  f"{totals['in_model_ms'] / totals['alone_warm_ms']:.2f}",
+                  f"{totals['in_model_ms'] / totals['alone_cold_ms']:.2f}")
+    print_table(table)
+
+
+def print_by_shape(by_shape: list[dict]) -> None:
+    """tilecraft's and onnxruntime's milliseconds per model call, summed by output shape."""
+    table = numeric_table("output shape (NHWC)", "tilecraft ms", "onnxruntime ms", "ratio")
+    for row in by_shape:
+        ratio = row["tilecraft_ms"] / row["onnxruntime_ms"] if row["onnxruntime_ms"] else float("nan")
+        table.add_row("x".join(map(str, row["output_shape"])), f"{row['tilecraft_ms']:.3f}",
+                      f"{row['onnxruntime_ms']:.3f}", f"{ratio:.2f}")
+    table.add_section()
+    table.add_row("total", f"{sum(row['tilecraft_ms'] for row in by_shape):.2f}",
+                  f"{sum(row['onnxruntime_ms'] for row in by_shape):.2f}", "")
+    print_table(table)
 
 
 def main() -> None:
@@ -97,17 +126,7 @@ def main() -> None:
                                                                  "record_ms")}
     totals["in_model_again_ms"] = sum(t.seconds for t in whole) * 1e3
 
-    print(f"{'kernel':58s} {'calls':>5s} {'in model':>9s} {'warm':>8s} {'cold':>8s} {'record':>8s} "
-          f"{'model/warm':>10s} {'model/cold':>10s}")
-    for r in rows:
-        record = "-" if r["record_ms"] is None else f"{r['record_ms']:8.3f}"
-        print(f"{r['kernel'][:58]:58s} {r['calls']:5d} {r['in_model_ms']:9.3f} {r['alone_warm_ms']:8.3f} "
-              f"{r['alone_cold_ms']:8.3f} {record:>8s} {r['in_model_ms'] / r['alone_warm_ms']:10.2f} "
-              f"{r['in_model_ms'] / r['alone_cold_ms']:10.2f}")
-    print(f"{'total (ms)':58s} {'':5s} {totals['in_model_ms']:9.2f} {totals['alone_warm_ms']:8.2f} "
-          f"{totals['alone_cold_ms']:8.2f} {totals['record_ms']:8.2f} "
-          f"{totals['in_model_ms'] / totals['alone_warm_ms']:10.2f} "
-          f"{totals['in_model_ms'] / totals['alone_cold_ms']:10.2f}")
+    print_kernels(rows, totals)
     print(f"in-model total timed again after the kernels ran alone: {totals['in_model_again_ms']:.2f} ms")
 
     theirs = onnxruntime_ms_by_shape(path, x, args.rounds, args.directory)
@@ -117,12 +136,8 @@ def main() -> None:
     by_shape = [{"output_shape": list(shape), "tilecraft_ms": ours.get(shape, 0.0),
                  "onnxruntime_ms": theirs.get(shape, 0.0)}
                 for shape in sorted(set(ours) | set(theirs), key=lambda k: -max(ours.get(k, 0), theirs.get(k, 0)))]
-    print(f"\n{'output shape (NHWC)':22s} {'tilecraft ms':>12s} {'onnxruntime ms':>14s} {'ratio':>6s}")
-    for row in by_shape:
-        ratio = row["tilecraft_ms"] / row["onnxruntime_ms"] if row["onnxruntime_ms"] else float("nan")
-        print(f"{'x'.join(map(str, row['output_shape'])):22s} {row['tilecraft_ms']:12.3f} "
-              f"{row['onnxruntime_ms']:14.3f} {ratio:6.2f}")
-    print(f"{'total':22s} {sum(ours.values()):12.2f} {sum(theirs.values()):14.2f}")
+    print()
+    print_by_shape(by_shape)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"model": args.model, "rows": rows, "totals": totals, "by_output_shape": by_shape},
                                    indent=1))

@@ -13,8 +13,8 @@ tuned model from that log as it is, tuning nothing, to time it again. --cold-wei
 each kernel's weights evicted from the caches before every timed call (as a layer finds them
 inside a model, whose other layers' weights pass through the caches between two of its calls),
 into a log of its own (MODEL_cold); the tuned model takes a kernel's schedule from that log
-first, then from the warm one (on ResNet-50's 7x7 layers it made the model slower: DESIGN.md,
-"Tuning with the weights evicted"). Every compiled model's output
+first, then from the warm one (on ResNet-50's 7x7 layers it made the model slower:
+docs/experiments/tuning-with-weights-evicted.md). Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), all on 2 threads.
 """
@@ -40,6 +40,7 @@ import tilecraft as tc
 sys.path.insert(0, str(Path(__file__).parent))
 import model_zoo  # noqa: E402
 from archive import restore, save  # noqa: E402
+from tables import numeric_table, print_table  # noqa: E402
 
 ARCHIVE = Path("benchmarks/records")  # tuning logs kept in the repository, so tuning resumes across runs
 
@@ -123,6 +124,22 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
     return row
 
 
+def print_results(rows: list[dict]) -> None:
+    """A row per model: milliseconds per call of onnxruntime, PyTorch and tilecraft untuned and tuned."""
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+    table = numeric_table("model", "ORT ms", "torch ms", "tc untuned", "tc tuned", "untuned/ORT", "tuned/ORT",
+                          "tasks", "tune s", "correct")
+    for r in rows:
+        tuned = r.get("tilecraft_tuned_ms")
+        correct = r["untuned_correct"] and r.get("tuned_correct", True)
+        table.add_row(r["model"], f"{r['onnxruntime_ms']:.2f}", f"{r['pytorch_ms']:.2f}",
+                      f"{r['tilecraft_untuned_ms']:.2f}", fmt(tuned),
+                      f"{r['tilecraft_untuned_ms'] / r['onnxruntime_ms']:.2f}x",
+                      f"{tuned / r['onnxruntime_ms']:.2f}x" if tuned else "-", str(r["tasks"]),
+                      fmt(r.get("tuning_wall_secs")), "yes" if correct else "NO")
+    print_table(table)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
@@ -160,16 +177,8 @@ def main() -> int:
                         options.kept, options.cold_weights))
         print(f"  {name}: done", flush=True)
 
-    fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    print(f"\n{'model':<14} {'ORT ms':>8} {'torch ms':>9} {'tc untuned':>10} {'tc tuned':>9} {'untuned/ORT':>11} "
-          f"{'tuned/ORT':>9} {'tasks':>5} {'tune s':>7} {'correct':>7}")
-    for r in rows:
-        tuned = r.get("tilecraft_tuned_ms")
-        correct = r["untuned_correct"] and r.get("tuned_correct", True)
-        print(f"{r['model']:<14} {r['onnxruntime_ms']:8.2f} {r['pytorch_ms']:9.2f} {r['tilecraft_untuned_ms']:10.2f} "
-              f"{fmt(tuned):>9} {r['tilecraft_untuned_ms'] / r['onnxruntime_ms']:10.2f}x "
-              f"{fmt(tuned / r['onnxruntime_ms'] if tuned else None):>8}x {r['tasks']:5d} "
-              f"{fmt(r.get('tuning_wall_secs')):>7} {'yes' if correct else 'NO':>7}")
+    print()
+    print_results(rows)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps({
         "machine": {"platform": platform.platform(), "target": str(tc.Target.host()), "onnxruntime": ort.__version__,

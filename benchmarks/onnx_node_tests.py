@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "frontend"))
 from node_cases import FAIL, PASS, UNSUPPORTED, collect_cases, run_case  # noqa: E402
+from tables import numeric_table, print_table  # noqa: E402  (benchmarks/tables.py, beside this script)
 
 
 def _reasons(message: str) -> list[str]:
@@ -60,8 +61,10 @@ def main() -> None:
     for name in compiled_status[FAIL]:
         print(f"  FAIL (compiled) {name}: {compiled[name][1][:160]}")
     print("most common reasons for unsupported (a case may have several):")
+    table = numeric_table("reason", "cases")
     for reason, count in reasons.most_common(25):
-        print(f"  {count:4d}  {reason}")
+        table.add_row(reason, str(count))
+    print_table(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "counts": {status: len(names) for status, names in by_status.items()},

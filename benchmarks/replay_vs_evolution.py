@@ -28,6 +28,8 @@ from tilecraft import te
 from tilecraft.database import Database, load_records
 from tilecraft.schedule.trace import Trace
 
+from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
+
 TARGET = "llvm --num-cores=2"
 STRATEGIES = ("replay-trace", "evolutionary")
 EARLY = 64
@@ -101,6 +103,18 @@ def run_workload(name: str, trials: int, work_root: Path, seed: int) -> dict:
     return row
 
 
+def print_runs(rows: list[dict], trials: int) -> None:
+    """Each workload's best schedule of each strategy after ``EARLY`` and ``trials`` trials, re-timed."""
+    print(f"best schedule after N trials, re-timed (ms; GFLOPS), target '{TARGET}'")
+    table = numeric_table("workload", "strategy", f"@{EARLY}", f"@{trials}", "tuning wall", text_columns=2)
+    for row in rows:
+        for strategy, run in row["runs"].items():
+            table.add_row(row["workload"], strategy,
+                          *(f"{run[f'retimed_ms@{n}']:.4f}; {run[f'retimed_gflops@{n}']:.1f}" for n in (EARLY, trials)),
+                          f"{run['wall_secs']:.0f} s")
+    print_table(table)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=256)
@@ -113,14 +127,9 @@ def main() -> int:
         rows = [run_workload(name, args.trials, args.work_dir or Path(tmp), args.seed)
                 for name in args.only.split(",")]
 
-    print(f"\nbest schedule after N trials, re-timed (ms; GFLOPS), target '{TARGET}'")
-    print(f"{'workload':<11} | {'strategy':<12} | {'@' + str(EARLY):>15} | {'@' + str(args.trials):>15} | "
-          f"{'tuning wall':>11}")
+    print()
+    print_runs(rows, args.trials)
     for row in rows:
-        for strategy, run in row["runs"].items():
-            cells = [f"{run[f'retimed_ms@{n}']:.4f}; {run[f'retimed_gflops@{n}']:5.1f}" for n in (EARLY, args.trials)]
-            print(f"{row['workload']:<11} | {strategy:<12} | {cells[0]:>15} | {cells[1]:>15} | "
-                  f"{run['wall_secs']:9.0f} s")
         ratio = row["evolution_at_64_vs_replay_at_budget"]
         print(f"{row['workload']}: evolutionary@{EARLY} is {ratio:.2f}x the speed of replay-trace@{args.trials} "
               f"({'holds' if ratio >= 1 else 'does NOT hold'})")

@@ -34,6 +34,7 @@ from tilecraft.tune.transfer import DEFAULT_RECORDS, transfer_model
 from tilecraft.tune.task import WORKLOADS
 
 from ablation import model_tasks  # benchmarks/ablation.py, beside this script
+from tables import numeric_table, print_table  # benchmarks/tables.py
 
 MOST_RECORDS = 3000  # of a task, ranked
 METRICS = {"peak@32": lambda s, c: peak_at_k(s, c, 32), "recall@16": lambda s, c: recall_at_k(s, c, 16),
@@ -91,6 +92,17 @@ def records_by_workload(log: Path, target: tc.Target, most: int = MOST_RECORDS) 
             for key, records in grouped.items()}
 
 
+def print_ranking(rows: list[dict], means: dict[str, dict[str, float]]) -> None:
+    """Each task's metrics under each arm, then their means over the tasks."""
+    table = numeric_table("task", "records", *(f"{arm}: {m}" for arm in means for m in METRICS))
+    for row in rows:
+        table.add_row(row["task"], str(row["own target"]["records"]),
+                      *(f"{row[arm][m]:.3f}" for arm in means for m in METRICS))
+    table.add_section()
+    table.add_row("mean", "", *(f"{means[arm][m]:.3f}" for arm in means for m in METRICS))
+    print_table(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="resnet50", help="rank this model's tasks (unless --log names operators)")
@@ -111,16 +123,13 @@ def main() -> None:
             raise SystemExit(f"{what} holds fewer than 32 records of every task on {target}: rank a log that "
                              f"measured them (benchmarks/models.py tunes a model on this machine)")
         print(f"{len(cases)} tasks of {what} with 32 or more records on {target}")
-        print(f"{'task':44s} {'records':>7s} " + " ".join(f"{arm + ': ' + m:>28s}" for arm in donors for m in METRICS))
         rows = []
         for task, records, arms in cases:
             result = {arm: rank(SketchPolicy(task, model), records) for arm, model in arms.items()}
             rows.append({"task": task.desc or task.workload_key, **result})
-            print(f"{rows[-1]['task'][:44]:44s} {result['own target']['records']:7d} "
-                  + " ".join(f"{result[arm][m]:28.3f}" for arm in arms for m in METRICS))
+            print(f"  {rows[-1]['task']}: ranked", flush=True)
     means = {arm: {m: float(np.nanmean([row[arm][m] for row in rows])) for m in METRICS} for arm in donors}
-    for arm, values in means.items():
-        print(f"mean, {arm:18s} " + "  ".join(f"{m} {v:.3f}" for m, v in values.items()))
+    print_ranking(rows, means)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"ranked": what, "machine": platform.processor() or platform.machine(),
                                     "target": str(target), "tasks": rows, "means": means}, indent=1))

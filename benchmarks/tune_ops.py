@@ -32,6 +32,8 @@ from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.metrics import peak_at_k, recall_at_k
 from tilecraft.search.policy import SketchPolicy
 
+from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
+
 try:
     import torch
     import torch.nn.functional as F
@@ -203,6 +205,22 @@ def interleaved_times(systems, repeat, min_ms):
     return {name: statistics.median(times) for name, times in rounds.items()}
 
 
+def print_results(rows: list[dict], peak: float) -> None:
+    """A row per workload: GFLOPS against NumPy and PyTorch, and how the tuning time was spent."""
+    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
+    table = numeric_table("workload", "tilecraft", "%peak", "NumPy", "PyTorch", "tc/NumPy", "tc/torch", "tune s",
+                          "search", "build", "run", "tr/min", "peak@32", caption="GFLOPS; shares of tuning time")
+    for r in rows:
+        rank = r["ranking"]["peak@32"] if r["ranking"] else None
+        vs_torch = r["tilecraft_gflops"] / r["torch_gflops"] if r["torch_gflops"] else None
+        table.add_row(r["workload"] + ("" if r["correct"] else "  WRONG"), f"{r['tilecraft_gflops']:.1f}",
+                      f"{r['tilecraft_gflops'] / peak:.0%}", f"{r['numpy_gflops']:.1f}", fmt(r["torch_gflops"], ".1f"),
+                      f"{r['tilecraft_gflops'] / r['numpy_gflops']:.2f}x", fmt(vs_torch, ".2f") + "x" * bool(vs_torch),
+                      f"{r['tuning_wall_secs']:.0f}", f"{r['share_search_model']:.0%}", f"{r['share_build']:.0%}",
+                      f"{r['share_run']:.0%}", f"{r['trials_per_minute']:.0f}", fmt(rank, ".2f"))
+    print_table(table)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
@@ -231,19 +249,8 @@ def main():
         rows.append(run(name, options.trials, log_dir, repeat, min_ms))
         print(f"  {name}: done", flush=True)
 
-    fmt = lambda v, spec: "-" if v is None else format(v, spec)  # noqa: E731
-    print(f"\n{'workload':<24} {'tilecraft':>9} {'%peak':>5} {'NumPy':>8} {'PyTorch':>8} {'tc/NumPy':>8} "
-          f"{'tc/torch':>8} {'tune s':>7} {'search':>6} {'build':>6} {'run':>6} {'tr/min':>6} {'peak@32':>7}"
-          "   (GFLOPS; shares of tuning time)")
-    for r in rows:
-        rank = r["ranking"]["peak@32"] if r["ranking"] else None
-        vs_torch = r["tilecraft_gflops"] / r["torch_gflops"] if r["torch_gflops"] else None
-        print(f"{r['workload']:<24} {r['tilecraft_gflops']:9.1f} {r['tilecraft_gflops'] / peak:5.0%} "
-              f"{r['numpy_gflops']:8.1f} {fmt(r['torch_gflops'], '8.1f'):>8} "
-              f"{r['tilecraft_gflops'] / r['numpy_gflops']:7.2f}x {fmt(vs_torch, '7.2f'):>7}x "
-              f"{r['tuning_wall_secs']:7.0f} {r['share_search_model']:6.0%} {r['share_build']:6.0%} "
-              f"{r['share_run']:6.0%} {r['trials_per_minute']:6.0f} {fmt(rank, '7.2f'):>7}"
-              f"{'' if r['correct'] else '  WRONG'}")
+    print()
+    print_results(rows, peak)
     if torch is None:
         print("(PyTorch not installed: its column is skipped; pip install 'tilecraft[bench]')")
     options.out.parent.mkdir(parents=True, exist_ok=True)

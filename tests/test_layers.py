@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "tilecraft"
 
 LAYERS = [
-    {"errors"},
+    {"errors", "tables"},
     {"target"},
     {"te"},
     {"ops", "schedule"},

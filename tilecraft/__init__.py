@@ -3,6 +3,7 @@
 Map of the package, lowest layer first (a package imports only from layers below it;
 tests/test_layers.py checks it, docs/architecture.md draws it):
   errors.py   the exception hierarchy every layer raises
+  tables.py   rich tables printed whole to a file or a pipe, or as plain text for a message
   target.py   the CPU description (ISA, vector width, cores, caches)
   te/         the tensor-expression language (placeholder, compute, reduce_axis), index
               arithmetic (te/arith.py) and ComputeDAG, with its NumPy reference evaluation

@@ -31,6 +31,7 @@ from .errors import TilecraftError
 from .measure import LocalRunner
 from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
+from .tables import print_table
 from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
@@ -119,8 +120,8 @@ def _taught_model(task: SearchTask | list[SearchTask], resume: str | None,
                   args: argparse.Namespace) -> SharedCostModel | None:
     """A cost model that first learned the other workloads of the ``--transfer`` logs, of the
     resumed log and of the default database (on the 1x1 convolution, it reached 90% of the
-    untaught search's final in a third of its trials; DESIGN.md, "Transfer"); None, the
-    default model, when there is nothing to learn."""
+    untaught search's final in a third of its trials: docs/experiments/transfer-from-other-logs.md);
+    None, the default model, when there is nothing to learn."""
     logs = args.transfer
     implicit = [] if args.no_transfer else [log for log in (resume, str(DEFAULT_RECORDS)) if log and log not in logs]
     try:
@@ -155,9 +156,7 @@ def run_best(args: argparse.Namespace) -> int:
 
     summaries = _select(args.log, args.workload, args.target)
     console = Console(highlight=False)
-    if not console.is_terminal:  # a file or a pipe: no terminal to fit, so do not squeeze the table into 80
-        console.width = max(console.width, 140)
-    console.print(_summary_table(summaries, Path(args.log).name))
+    print_table(_summary_table(summaries, Path(args.log).name), console)
     for summary in summaries:
         console.print()
         if summary.best is None:
@@ -415,13 +414,18 @@ def run_run_model(args: argparse.Namespace) -> int:
 
 
 def _print_profile(times) -> None:
+    from rich.table import Table
+
     total = sum(t.seconds for t in times)
-    width = max([len(t.desc) for t in times] + [len("all kernels")])
-    print(f"{'kernel'.ljust(width)}  calls  {'ms':>8s}  share  schedule")
+    table = Table()
+    for name in ("kernel", "calls", "ms", "share", "schedule"):
+        table.add_column(name, justify="right" if name in ("calls", "ms", "share") else "left", no_wrap=True)
     for t in times:
-        print(f"{t.desc.ljust(width)}  {t.calls:5d}  {t.seconds * 1e3:8.3f}  {t.seconds / (total or 1.0):5.1%}  "
-              f"{'tuned' if t.tuned else 'default'}")
-    print(f"{'all kernels'.ljust(width)}  {sum(t.calls for t in times):5d}  {total * 1e3:8.3f}")
+        table.add_row(t.desc, str(t.calls), f"{t.seconds * 1e3:.3f}", f"{t.seconds / (total or 1.0):.1%}",
+                      "tuned" if t.tuned else "default")
+    table.add_section()
+    table.add_row("all kernels", str(sum(t.calls for t in times)), f"{total * 1e3:.3f}", "", "")
+    print_table(table)
 
 
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:

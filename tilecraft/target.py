@@ -38,7 +38,40 @@ _CPU0_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 @dataclass(frozen=True, slots=True, init=False)
 class Target:
     """A CPU target. ``Target(spec=None, **fields)``: ``spec`` is a string, a dict of
-    fields, another Target, or None for the host; keyword fields override the spec."""
+    fields, another Target, or None for the host; keyword fields override the spec.
+
+    A string is TVM-like: a kind (``llvm``, or its aliases ``c`` and ``cpu``) and options
+    ``-name=value`` naming fields (``-num-cores=4``, ``-isa=avx2``) or TVM's ``-mcpu``
+    and ``-mtriple``, which set the ISA, vector width and ``-march``. Whatever the spec
+    leaves out is taken from the host. ``str(target)`` spells every field, so it names
+    the same target on any machine; tuning records store it.
+
+    Args:
+        spec: A target string, a dict of fields, a ``Target``, or None for the host.
+        **overrides: Fields that replace the spec's.
+
+    Attributes:
+        kind: Always ``"llvm"`` (a CPU).
+        isa: ``"avx512"``, ``"avx2"``, ``"neon"`` or ``"scalar"``.
+        vector_bytes: Bytes in a SIMD register (0 for scalar).
+        num_cores: Cores that parallel loops use.
+        cache_line_bytes: Bytes in a cache line.
+        l1_bytes: L1 data cache bytes.
+        l2_bytes: L2 cache bytes.
+        l3_bytes: L3 cache bytes.
+        march: gcc's ``-march`` (``"native"`` for the host; ``""`` for none).
+
+    Raises:
+        TargetError: If the spec is of another type, an option or field is unknown or
+            malformed, or the fields disagree (a vector width that does not fit the ISA).
+
+    Example:
+        ::
+
+            tc.Target()                                      # this machine
+            tc.Target("llvm -mcpu=core-avx2 -num-cores=4")   # a Haswell-class 4-core CPU
+            tc.Target(tc.Target.host(), num_cores=1)         # this machine, one core
+    """
 
     kind: str
     isa: str
@@ -72,6 +105,11 @@ class Target:
 
     @classmethod
     def parse(cls, spec: str | Mapping[str, Any] | Target | None) -> Target:
+        """``Target(spec)``, by another name.
+
+        Raises:
+            TargetError: As ``Target``.
+        """
         return cls(spec)
 
     def __str__(self) -> str:
@@ -80,10 +118,16 @@ class Target:
                                        for f in fields(self) if f.name != "kind"])
 
     def to_json(self) -> dict[str, Any]:
+        """Every field by name, as ``from_json`` reads them."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Target:
+        """The target ``to_json`` wrote.
+
+        Raises:
+            TargetError: If a field is missing or invalid.
+        """
         missing = [name for name in _FIELD_NAMES if name not in data]
         if missing:
             raise TargetError(f"target JSON lacks {', '.join(missing)}; write it with Target.to_json()")

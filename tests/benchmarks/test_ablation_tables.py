@@ -1,6 +1,7 @@
 """The ablation's summary: the shares the faster-search claims rest on, and its command line."""
 
 import json
+import re
 import subprocess
 import sys
 import zlib
@@ -25,6 +26,25 @@ TRIALS = 10
 
 def run(arm: str, best: list[float], seconds_per_trial: float = 1.0) -> dict:
     return {"arm": arm, "seed": 0, "best_gflops": best, "seconds": list(np.cumsum([seconds_per_trial] * len(best)))}
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a row of a printed table: the text between wide gaps (a cell may hold single spaces)."""
+    return [cell for cell in re.split(r"\s{2,}", line.strip()) if cell]
+
+
+def _table(said: str, title: str) -> list[list[str]]:
+    """The rows, as cells, of the first table printed under the line that starts with ``title``:
+    those after the rule under its header, up to the first line that is not a row."""
+    lines = said.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(title))
+    rule = next(n for n in range(start, len(lines)) if lines[n].startswith("─"))
+    rows = []
+    for line in lines[rule + 1:]:
+        if not line.startswith(" ") or not line.strip():
+            break
+        rows.append(_cells(line))
+    return rows
 
 
 def runs() -> list[dict]:
@@ -137,15 +157,20 @@ def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
     second.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": runs()}}}))
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
                           capture_output=True, text=True, check=True)
-    lines = done.stdout.splitlines()
-    overall = lines[lines.index(next(line for line in lines if line.startswith("over 2 workloads"))):]
-    both = next(line for line in overall if line.startswith("both")).split()
-    # matmul's later file wins, so both workloads hold runs(): "both" at 0.50 / 1.00 / 0.40 / 0.80.
-    assert both[1:6] == ["2", "0.50", "1.00", "0.40", "0.80"]
-    bandit = next(line for line in overall if line.startswith("bandit")).split()
-    assert bandit[1:6] == ["2", "1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
+    # matmul's later file wins, so both workloads hold runs(): "both" reaches the baseline's final
+    # at trial 5 (0.50 of its trials, 1.00 of its time), comes within 1% at 4 and within 3% at 4.
+    matmul = {row[0]: row for row in _table(done.stdout, "matmul, as recorded")}
+    assert matmul["both"] == ["both", "101.0 (101.0-101.0)", "1.010-1.010", "5", "0.50", "1.00", "4", "0.40", "0.80",
+                              "4", "0.57, 1.14"]
+    assert matmul["bandit"][3:6] == ["never", "-", "-"]
+    overall = {row[0]: row for row in _table(done.stdout, "over 2 workloads")}
+    assert overall["both"][1:6] == ["2", "0.50", "1.00", "0.40", "0.80"]
+    assert overall["bandit"][1:6] == ["2", "1.00", "1.00", "1.00", "1.00"]  # never reached counts as the whole budget
+    paces = {row[0]: row for row in _table(done.stdout, "mean pace over the workloads")}
+    assert paces["both"][1:] == ["0.60 (1.20)", "0.60 (1.20)", "0.50 (1.00)", "0.57 (1.14)"]
 
 
+@pytest.mark.slow
 def test_tables_gathers_a_workloads_arms_from_every_file(tmp_path):
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     first.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": runs()}}}))
@@ -153,7 +178,7 @@ def test_tables_gathers_a_workloads_arms_from_every_file(tmp_path):
     second.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": [runs()[0], null]}}}))
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
                           capture_output=True, text=True, check=True)
-    arms = [line.split()[0] for line in done.stdout.splitlines()[3:7]]
+    arms = [row[0] for row in _table(done.stdout, "matmul, as recorded")]
     assert arms == ["baseline", "both", "bandit", ablation.NULL]
     second.write_text(json.dumps({"trials": 2 * TRIALS, "workloads": {"matmul": {"runs": [null]}}}))
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(first), str(second)],
@@ -161,7 +186,14 @@ def test_tables_gathers_a_workloads_arms_from_every_file(tmp_path):
     assert done.returncode != 0 and "matmul ran 20 trials there and 10 in an earlier file" in done.stderr
 
 
-@pytest.mark.parametrize("content", [None, "not json", '{"trials": 10}'])
+def _first_fast(cases: list) -> list:
+    """Cases of a parametrize whose first stays in the `not slow` subset; the others, each
+    ablation.py in a fresh interpreter, are `slow`."""
+    return [case if n == 0 else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+            for n, case in enumerate(cases)]
+
+
+@pytest.mark.parametrize("content", _first_fast([None, "not json", '{"trials": 10}']))
 def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content, tmp_path):
     path = tmp_path / "results.json"
     if content is not None:
@@ -173,14 +205,15 @@ def test_tables_refuses_a_file_that_is_not_an_ablation_result_naming_it(content,
     assert "name files that ablation.py wrote with --out" in done.stderr
 
 
-@pytest.mark.parametrize("arguments, message", [
+@pytest.mark.parametrize("arguments, message", _first_fast([
     (["--remeasure", "-1"], "--remeasure -1"),
     (["--only", "conv2d_r50_9x9"], "unknown workload 'conv2d_r50_9x9'"),
     (["--arms", "baseline,greedy"], "unknown arm 'greedy'"),
-    (["--arms", "both+basins+basins"], "once each"),
+    (["--arms", "both+ties+ties"], "once each"),
+    (["--arms", "baseline,both+basins"], "docs/experiments/basins.md"),
     (["--transfer-rows", "0"], "--transfer-rows 0"),
     (["--only", "dense_1x2048x1000", "--arms", "baseline,both+short-warm-up"], "are for whole models"),
-])
+]))
 def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), *arguments,
                            "--records", str(tmp_path), "--archive", str(tmp_path), "--out", str(tmp_path / "o.json")],
@@ -192,21 +225,31 @@ def test_bad_arguments_are_refused_naming_the_fix(arguments, message, tmp_path):
 
 def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
     assert ablation.arm_of("both") == ablation.Arm("bandit", "learned")
-    combined = ablation.arm_of("predictor+transfer+basins")
+    combined = ablation.arm_of("predictor+transfer+ties")
     assert (combined.sketch_policy, combined.mutation_policy) == ("uniform", "learned")
-    assert combined.transfer and combined.explore_basins and combined.local_share == 0
-    assert combined == ablation.arm_of("predictor+basins+transfer")
-    params = ablation.arm_of("both+scored-slots+basins").params(defaults_first=False)
-    assert not params.sketch_quotas and params.explore_basins and not params.defaults_first
+    assert combined.transfer and combined.sketch_tie == ablation.TIE and combined.sketch_quotas is None
+    assert combined == ablation.arm_of("predictor+ties+transfer")
+    params = ablation.arm_of("both+scored-slots+gentle").params(defaults_first=False)
+    assert not params.sketch_quotas and params.sketch_temperature == ablation.GENTLE and not params.defaults_first
     assert ablation.arm_of("both").params(defaults_first=True).sketch_quotas is None  # the policy decides
     assert ablation.arm_of("both+quotas").params(defaults_first=True).sketch_quotas is True
     assert ablation.arm_of("both+ties").params(defaults_first=True).sketch_tie == ablation.TIE > 0
-    assert ablation.arm_of("baseline+measured") == ablation.Arm("uniform", "measured")  # a modifier may set a policy
     assert ablation.arm_of("baseline+reseeded").reseed == ablation.RESEED > 0
-    assert ablation.arm_of("baseline+walk").params(defaults_first=True).untrained_walk
-    assert not ablation.arm_of("both").params(defaults_first=True).untrained_walk
-    with pytest.raises(ValueError, match="unknown arm 'basins'"):
-        ablation.arm_of("basins")
+    with pytest.raises(ValueError, match="unknown arm 'ties'"):
+        ablation.arm_of("ties")
+
+
+@pytest.mark.parametrize("modifier", _first_fast(sorted(ablation.REMOVED)))
+def test_a_removed_modifier_is_refused_naming_its_write_up_and_its_saved_runs_still_print(modifier, tmp_path):
+    with pytest.raises(ValueError, match=f"{ablation.REMOVED[modifier]}.*797298c"):
+        ablation.arm_of(f"both+{modifier}")
+    saved, arm = tmp_path / "saved.json", f"both+{modifier}"
+    saved_runs = [*runs(), run(arm, [100] * TRIALS)]
+    saved.write_text(json.dumps({"trials": TRIALS, "workloads": {"matmul": {"runs": saved_runs}}}))
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "ablation.py"), "--tables", str(saved)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert arm in done.stdout
 
 
 class FakeMeasurements:
@@ -224,6 +267,7 @@ class FakeMeasurements:
         return costs, [0.5] * len(traces)
 
 
+@pytest.mark.slow
 def test_a_search_remembers_each_schedule_it_believed_best_and_when():
     task = tc.SearchTask(func="matmul", args=(16, 16, 16))
     measurements = FakeMeasurements(task)
@@ -268,6 +312,7 @@ def test_true_curves_follow_the_believed_best_as_timed_in_one_sitting():
     assert not ablation.timed_alike([runs[0], {"best_gflops": [1.0]}])
 
 
+@pytest.mark.slow
 def test_a_sitting_times_schedules_anew_and_leaves_the_record_alone(tmp_path):
     task = tc.SearchTask(func="matmul", args=(32, 32, 32))
     record = tmp_path / "matmul.json"
@@ -282,6 +327,7 @@ def test_a_sitting_times_schedules_anew_and_leaves_the_record_alone(tmp_path):
     assert not record.exists()
 
 
+@pytest.mark.slow
 def test_tables_judge_the_timed_curves_only_where_one_sitting_timed_every_arm(tmp_path):
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     timed = [{**one, "true_gflops": one["best_gflops"], "sitting": 1.0} for one in runs()]
@@ -295,6 +341,7 @@ def test_tables_judge_the_timed_curves_only_where_one_sitting_timed_every_arm(tm
     assert "timed in one sitting" not in said and ablation.NULL in said
 
 
+@pytest.mark.slow
 def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_task_scheduler():
     tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
     weights = [3, 1]
@@ -311,6 +358,7 @@ def test_a_model_search_follows_the_weighted_latency_of_its_tasks_through_the_ta
     assert np.all(np.diff(runs[0]["seconds"]) >= 0.5)  # each trial adds its recorded seconds
 
 
+@pytest.mark.slow
 def test_a_model_search_replays_to_the_same_curve_with_the_same_seed():
     def curve(seed: int) -> list[float]:
         tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
@@ -321,6 +369,7 @@ def test_a_model_search_replays_to_the_same_curve_with_the_same_seed():
     assert curve(1) == curve(1)
 
 
+@pytest.mark.slow
 def test_a_reseeded_arm_is_the_same_search_on_the_random_streams_of_other_seeds():
     def curve(arm: str, seed: int) -> list[float]:
         task = tc.SearchTask(func="matmul", args=(16, 16, 16))
@@ -332,6 +381,7 @@ def test_a_reseeded_arm_is_the_same_search_on_the_random_streams_of_other_seeds(
     assert reseeded == curve("baseline", ablation.RESEED) and reseeded != curve("baseline", 0)
 
 
+@pytest.mark.slow
 def test_a_short_warm_up_arm_values_a_model_once_every_task_had_its_few_trials():
     tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
     measurements = [FakeMeasurements(task) for task in tasks]
@@ -344,6 +394,7 @@ def test_a_short_warm_up_arm_values_a_model_once_every_task_had_its_few_trials()
                                                           ablation.SHORT_WARM_UP + ablation.PER_ROUND]
 
 
+@pytest.mark.slow
 def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_records(tmp_path):
     task, donor = tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="matmul", args=(32, 16, 16))
     donor_policy = SketchPolicy(donor)
@@ -367,6 +418,7 @@ def test_only_the_transfer_arms_start_from_a_model_taught_the_other_workloads_re
     assert (taught.simulated, plain.simulated) == (100.0, 0.0)
 
 
+@pytest.mark.slow
 def test_a_model_searchs_transfer_arm_starts_from_its_own_copy_of_the_taught_shared_model():
     tasks = [tc.SearchTask(func="matmul", args=(16, 16, 16)), tc.SearchTask(func="dense", args=(1, 32, 16))]
     donor = SketchPolicy(tc.SearchTask(func="matmul", args=(32, 16, 16)), taught := SharedCostModel())
@@ -407,6 +459,7 @@ def test_a_models_record_takes_in_the_other_logs_records_of_this_target_once(tmp
     assert merge(tmp_path / "none.json.xz", record, "here") == 0
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_sigterm_packs_what_it_measured_into_the_archive(tmp_path):
     import lzma
     import signal

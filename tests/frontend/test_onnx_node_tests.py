@@ -12,11 +12,24 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the generators overflow casts on purpose
     CASES = collect_cases(supported_only=True)
 
+# Compiling ~500 cases takes most of a minute; the `not slow` subset compiles one case of
+# each kind of kernel (element-wise, broadcast, matmul, convolution, pooling, reduction,
+# softmax, data movement) and runs every case through the reference.
+FAST_COMPILED = {"test_abs", "test_add_bcast", "test_gemm_default_no_bias", "test_basic_conv_with_padding",
+                 "test_maxpool_2d_pads", "test_reduce_mean_default_axes_keepdims_example", "test_softmax_example",
+                 "test_transpose_all_permutations_3", "test_concat_2d_axis_1"}
 
-@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
-@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+
+@pytest.mark.parametrize("case, compiled", [
+    pytest.param(case, compiled, id=f"{case.name}-{'compiled' if compiled else 'reference'}",
+                 marks=pytest.mark.slow if compiled and case.name not in FAST_COMPILED else ())
+    for compiled in (False, True) for case in CASES])
 def test_node_case(case, compiled, kernel_cache):
     status, message = run_case(case, compiled=compiled, cache_dir=kernel_cache)
     if status == UNSUPPORTED:
         pytest.skip(message)
     assert status == PASS, message
+
+
+def test_the_cases_compiled_in_the_fast_subset_are_supported_cases():
+    assert FAST_COMPILED <= {case.name for case in CASES}

@@ -127,7 +127,8 @@ def test_missing_entry_symbol_is_a_runtime_error(runner, kernel):
     assert good.is_valid
 
 
-@pytest.mark.parametrize("name, signal_name", [("write_null", "SIGSEGV"), ("call_abort", "SIGABRT")])
+@pytest.mark.parametrize("name, signal_name", [("write_null", "SIGSEGV"),
+                                               pytest.param("call_abort", "SIGABRT", marks=pytest.mark.slow)])
 def test_kernel_killing_its_worker_is_a_worker_crash_and_the_next_one_runs(runner, kernel, name, signal_name):
     crashed, good = _run(runner, kernel(name), kernel("add"))
     assert crashed.error_kind is MeasureErrorKind.WORKER_CRASH
@@ -135,6 +136,7 @@ def test_kernel_killing_its_worker_is_a_worker_crash_and_the_next_one_runs(runne
     assert good.is_valid
 
 
+@pytest.mark.slow
 def test_endless_kernel_times_out_and_results_arrive_one_by_one(runner, kernel):
     heard = []
     results = _run(runner, kernel("add"), kernel("spin"), kernel("add"),
@@ -149,6 +151,7 @@ def test_endless_kernel_times_out_and_results_arrive_one_by_one(runner, kernel):
     assert timed_out.timestamp - results[0].timestamp >= 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS is enforced on Linux")
 def test_kernel_allocating_past_the_memory_limit_fails_without_harm(kernel):
     with LocalRunner(timeout_secs=5.0, number=1, min_repeat_ms=0, max_memory_bytes=512 << 20) as limited:
@@ -176,6 +179,7 @@ def test_close_stops_the_worker_and_deletes_the_reference_data(kernel):
         _run(runner, kernel("add"))
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_the_interpreter(kernel):
     done = subprocess.run([sys.executable, "-c", _tuner_script(kernel("add")[1].lib_path, then_spin=False)],
                           capture_output=True, text=True, timeout=60)  # exits without close()
@@ -183,6 +187,7 @@ def test_no_worker_outlives_the_interpreter(kernel):
     assert not _is_running(int(done.stdout))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process state from /proc")
 def test_worker_of_a_killed_tuner_exits_even_inside_an_endless_kernel(kernel):
     script = _tuner_script(kernel("add")[1].lib_path, then_spin=True)
@@ -195,6 +200,7 @@ def test_worker_of_a_killed_tuner_exits_even_inside_an_endless_kernel(kernel):
     assert not _is_running(worker_pid)
 
 
+@pytest.mark.slow
 def test_a_flushing_runner_times_one_call_ten_times_unless_told_otherwise(kernel):
     with LocalRunner(enable_cpu_cache_flush=True) as flushing:
         (result,) = _run(flushing, kernel("add"))

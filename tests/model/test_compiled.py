@@ -61,6 +61,7 @@ def test_a_subgraph_without_a_default_schedule_gets_naive_loops_and_the_warning_
     np.testing.assert_array_equal(model(x=x)[0], np.maximum(x, 0))
 
 
+@pytest.mark.slow
 def test_profile_times_each_kernel_over_all_its_calls_most_expensive_first(kernel_cache):
     g = GraphBuilder()
     x = g.add_input("x", (64, 64), "float32")
@@ -101,7 +102,8 @@ def model_input(model):
     return np.random.default_rng(1).standard_normal(shape).astype("float32")
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "cnn" else pytest.mark.slow)
+                                  for n in sorted(MODELS)])
 def test_default_schedules_match_onnxruntime_and_every_kernel_is_listed_as_untuned(name, kernel_cache):
     model = MODELS[name]()
     x = model_input(model)
@@ -132,6 +134,7 @@ def tuned_log(tmp_path_factory, kernel_cache):
     return log, task
 
 
+@pytest.mark.slow  # its tuned_log tunes a task for seconds
 def test_a_record_of_the_log_is_used_and_only_the_other_kernels_are_listed(tuned_log, kernel_cache):
     log, task = tuned_log
     best = tc.load_best_record(log, task.workload_key, TARGET)
@@ -148,6 +151,7 @@ def test_a_record_of_the_log_is_used_and_only_the_other_kernels_are_listed(tuned
     np.testing.assert_allclose(compiled(input=x), onnxruntime_output(model, x), rtol=1e-3, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_of_several_logs_the_first_with_a_record_for_a_kernel_gives_its_schedule(tuned_log, tmp_path,
                                                                                  kernel_cache):
     log, task = tuned_log
@@ -166,6 +170,7 @@ def test_of_several_logs_the_first_with_a_record_for_a_kernel_gives_its_schedule
         tc.compile_model(tiny_cnn(), TARGET, log=[log, "nowhere.json"])
 
 
+@pytest.mark.slow
 def test_a_record_that_does_not_replay_falls_back_with_the_reason(tuned_log, tmp_path, kernel_cache):
     log, task = tuned_log
     best = tc.load_best_record(log, task.workload_key, TARGET)
@@ -184,6 +189,7 @@ def test_a_log_that_does_not_exist_is_an_error():
         tc.compile_model(tiny_cnn(), TARGET, log="nowhere.json")
 
 
+@pytest.mark.slow
 def test_save_and_load_give_the_same_outputs_without_the_kernel_cache(tmp_path):
     model = tiny_cnn()
     cache = tmp_path / "cache"

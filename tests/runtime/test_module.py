@@ -256,6 +256,7 @@ def test_time_evaluator_packs_once_and_times_only_the_kernel(matvec):
     assert pack_calls(matvec) == 2
 
 
+@pytest.mark.slow
 def test_time_evaluator_with_cache_flush(add):
     a, b = inputs()
     result = add.time_evaluator(number=2, repeat=2, enable_cpu_cache_flush=True)(a, b)

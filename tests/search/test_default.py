@@ -95,6 +95,7 @@ def test_default_schedule_of_a_depthwise_convolution_packs_its_unit_multiplier(k
     np.testing.assert_allclose(func(*inputs), dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_tuning_measures_every_sketch_default_first_so_it_never_ends_below_it():
     from tilecraft.search.default import JOBS_PER_CORE, default_row
     from tilecraft.search.policy import SketchPolicy
@@ -125,6 +126,7 @@ def test_default_rows_of_rfactor_sketches_match_numpy(kernel_cache):
         np.testing.assert_allclose(func(*inputs), inputs[0] @ inputs[1], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_resumed_search_measures_todays_defaults_unless_its_log_has_them():
     from tilecraft.search.default import JOBS_PER_CORE, default_row
     from tilecraft.search.evolution import Candidate, SearchParams
@@ -206,6 +208,7 @@ def test_a_depthwise_convolution_gets_a_small_unpadded_tile(size, pixels):
     assert (n, y, x, c) == (1, 1, pixels, 16)
 
 
+@pytest.mark.slow
 def test_a_row_reduction_defaults_to_vector_lanes_and_a_sum_across_rows_does_not(kernel_cache):
     import json
 

@@ -7,9 +7,7 @@ import tilecraft as tc
 from tilecraft.search.bandit import SketchBandit
 from tilecraft.search.cost_model import XGBModel
 from tilecraft.search.evolution import SearchParams, evolutionary_search
-from tilecraft.search.evolution import Candidate
-from tilecraft.search.local import neighbours
-from tilecraft.search.mutation_predictor import FixedMutations, LearnedMutations, MeasuredMutations
+from tilecraft.search.mutation_predictor import FixedMutations, LearnedMutations
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.shared_model import SharedCostModel
 from tilecraft.search.space import generate_sketches
@@ -65,6 +63,7 @@ def test_measurement_slots_follow_the_shares():
     assert np.bincount([c.sketch for c in scored], minlength=3)[0] == 40  # shares split the population only
 
 
+@pytest.mark.slow
 def test_a_bandit_sets_quotas_of_the_slots_only_for_a_cost_model_not_taught_before_the_search():
     task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
     taught = SharedCostModel(XGBModel(num_warmup_sample=8, adaptive_training=False))
@@ -121,58 +120,7 @@ def test_learned_mutations_use_the_fixed_weights_until_they_have_seen_enough():
     assert np.allclose(policy.probabilities(2), policy.prior[2])
 
 
-def test_measured_mutations_reweight_the_fixed_weights_by_measured_gains():
-    sketches = matmul_sketches()
-    policy = MeasuredMutations(sketches, min_observations=8)
-    actions = policy.actions[2]
-    unroll = next(n for n, (rule, _) in enumerate(actions) if rule.name == "auto_unroll")
-    tile = next(n for n, (rule, _) in enumerate(actions) if rule.name == "tile_size")
-    ancestor = Candidate(2, tuple([0] * len(sketches[2].slots)))
-    for _ in range(4):
-        children = [Candidate(2, (n + 1,) + ancestor.row[1:]) for n in range(40)]
-        policy.expect({c.key: (ancestor, (tile, tile) if n % 10 else (unroll,)) for n, c in enumerate(children)})
-        costs = [1.2e-3 if n % 10 else 0.8e-3 for n in range(40)]  # the unrolled children ran 25% faster
-        policy.observe(children, costs, {ancestor.key: 1e-3})
-    probabilities, prior = policy.probabilities(2), policy.prior[2]
-    assert probabilities.sum() == pytest.approx(1.0)
-    assert probabilities[unroll] > 3 * prior[unroll] and probabilities[tile] < 0.3 * prior[tile]
-    untried = [n for n in range(len(actions)) if n not in (unroll, tile)]
-    assert np.allclose(probabilities[untried] / prior[untried], probabilities[untried[0]] / prior[untried[0]])
-    policy.observe(children, costs, {ancestor.key: 1e-3})
-    assert policy.seen == 160  # a round's expectations are used once
-
-
-def test_measured_mutations_know_the_way_from_each_measured_ancestor():
-    sketches = matmul_sketches()
-    seeds = [Candidate(s, tuple(int(v) for v in sketches[s].sample(np.random.default_rng(s), 1, 32)[0]))
-             for s in range(len(sketches))]
-    policy = MeasuredMutations(sketches)
-    chosen = evolutionary_search(sketches, lambda s, rows: np.random.default_rng(len(rows)).random(len(rows)), 64,
-                                 set(), seeds, np.random.default_rng(0), 32,
-                                 SearchParams(population=64, use_measured_ratio=1.0), mutator=policy)
-    assert policy.pending and set(policy.pending) <= {c.key for c in chosen}
-    for key, (ancestor, actions) in policy.pending.items():
-        changed = {n for n, (a, b) in enumerate(zip(ancestor.row, key[1])) if a != b}
-        reachable = set()
-        for action in actions:
-            rule, slot = policy.actions[key[0]][action]
-            tile = next((t for t in sketches[key[0]].register_tiles if t.slots[0] == slot), None)
-            reachable |= set(tile.slots) if rule.name == "register_tile" else {slot}
-        assert ancestor.sketch == key[0] and 1 <= len(actions) <= 4 and changed and changed <= reachable
-
-
-def test_a_search_policy_feeds_its_measurements_to_the_measured_mutations():
-    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
-    policy = SketchPolicy(task, mutation_policy="measured")
-    rng = np.random.default_rng(0)
-    for _ in range(3):  # the first two rounds warm the cost model up
-        batch = policy.next_batch(64)
-        expected = len(policy.mutation_policy.pending)
-        policy.update(batch, list(1e-3 * (1 + rng.random(len(batch)))))
-    assert policy.mutation_policy.seen == expected > 0 and not policy.mutation_policy.pending
-
-
-@pytest.mark.parametrize("mutator", [FixedMutations, LearnedMutations, MeasuredMutations])
+@pytest.mark.parametrize("mutator", [FixedMutations, LearnedMutations])
 def test_both_mutation_policies_climb_a_known_score(mutator):
     sketches = matmul_sketches()
     target = np.log2([4, 8, 1, 8])
@@ -223,6 +171,7 @@ def test_policies_are_switched_by_name_and_bad_names_are_refused():
         policy.use(sketch_policy="thompson")
 
 
+@pytest.mark.slow
 def test_tuning_options_switch_the_policies(tmp_path):
     task = tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
     policy = SketchPolicy(task, program_cost_model=tc.XGBModel(num_warmup_sample=8))  # trained after a round
@@ -252,24 +201,6 @@ def test_the_learned_mutations_learn_nothing_from_a_warm_up_models_random_scores
     assert policy.mutation_policy.seen > 0
 
 
-@pytest.mark.parametrize("mutation_policy, walks", [("fixed", False), ("learned", False), ("fixed", True),
-                                                     ("learned", True)])
-def test_a_walking_search_measures_neighbours_of_its_best_until_the_model_trains(mutation_policy, walks):
-    task = tc.SearchTask(func="matmul", args=(64, 64, 64), target=tc.Target.host())
-    policy = SketchPolicy(task, program_cost_model=XGBModel(num_warmup_sample=32), seed=0,
-                          params=SearchParams(population=128, num_iters=1, untrained_walk=walks),
-                          mutation_policy=mutation_policy)
-    first = policy.next_batch(16)
-    policy.update(first, [1.0 + n for n in range(len(first))])  # the first is the best, then the second
-    around = {(best.sketch, tuple(int(v) for v in r))
-              for best in first[:2] for r in neighbours(policy.sketches[best.sketch], best.row)}
-    second = [c.key for c in policy.next_batch(16)]
-    assert len(set(second)) == 16 and not set(second) & policy.measured
-    assert (set(second) <= around) if walks else len(set(second) & around) < 4
-    policy.update([Candidate(*key) for key in second], [2.0] * 16)
-    assert policy.model.is_trained and len({c.key for c in policy.next_batch(16)} & around) < 8  # evolving again
-
-
 def test_a_policy_that_cannot_switch_is_refused_clearly():
     class Custom:
         pass
@@ -279,6 +210,7 @@ def test_a_policy_that_cannot_switch_is_refused_clearly():
         task.tune(tc.TuningOptions(num_measure_trials=1, sketch_policy="bandit", verbose=0), search_policy=Custom())
 
 
+@pytest.mark.slow
 def test_a_batch_replaces_candidates_whose_compute_locations_do_not_replay():
     task = tc.SearchTask(func="softmax", args=(8, 24), target=tc.Target.host())
     policy = SketchPolicy(task, seed=0)

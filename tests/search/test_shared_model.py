@@ -70,6 +70,7 @@ def test_a_new_task_is_ranked_by_what_the_others_measured():
     assert np.corrcoef(innermost, scores)[0, 1] > 0.5  # what the first task taught
 
 
+@pytest.mark.slow
 def test_a_task_whose_kind_no_rows_taught_scores_at_random_until_its_own_arrive():
     shared = SharedCostModel(XGBModel(num_warmup_sample=32, nthread=1))
     taught = SketchPolicy(_task(32, 32, 32), shared)
@@ -91,6 +92,7 @@ def test_a_task_whose_kind_no_rows_taught_scores_at_random_until_its_own_arrive(
     np.testing.assert_array_equal(dense.model.predict(rows), dense.model.predict(rows))
 
 
+@pytest.mark.slow
 def test_a_task_that_brings_new_features_widens_the_model():
     shared = SharedCostModel(XGBModel(num_warmup_sample=8, nthread=1))
     matmul = SketchPolicy(_task(32, 32, 32), shared)

@@ -26,6 +26,7 @@ def options(log, trials, runner):
                             measure_callbacks=[tc.RecordToFile(log)], verbose=0)
 
 
+@pytest.mark.slow
 def test_warm_up_covers_every_task_then_one_log_holds_all(tmp_path, runner):
     log = tmp_path / "model.json"
     scheduler = TaskScheduler(tasks(), [1, 2, 3])
@@ -39,6 +40,7 @@ def test_warm_up_covers_every_task_then_one_log_holds_all(tmp_path, runner):
     assert sum(s.summary.trials for s in scheduler.states) == 20
 
 
+@pytest.mark.slow
 def test_a_short_warm_up_gives_each_task_its_trials_then_whole_rounds(tmp_path, runner):
     log = tmp_path / "model.json"
     scheduler = TaskScheduler(tasks(), warm_up_trials=2)
@@ -50,6 +52,7 @@ def test_a_short_warm_up_gives_each_task_its_trials_then_whole_rounds(tmp_path, 
         TaskScheduler(tasks(), warm_up_trials=0)
 
 
+@pytest.mark.slow
 def test_resuming_skips_warm_up_and_never_remeasures(tmp_path, runner):
     log = tmp_path / "model.json"
     TaskScheduler(tasks()[:2]).tune(options(log, 8, runner))

@@ -31,6 +31,7 @@ def matmul_task():
     return tc.SearchTask(func="matmul", args=(32, 24, 40, "float32"), target=tc.Target.host())
 
 
+@pytest.mark.slow
 def test_tune_log_apply_best_and_print_best(tmp_path, runner):
     log = tmp_path / "matmul.json"
     task = matmul_task()
@@ -52,6 +53,7 @@ def test_tune_log_apply_best_and_print_best(tmp_path, runner):
     assert str(tc.lower(again)) == str(tc.lower(sch))
 
 
+@pytest.mark.slow
 def test_resume_never_measures_what_the_log_holds(tmp_path, runner):
     log = tmp_path / "matmul.json"
     task = matmul_task()
@@ -63,6 +65,7 @@ def test_resume_never_measures_what_the_log_holds(tmp_path, runner):
     assert first < {trace_key(r.trace) for r in records}
 
 
+@pytest.mark.slow
 def test_ansor_spelling_of_resume(tmp_path, runner):
     log = tmp_path / "matmul.json"
     task = matmul_task()
@@ -77,6 +80,7 @@ def test_ansor_spelling_of_resume(tmp_path, runner):
     assert model.num_samples == 6 and not policy.measured
 
 
+@pytest.mark.slow
 def test_apply_best_says_why_nothing_matches(tmp_path, runner):
     log = tmp_path / "matmul.json"
     matmul_task().tune(quick_options(log, 2, runner=runner, per_round=2))
@@ -108,6 +112,7 @@ TUNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_loses_at_most_the_candidate_in_flight(tmp_path, runner):
     log = tmp_path / "killed.json"
     child = subprocess.Popen([sys.executable, "-c", TUNER, str(log)])

@@ -35,6 +35,7 @@ def stochastic_schedule_mm(sch):
     return sch
 
 
+@pytest.mark.slow
 def test_a_stochastic_schedule_is_tuned_and_compiled(tmp_path, runner, capsys):
     dag = matmul()
     database = tc.tune_tir(mod=dag, target=TARGET, max_trials_global=64, num_trials_per_iter=64,
@@ -52,6 +53,7 @@ def test_a_stochastic_schedule_is_tuned_and_compiled(tmp_path, runner, capsys):
     assert "trial 5:" in log and "no unmeasured candidate left" in log and "best over the work dir" in log
 
 
+@pytest.mark.slow
 def test_the_generated_space_is_tuned_and_records_are_shared_with_search_task(tmp_path, runner):
     dag = matmul()
     database = tc.tune_tir(dag, TARGET, tmp_path, max_trials_global=4, num_trials_per_iter=4, runner=runner,
@@ -86,6 +88,7 @@ def linear0_dag(n_in=64, n_out=16):
     return tc.ComputeDAG([X, W, B, Z])
 
 
+@pytest.mark.slow
 def test_a_tuned_kernel_replaces_a_layer_of_a_numpy_model(tmp_path, runner):
     dag = linear0_dag()
     database = tc.tune_tir(dag, TARGET, tmp_path, max_trials_global=3, num_trials_per_iter=3, runner=runner,

@@ -104,6 +104,7 @@ def test_a_workload_this_target_lacks_is_lent_by_the_nearest_target_that_measure
     assert len(model.groups) == 2
 
 
+@pytest.mark.slow
 def test_the_default_database_teaches_a_first_tuning_on_an_x86_machine():
     task = tc.SearchTask(func="matmul", args=(512, 512, 512), target="llvm -isa=avx2 -num-cores=8")
     model = transfer_model([tc.DEFAULT_RECORDS], task, rows=24)

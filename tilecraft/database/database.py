@@ -37,7 +37,25 @@ Line = tuple[int, int]  # start and end offsets of a line in the file
 class Database:
     """The records of ``work_dir`` as they were when it was opened (open it again to see
     later ones). A workload is named by a ``ComputeDAG``, its tensors, a ``SearchTask`` or
-    a workload key; a target by a ``Target`` or its string, None meaning any target."""
+    a workload key; a target by a ``Target`` or its string, None meaning any target.
+
+    The work dir's ``records.json`` is a tuning log (as ``RecordToFile`` writes it);
+    opening indexes it without decoding, so it is fast on large logs. A work dir without
+    one opens empty. ``tune_tir`` returns the Database of its work dir.
+
+    Args:
+        work_dir: The directory that holds ``records.json``.
+
+    Raises:
+        RecordVersionError: If a record was written by a newer tilecraft.
+
+    Example:
+        ::
+
+            db = tc.Database("./tune_tmp")
+            best = db.query_best(dag, "llvm --num-cores=2")   # a TuningRecord
+            sch = db.query_schedule(dag, "llvm --num-cores=2")
+    """
 
     def __init__(self, work_dir: str | Path) -> None:
         self.work_dir = Path(work_dir)
@@ -65,7 +83,13 @@ class Database:
         return [r for r in map(self._record, self._lines(workload, target)) if r is not None]
 
     def query_best(self, workload: Any, target: Any = None) -> TuningRecord:
-        """The fastest valid record; ``NoValidRecordError`` says why there is none."""
+        """The fastest valid record of the workload on the target (by mean cost).
+
+        Raises:
+            NoValidRecordError: If there is none; the message says why (no records file, no
+                records of the workload, records for other targets only, only errors).
+            TypeError: If ``workload`` names no computation.
+        """
         for cost, line in sorted((self._mean_cost(line), line) for line in self._lines(workload, target)):
             record = self._record(line) if cost < math.inf else None
             if record is not None and _has_readable_trace(record, self.path):
@@ -76,7 +100,13 @@ class Database:
         raise NoValidRecordError(_explain_no_best(self.path, workload_key_of(workload), canonical_target(target)))
 
     def query_schedule(self, workload: Any, target: Any = None):
-        """The best record's schedule, replayed on the workload's DAG."""
+        """The best record's schedule, replayed on the workload's DAG.
+
+        Raises:
+            NoValidRecordError: As ``query_best``.
+            TypeError: If ``workload`` is a workload key, which names a computation but
+                cannot rebuild it: pass a ``ComputeDAG``, its tensors or a ``SearchTask``.
+        """
         from ..schedule.trace import Trace
 
         dag = dag_of(workload)

@@ -80,6 +80,18 @@ class RecordToFile:
     given, names the sketch of each input. Every line is flushed as it is written. A torn
     last line left by a killed run is ended with a newline first, so new records never
     merge into it.
+
+    Args:
+        path: The log; created, with its directory, on the first measurement.
+
+    Raises:
+        ValueError: If ``path`` ends in ``.xz`` (a log that grows cannot be compressed);
+            a call raises it if the inputs, results and sketches differ in number.
+
+    Example:
+        ::
+
+            options = tc.TuningOptions(num_measure_trials=200, measure_callbacks=[tc.RecordToFile("matmul.json")])
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -179,13 +191,38 @@ def _decode_batch(batch: list[tuple[int, str]]) -> list[tuple[int, str, TuningRe
 
 
 def load_records(path: str | Path, workload_key: str | None = None, target: Any = None) -> list[TuningRecord]:
+    """Every record of a tuning log, errors included, in file order.
+
+    Lines that are not records (comments, a torn last line, a hand edit) are skipped with
+    a ``MalformedRecordWarning`` naming the file and line. A log named ``*.xz`` is read
+    through xz.
+
+    Args:
+        path: The log.
+        workload_key: Only the records of this workload (a ``SearchTask``'s or a
+            ``ComputeDAG``'s ``workload_key``); None for all.
+        target: Only the records for this target (a ``Target`` or its string, compared in
+            canonical form); None for all.
+
+    Raises:
+        FileNotFoundError: If the log does not exist.
+        RecordVersionError: If a record was written by a newer tilecraft.
+        RecordFormatError: If a log named ``*.xz`` is not xz-compressed.
+    """
     with _gc_paused():
         return list(iter_records(path, workload_key, target))
 
 
 def load_best_record(path: str | Path, workload_key: str, target: Any = None) -> TuningRecord:
     """The valid record with the lowest mean cost in the whole log for ``workload_key`` on
-    ``target`` (any target when None). Raises ``NoValidRecordError`` saying why there is none."""
+    ``target`` (any target when None), over every run that ever appended to the log.
+
+    Raises:
+        NoValidRecordError: If the log does not exist or holds no valid record of the
+            workload on the target; the message says which (no records of the workload,
+            records for other targets only, or only errors).
+        RecordVersionError: If a record was written by a newer tilecraft.
+    """
     path = Path(path)
     if not path.exists():
         raise NoValidRecordError(f"{path} does not exist; a tuning run writes it (RecordToFile)")

@@ -101,6 +101,7 @@ class TuningRecord:
         return self.flop / cost / 1e9 if 0.0 < cost < math.inf else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The record as a JSON-ready dict, the trace decoded (``from_json`` reads it)."""
         return {**self._head(), "trace": self.trace}
 
     def to_json_line(self) -> str:
@@ -139,7 +140,12 @@ class TuningRecord:
 
     @staticmethod
     def from_json_line(line: str) -> TuningRecord:
-        """Decode one line of a log (the trace is kept as text, see the module docstring)."""
+        """Decode one line of a log (the trace is kept as text, see the module docstring).
+
+        Raises:
+            RecordVersionError: If the record was written by a newer tilecraft.
+            RecordFormatError: If the line is not JSON or a field is missing or mistyped.
+        """
         parts = split_line(line)
         if parts is not None:
             try:

@@ -14,10 +14,12 @@ import os
 from typing import Any, Mapping
 
 import numpy as np
+from rich.table import Table
 
 from ..errors import TeError
 from ..graph.ir import Graph
 from ..graph.passes import simplify
+from ..tables import table_text
 from ..te.dtype import DTYPES
 from .onnx_importer import Importer, OnnxImportError, OnnxNode, UnsupportedOperatorError, checked_array
 from .onnx_ops import CONVERTERS
@@ -26,8 +28,32 @@ from .onnx_ops import CONVERTERS
 def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
     """The tilecraft graph of an ONNX model (a ``ModelProto`` or a path); ``input_shapes`` fixes dynamic sizes.
 
-        graph = tc.frontend.from_onnx("resnet50.onnx", input_shapes={"data": (1, 3, 224, 224)})
-        outputs = run_reference(graph, {"data": image})
+    Every operator the model uses is checked first, so one error lists all the unsupported
+    ones. Nodes are converted one by one (a node whose inputs are constants folds to a
+    constant), then the graph is simplified: BatchNorm folded into convolutions, the erf
+    form of GELU recognised, dead code removed. Needs ``pip install tilecraft[onnx]``.
+
+    Args:
+        model_or_path: An ``onnx.ModelProto`` or the path of a ``.onnx`` file.
+        input_shapes: A shape for each input by name; required for an input with a dynamic
+            dimension, and must agree with the fixed ones.
+
+    Returns:
+        The model as a ``Graph``, its inputs with fixed shapes.
+
+    Raises:
+        ImportError: If the onnx package is not installed.
+        UnsupportedOperatorError: If the model uses operators, dtypes or features tilecraft
+            does not implement (``RuntimeInputError`` when a shape, axes or pads input is
+            computed at run time).
+        OnnxImportError: If an input's shape is dynamic and not given, ``input_shapes``
+            names an unknown input or disagrees with the model, or a node is malformed.
+
+    Example:
+        ::
+
+            graph = tc.frontend.from_onnx("resnet50.onnx", input_shapes={"data": (1, 3, 224, 224)})
+            outputs = run_reference(graph, {"data": image})   # tilecraft.graph.reference
     """
     onnx = _require_onnx()
     model = model_or_path if isinstance(model_or_path, onnx.ModelProto) else onnx.load(os.fspath(model_or_path))
@@ -70,11 +96,11 @@ def _check_operators(graph, opsets: dict[str, int], converters: Mapping[str, Any
         if domain != "ai.onnx" or node.op_type not in converters:
             missing.append((node.name or f"#{index}", node.op_type, domain, str(opsets.get(domain, "?"))))
     if missing:
-        widths = [max(len(row[c]) for row in missing + [("node", "op type", "domain", "opset")]) for c in range(4)]
-        rows = [("node", "op type", "domain", "opset")] + missing
-        table = "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in rows)
+        table = Table("node", "op type", "domain", "opset", box=None, padding=(0, 0, 0, 2))
+        for row in missing:
+            table.add_row(*row)
         raise UnsupportedOperatorError(
-            f"the model uses {len(missing)} node(s) whose operator tilecraft does not support:\n{table}\n"
+            f"the model uses {len(missing)} node(s) whose operator tilecraft does not support:\n{table_text(table)}\n"
             f"supported (domain ai.onnx): {', '.join(sorted(converters))}")
 
 

@@ -198,7 +198,29 @@ class _Lowering:
 
 
 def lower(sch, name: str = "default_function") -> LoweredFunc:
-    """The loop nest of a schedule, after bound inference and index simplification."""
+    """The loop nest of a schedule, after bound inference and index simplification.
+
+    The passes are those of this module's docstring: infer the region every block
+    computes, place each intermediate buffer at the deepest loop enclosing its producer
+    and consumers, build the loop nests, and simplify indices and guards. Block
+    annotations (``Schedule.annotate`` on a block) are realized first, on a copy.
+    ``print(tc.lower(sch))`` shows the result as readable pseudo-code.
+
+    Args:
+        sch: The schedule.
+        name: The name of the function.
+
+    Returns:
+        The lowered function: its arguments (the DAG's tensors), buffers and loop nest.
+
+    Raises:
+        LoweringError: If the schedule cannot be turned into a loop nest.
+
+    Example:
+        ::
+
+            print(tc.lower(sch))   # ...  for i_0 in range(8) parallel:  ...
+    """
     from ..schedule.postproc import apply_block_annotations
 
     return _Lowering(apply_block_annotations(sch), name).run()

@@ -46,9 +46,17 @@ class _Generated:
 class LocalBuilder:
     """Builds candidates on this machine with gcc.
 
-    timeout_secs: the longest one compilation may run before it is stopped (BUILD_TIMEOUT).
-    n_parallel: compilations at once; None for one per CPU core.
-    cache_dir: the kernel cache of ``compile_c``; None for its default.
+    Replaying, lowering and generating C run in the calling thread; up to ``n_parallel``
+    gcc processes compile at once. A candidate that fails becomes a ``BuildResult`` with
+    its error kind (INSTANTIATION, COMPILE or BUILD_TIMEOUT) instead of raising.
+
+    Args:
+        timeout_secs: The longest one compilation may run before it is stopped (BUILD_TIMEOUT).
+        n_parallel: Compilations at once; None for one per CPU core.
+        cache_dir: The kernel cache of ``compile_c``; None for its default.
+
+    Raises:
+        ValueError: If ``timeout_secs`` is not positive or ``n_parallel`` is below 1.
     """
 
     timeout_secs: float = 15.0
@@ -62,6 +70,8 @@ class LocalBuilder:
             raise ValueError(f"LocalBuilder: n_parallel={self.n_parallel} must be >= 1 (or None for one per core)")
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
+        """Build every candidate; one result per input, in input order, a failure as an
+        error result (never raised)."""
         n_parallel = self.n_parallel or os.cpu_count() or 1
         with ThreadPoolExecutor(max_workers=n_parallel, thread_name_prefix="tilecraft-build") as pool:
             # gcc compiles the first candidates while this thread generates the next ones.

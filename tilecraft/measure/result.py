@@ -26,14 +26,14 @@ MAX_MESSAGE_CHARS = 2000
 class MeasureErrorKind(str, enum.Enum):
     """Why a candidate has no timing; ``NONE`` when it has one."""
 
-    NONE = "none"
-    INSTANTIATION = "instantiation"  # the trace could not be replayed on the dag
-    COMPILE = "compile"              # lowering or code generation raised, or the C compiler rejected the source
-    RUNTIME = "runtime"              # the worker raised (library or symbol not loadable, argument mismatch, ...)
-    WRONG_ANSWER = "wrong_answer"    # an output differs from the NumPy reference
-    BUILD_TIMEOUT = "build_timeout"  # the C compiler ran past the builder's timeout
-    RUN_TIMEOUT = "run_timeout"      # the kernel ran past the runner's timeout; its worker was killed
-    WORKER_CRASH = "worker_crash"    # the worker process died (segfault, abort, out-of-memory kill, ...)
+    NONE = "none"                    #: no error; the candidate was measured and has costs
+    INSTANTIATION = "instantiation"  #: the trace could not be replayed on the dag
+    COMPILE = "compile"              #: lowering or code generation raised, or the C compiler rejected the source
+    RUNTIME = "runtime"              #: the worker raised (library or symbol not loadable, argument mismatch, ...)
+    WRONG_ANSWER = "wrong_answer"    #: an output differs from the NumPy reference
+    BUILD_TIMEOUT = "build_timeout"  #: the C compiler ran past the builder's timeout
+    RUN_TIMEOUT = "run_timeout"      #: the kernel ran past the runner's timeout; its worker was killed
+    WORKER_CRASH = "worker_crash"    #: the worker process died (segfault, abort, out-of-memory kill, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,7 @@ class BuildResult:
     @staticmethod
     def failed(kind: MeasureErrorKind, message: str, time_cost: float, source: str = "",
                entry_name: str = "") -> BuildResult:
+        """The result of a candidate that failed to build, with its error kind and message."""
         return BuildResult(None, source, entry_name, (), (), kind, message, time_cost)
 
 
@@ -92,6 +93,7 @@ class MeasureResult:
 
     @property
     def is_valid(self) -> bool:
+        """Whether the candidate was measured without error."""
         return self.error_kind is MeasureErrorKind.NONE
 
     @property

@@ -50,26 +50,40 @@ class Runner(Protocol):
 class LocalRunner:
     """Checks and times built candidates on this machine, one at a time, in a worker process.
 
-    timeout_secs: the longest one candidate may run in the worker (loading, checking and
-        timing) before the worker is killed (RUN_TIMEOUT).
-    number, repeat, min_repeat_ms, enable_cpu_cache_flush: the timing protocol of
-        ``Module.time_evaluator``; ``costs`` has one entry per repeat. By default 3 calls
-        a repeat, at least 100 ms, once; with the cache flushed before every call (as the
-        layers of a model find it: their weights evicted by the layers between), Ansor's
-        one call a repeat and no minimum, ten times.
-    evict_weights: the kernel's weights alone are evicted from the caches before every
-        timed call, and the protocol is otherwise the warm one. Inside a model a layer
-        finds its input in the caches, just written by the layer before, and its weights
-        in memory; this measures that (``runtime/evict.py``) where a flush measures neither.
-        It estimates a kernel's time in place, but tuning by it picked kernels slower in
-        place than the warm protocol's (DESIGN.md, "Tuning with the weights evicted").
-    max_memory_bytes: when set, the worker's address-space limit (RLIMIT_AS); a kernel
-        that allocates beyond it fails instead of swapping the machine. Address space
-        counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
-        thread), so leave room above what the kernels touch on many-core machines.
+    Each candidate's outputs are first compared with NumPy's on seeded random inputs
+    (WRONG_ANSWER when they differ), then timed. A kernel that crashes its worker is
+    recorded as WORKER_CRASH, one that runs too long as RUN_TIMEOUT, and a fresh worker
+    takes the next candidate. The timing protocol (``number``, ``repeat``,
+    ``min_repeat_ms``, ``enable_cpu_cache_flush``) is that of ``Module.time_evaluator``;
+    ``costs`` has one entry per repeat. By default 3 calls a repeat, at least 100 ms,
+    once; with the cache flushed before every call (as the layers of a model find it:
+    their weights evicted by the layers between), Ansor's one call a repeat and no
+    minimum, ten times.
 
     Use it as a context manager, or call ``close()``, to stop the worker and delete the
     reference data; both also happen when the runner is garbage-collected or at exit.
+
+    Args:
+        timeout_secs: The longest one candidate may run in the worker (loading, checking and
+            timing) before the worker is killed (RUN_TIMEOUT).
+        number: Calls per measurement; None for the protocol's default.
+        repeat: Measurements per candidate; None for the protocol's default.
+        min_repeat_ms: The shortest a measurement may last; None for the protocol's default.
+        enable_cpu_cache_flush: Flush the caches before every timed call.
+        max_memory_bytes: When set, the worker's address-space limit (RLIMIT_AS); a kernel
+            that allocates beyond it fails instead of swapping the machine. Address space
+            counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
+            thread), so leave room above what the kernels touch on many-core machines.
+        evict_weights: The kernel's weights alone are evicted from the caches before every
+            timed call, and the protocol is otherwise the warm one. Inside a model a layer
+            finds its input in the caches, just written by the layer before, and its weights
+            in memory; this measures that (``runtime/evict.py``) where a flush measures neither.
+            It estimates a kernel's time in place, but tuning by it picked kernels slower in
+            place than the warm protocol's (docs/experiments/tuning-with-weights-evicted.md).
+
+    Raises:
+        ValueError: If both ``enable_cpu_cache_flush`` and ``evict_weights`` are set, a
+            number is below its least value, or ``max_memory_bytes`` is below 64 MiB.
     """
 
     def __init__(self, timeout_secs: float = 10.0, number: int | None = None, repeat: int | None = None,
@@ -113,6 +127,21 @@ class LocalRunner:
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
+        """Check and time every built candidate; a failed build gives a result with the
+        build's error, and no candidate's failure raises.
+
+        Args:
+            inputs: The candidates.
+            builds: The builder's results for exactly these candidates, in order.
+            on_result: Called as ``on_result(index, result)`` as soon as each is known.
+
+        Returns:
+            One ``MeasureResult`` per input, in order.
+
+        Raises:
+            ValueError: If ``inputs`` and ``builds`` differ in length.
+            RuntimeError: If the runner was closed.
+        """
         if len(inputs) != len(builds):
             raise ValueError(f"LocalRunner.run got {len(inputs)} inputs and {len(builds)} build results; "
                              f"pass the builder's results for exactly these inputs")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from rich.table import Table
 
 from ..build import build
 from ..database.log import best_records
@@ -38,6 +39,7 @@ from ..runtime.plan import NativePlan, compile_plan_runner
 from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from ..search.default import default_schedule
+from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
 from ..graph.fuse import partition, subgraph_dag
@@ -93,9 +95,31 @@ class Step:
 
 
 class CompiledModel:
-    """``model(**inputs)`` returns the output array (a tuple of them, in output order, for several);
+    """A whole model as native kernels, one per distinct fused subgraph, called with NumPy arrays.
+
+    ``model(**inputs)`` returns the output array (a tuple of them, in output order, for several);
     ``model.run({name: array})`` returns a dict by output name. Inputs are given by name.
-    ``runner``: the library of the loop that makes the kernels' calls (``compile_plan_runner``)."""
+    Made by ``compile_model`` or ``load_model``; the constructor takes the parts they
+    assemble. The buffers between kernels are allocated once and shared by all calls, so
+    a model must not be called from several threads at once.
+
+    Args:
+        inputs: The model's inputs, in order.
+        outputs: The names of its outputs, in order.
+        values: Every value a step reads or writes, by name.
+        kernels: The compiled kernels.
+        steps: The kernel calls (and reshapes) in order.
+        constants: The weights, by name.
+        target: The target string the kernels were compiled for.
+        runner: The library of the loop that makes the kernels' calls (``compile_plan_runner``).
+
+    Attributes:
+        inputs: The model's inputs (name, shape, dtype), in order.
+        outputs: The names of its outputs, in order.
+        kernels: The compiled kernels, each with ``desc``, ``workload_key``, ``module`` and
+            ``tuned`` (its schedule came from a tuning log).
+        target: The target string the kernels were compiled for.
+    """
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
                  kernels: Sequence[Kernel], steps: Sequence[Step], constants: Mapping[str, np.ndarray],
@@ -118,6 +142,17 @@ class CompiledModel:
         return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model once.
+
+        Args:
+            inputs: One array per model input, by name, of the input's shape and dtype.
+
+        Returns:
+            The outputs by name, new arrays at every call.
+
+        Raises:
+            ModelInputError: If an input is missing or unknown, or has the wrong shape or dtype.
+        """
         arrays = self._arrays(inputs)
         self._plan.run(arrays)
         return {name: arrays[name] if name in self._fresh else self._array(name, arrays).copy()
@@ -126,7 +161,16 @@ class CompiledModel:
     def profile(self, inputs: Mapping[str, np.ndarray], rounds: int = 20) -> list[KernelTime]:
         """Where a call's time goes: per kernel, the median over ``rounds`` whole-model calls
         of the seconds spent in all its calls, timed in place (its inputs as cold or warm as the
-        model leaves them), most expensive first."""
+        model leaves them), most expensive first.
+
+        Args:
+            inputs: As for ``run``.
+            rounds: How many whole-model calls to time.
+
+        Raises:
+            ValueError: If ``rounds`` is below 1.
+            ModelInputError: As ``run``.
+        """
         if rounds < 1:
             raise ValueError(f"profile: rounds={rounds} must be >= 1")
         arrays = self._arrays(inputs)
@@ -205,7 +249,9 @@ class CompiledModel:
         return checked
 
     def save(self, directory: str | Path) -> None:
-        """Write the model to ``directory`` (created if needed) for ``load_model``."""
+        """Write the model to ``directory`` (created if needed) for ``load_model``: ``model.json``
+        (the plan), each kernel's library and C source, the runner library and the weights as
+        ``.npy`` files. Files of an earlier save there are overwritten."""
         directory = Path(directory)
         (directory / "weights").mkdir(parents=True, exist_ok=True)
         kernels = []
@@ -274,14 +320,40 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
                   cache_dir: str | Path | None = None) -> CompiledModel:
     """Compile an ONNX model (a ``ModelProto`` or a path) or a Graph for ``target`` (the host by default),
     with the best schedules of the tuning ``log``; subgraphs without one get the default schedule,
-    listed in one ``DefaultScheduleWarning``. ``cache_dir``: where kernels are compiled (see ``tc.build``).
+    listed in one ``DefaultScheduleWarning``.
 
-        model = tc.compile_model("resnet50.onnx", log="resnet50.json")
-        logits = model(data=image)
-
-    Several logs: a subgraph's schedule is the best of the first log that has a record for it.
+    The model is prepared as ``extract_tasks`` prepares it, so each distinct subgraph is
+    looked up in the log by its task's workload key, best over the whole log. Each
+    distinct kernel is built once, several at a time; a record that fails to replay or
+    build falls back to the default schedule, with the reason in the warning. Several
+    logs: a subgraph's schedule is the best of the first log that has a record for it.
     Costs measured with different protocols (say with the caches flushed before every call,
     and warm) are not comparable, so such logs are kept apart and ranked by their order.
+
+    Args:
+        model_or_graph: An ONNX model (a ``ModelProto`` or a path) or a ``Graph``.
+        target: The target to compile for; None for the host.
+        log: A tuning log, or several in order of preference; None for default schedules only.
+        input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
+        cache_dir: Where kernels are compiled and cached (see ``tc.build``); None for the default.
+
+    Returns:
+        The compiled model.
+
+    Raises:
+        FileNotFoundError: If a log does not exist.
+        OnnxImportError: If the ONNX model cannot be imported (``UnsupportedOperatorError``
+            for an operator tilecraft lacks).
+        ImportError: If an ONNX model is given and the onnx package is not installed.
+        TargetError: If ``target`` cannot be understood.
+        BuildError: If the C compiler is missing or rejects a kernel of the default schedule.
+
+    Example:
+        ::
+
+            model = tc.compile_model("resnet50.onnx", log="resnet50.json")
+            logits = model(data=image)
+            model.save("resnet50_compiled")
     """
     target = target if isinstance(target, Target) else Target(target)
     graph = prepare_graph(model_or_graph, input_shapes)
@@ -311,9 +383,11 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     kernels = [kernel for kernel, _ in built]
     untuned = [(kernel.desc, why) for kernel, why in built if why]
     if untuned:
-        width = max(len(desc) for desc, _ in untuned)
-        rows = "\n".join(f"  {desc.ljust(width)}  {why}" for desc, why in untuned)
-        warnings.warn(f"{len(untuned)} of {len(kernels)} kernels have the default schedule (untuned):\n{rows}\n"
+        table = Table(box=None, padding=(0, 0, 0, 2), show_header=False)
+        for desc, why in untuned:
+            table.add_row(desc, why)
+        warnings.warn(f"{len(untuned)} of {len(kernels)} kernels have the default schedule (untuned):\n"
+                      f"{table_text(table)}\n"
                       "tune them (tc.extract_tasks, tc.TaskScheduler) into the log to make them faster",
                       DefaultScheduleWarning, stacklevel=2)
     constants = {name: np.require(array, requirements="C") for name, array in graph.constants.items()}
@@ -341,7 +415,13 @@ def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cach
 
 
 def load_model(directory: str | Path) -> CompiledModel:
-    """The model that ``CompiledModel.save`` wrote to ``directory``."""
+    """The model that ``CompiledModel.save`` wrote to ``directory``, loaded without the ONNX
+    model, the tuning log or a compiler.
+
+    Raises:
+        ModelLoadError: If the directory holds no saved model, or a file of it is missing,
+            corrupt, or written by another version of the format; the message names the file.
+    """
     directory = Path(directory)
     path = directory / "model.json"
     if not path.is_file():

@@ -36,10 +36,33 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     """One SearchTask per distinct kernel of the model (same workload key: one task) and how many
     times the model runs it, the weights for ``TaskScheduler(tasks, weights)``.
 
-        tasks, weights = tc.extract_tasks("resnet50.onnx")
-        tc.TaskScheduler(tasks, weights).tune(tc.TuningOptions(num_measure_trials=2000,
-                                                               measure_callbacks=[tc.RecordToFile(log)]))
-        model = tc.compile_model("resnet50.onnx", log=log)
+    The model is prepared as ``compile_model`` prepares it (imported, put in NHWC,
+    partitioned into fused subgraphs), so the tasks' workload keys are those that
+    compiling the model looks up in the tuning log. Reshapes, which are views, are no task.
+
+    Args:
+        model_or_graph: An ONNX model (a ``ModelProto`` or a path) or a ``Graph``.
+        target: The target the tasks are tuned for; None for the host.
+        input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
+
+    Returns:
+        The tasks, each described by its operators and output shape, as in
+        ``"conv2d+add+relu 1x56x56x64"``, and one weight per task.
+
+    Raises:
+        OnnxImportError: If the ONNX model cannot be imported (``UnsupportedOperatorError``
+            for an operator tilecraft lacks).
+        ImportError: If an ONNX model is given and the onnx package is not installed.
+        TypeError: If ``input_shapes`` is given with a ``Graph``.
+        TargetError: If ``target`` cannot be understood.
+
+    Example:
+        Tune a model's tasks into a log, then compile it::
+
+            tasks, weights = tc.extract_tasks("resnet50.onnx")
+            tc.TaskScheduler(tasks, weights).tune(tc.TuningOptions(num_measure_trials=2000,
+                                                                   measure_callbacks=[tc.RecordToFile(log)]))
+            model = tc.compile_model("resnet50.onnx", log=log)
     """
     graph = prepare_graph(model_or_graph, input_shapes)
     target = target if isinstance(target, Target) else Target(target)
@@ -60,9 +83,16 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
 
 def print_tasks(tasks: list[SearchTask], weights: list[int], console=None) -> None:
     """A table of each task's operators, output shape, FLOPs and weight, with the weighted total, printed
-    to standard output or a rich ``console``."""
-    from rich.console import Console
+    to standard output or a rich ``console``.
+
+    Args:
+        tasks: The tasks, as ``extract_tasks`` returns them (``desc`` read as operators and shape).
+        weights: How many times the model runs each task.
+        console: A ``rich.console.Console`` to print to; None for standard output.
+    """
     from rich.table import Table
+
+    from ..tables import print_table
 
     table = Table(title="Tasks", title_justify="left")
     for column in ("#", "task", "shape", "MFLOPs", "weight"):
@@ -75,4 +105,4 @@ def print_tasks(tasks: list[SearchTask], weights: list[int], console=None) -> No
         table.add_row(str(n), ops, shape, f"{flop / 1e6:.3f}", str(weight))
     table.add_section()
     table.add_row("", f"{len(tasks)} tasks, {sum(weights)} kernels", "", f"{total / 1e6:.3f}", "")
-    (console or Console(highlight=False)).print(table)
+    print_table(table, console)

@@ -8,7 +8,7 @@ input too, which the layer before has just written, and costs twice the L3 in me
 a call. So ``weight_evictor`` flushes the weights' own cache lines (``clflushopt``, or
 ``dc civac`` on Arm), nothing else. It measures where a model's time goes
 (``benchmarks/model_profile.py``); as a tuning objective it did not find faster kernels in
-place (DESIGN.md, "Tuning with the weights evicted").
+place (docs/experiments/tuning-with-weights-evicted.md).
 """
 
 from __future__ import annotations

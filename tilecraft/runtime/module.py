@@ -52,8 +52,35 @@ class PackSpec:
 
 
 class Module:
-    """``module(*inputs)`` returns new outputs; ``module(*inputs, *outputs)`` (or
-    ``out=``) writes into given ones and returns them (None when passed positionally)."""
+    """A compiled kernel, called with NumPy arrays; ``build`` returns one.
+
+    ``module(*inputs)`` returns new outputs; ``module(*inputs, *outputs)`` (or
+    ``out=``) writes into given ones and returns them (None when passed positionally).
+    Several outputs are returned as a tuple. Every array must be a C-contiguous
+    ``numpy.ndarray`` of the argument's shape and dtype (outputs writeable and not
+    overlapping another argument); otherwise the call raises ``TypeError`` or
+    ``ValueError`` naming the argument. Inputs with a packed layout
+    (``Schedule.transform_layout``) are packed at every call, unless bound once with
+    ``bind_weights``.
+
+    Args:
+        lib_path: The shared library.
+        source: Its C source.
+        entry_name: The name of the kernel's C function.
+        args: The function's arguments, in order.
+        packs: The pack functions of inputs stored in another layout.
+
+    Attributes:
+        lib_path: The shared library (``pathlib.Path``).
+        source: The kernel's C source, readable.
+        entry_name: The name of the kernel's C function.
+        args: The arguments (name, shape, dtype, whether an output), in order.
+
+    Raises:
+        BuildError: If the library lacks the entry or a pack function.
+        ValueError: If argument names repeat or a pack targets an output.
+        OSError: If the library cannot be loaded.
+    """
 
     def __init__(self, lib_path: Path, source: str, entry_name: str, args: Sequence[ArgSpec],
                  packs: Sequence[PackSpec] = ()) -> None:
@@ -90,13 +117,32 @@ class Module:
         return f"Module({self.entry_name!r}, args=({', '.join(arg.name for arg in self.args)}), lib={self.lib_path})"
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | Sequence[np.ndarray] | None = None):
+        """Run the kernel: on the inputs (new outputs returned), on the inputs and ``out``
+        (returned), or on all the arguments not bound, in order (None returned).
+
+        Raises:
+            TypeError: If the number of arrays fits neither form, or one is not an ndarray.
+            ValueError: If an array has the wrong shape or dtype, is not C-contiguous, or
+                an output is read-only or overlaps another argument.
+        """
         addresses, made, result = self._prepare(arrays, out)  # ``made``: packed inputs, alive until it returns
         self._entry(*addresses)
         return result
 
     def bind_weights(self, **weights: np.ndarray) -> Module:
         """A Module whose named inputs are fixed: packed (or copied) once, here, and left
-        out of the arguments of later calls."""
+        out of the arguments of later calls, as a deployed model's weights are.
+
+        Args:
+            **weights: Arrays for inputs by name.
+
+        Returns:
+            A new Module; this one is unchanged.
+
+        Raises:
+            TypeError: If a name is not an input still taken by calls.
+            ValueError: If an array has the wrong shape or dtype or is not C-contiguous.
+        """
         bound = dict(self._bound)
         for name, array in weights.items():
             index = next((i for i in self._inputs if self.args[i].name == name), None)
@@ -136,10 +182,40 @@ class Module:
     def time_evaluator(self, number: int = 10, repeat: int = 3, min_repeat_ms: float = 0.0,
                        enable_cpu_cache_flush: bool = False, warmup: bool = True,
                        evict_weights: bool = False) -> Callable[..., ProfileResult]:
-        """``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,
-        before timing). Arrays are passed as to ``module(...)``. ``evict_weights``: the
-        weights (those bound, and those packed for the timing) are evicted from the caches before
-        every call, as a layer inside a model finds them (``runtime/evict.py``)."""
+        """A function that times the kernel with TVM's ``time_evaluator`` protocol.
+
+        ``f(*arrays)`` -> seconds per call of the entry alone (packing happens once,
+        before timing). Arrays are passed as to ``module(...)``. The protocol: one
+        untimed warm-up call, then ``repeat`` measurements, each the mean of ``number``
+        back-to-back calls, ``number`` grown until a measurement lasts at least
+        ``min_repeat_ms``. A flush or an eviction runs before every call, untimed.
+
+        Args:
+            number: Calls per measurement (at least).
+            repeat: Measurements.
+            min_repeat_ms: The shortest a measurement may last, in milliseconds.
+            enable_cpu_cache_flush: Flush the caches (by writing twice the host's L3)
+                before every call, so each call starts cold, as Ansor measures.
+            warmup: Make the untimed first call.
+            evict_weights: The weights (those bound, and those packed for the timing) are
+                evicted from the caches before every call, as a layer inside a model finds
+                them (``runtime/evict.py``).
+
+        Returns:
+            ``f(*arrays, out=None)`` returning a ``ProfileResult`` of seconds per call,
+            one entry per repeat.
+
+        Raises:
+            ValueError: If both ``enable_cpu_cache_flush`` and ``evict_weights`` are set;
+                ``f`` raises it for ``number`` or ``repeat`` below 1, and as ``module(...)``
+                for bad arrays.
+
+        Example:
+            ::
+
+                timer = func.time_evaluator(number=10, repeat=3)
+                print(timer(a, b, c).median)    # seconds per call
+        """
         if enable_cpu_cache_flush and evict_weights:
             raise ValueError("time_evaluator: a cache flush evicts the weights too; ask for one of "
                              "enable_cpu_cache_flush and evict_weights")

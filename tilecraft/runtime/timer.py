@@ -29,18 +29,22 @@ class ProfileResult:
 
     @property
     def mean(self) -> float:
+        """Seconds per call, averaged over the repeats."""
         return statistics.fmean(self.results)
 
     @property
     def median(self) -> float:
+        """Seconds per call of the median repeat, the figure least moved by a noisy repeat."""
         return statistics.median(self.results)
 
     @property
     def min(self) -> float:
+        """Seconds per call of the fastest repeat."""
         return min(self.results)
 
     @property
     def max(self) -> float:
+        """Seconds per call of the slowest repeat."""
         return max(self.results)
 
     @property

@@ -6,12 +6,16 @@ import functools
 
 import numpy as np
 
+from ..errors import ScheduleError
+
 PADDED_SHARE = 0.5  # of random tilings, the share that pads the loop (when it can be padded)
 
 
 @functools.lru_cache(maxsize=4096)
 def factorizations(extent: int, parts: int, max_innermost: int) -> tuple[tuple[int, ...], ...]:
     """Every way to write ``extent`` as an ordered product of ``parts`` factors, innermost <= max_innermost."""
+    if parts < 1:
+        raise ScheduleError(f"a tiling needs at least one factor, not {parts}")
     if parts == 1:
         return ((extent,),) if extent <= max_innermost else ()
     results = []
@@ -32,6 +36,8 @@ def padded_factorizations(extent: int, parts: int, max_innermost: int) -> tuple[
     """Tilings whose innermost factor does not divide ``extent``: the extent is rounded up
     to a multiple of it and the partial last tile is guarded. A 1024-row matmul gets its
     6-row register tiles this way."""
+    if parts < 2:  # one factor is the whole loop: nothing to pad
+        return ()
     results = []
     for inner in range(2, min(max_innermost, extent) + 1):
         if extent % inner:
@@ -43,6 +49,9 @@ def padded_factorizations(extent: int, parts: int, max_innermost: int) -> tuple[
 def sample_perfect_tile(rng: np.random.Generator, extent: int, parts: int, max_innermost: int) -> tuple[int, ...]:
     """A factorization drawn uniformly from all of them (Ansor's InitFillTileSize)."""
     choices = factorizations(extent, parts, max_innermost)
+    if not choices:
+        raise ScheduleError(f"a loop of extent {extent} has no tiling into {parts} factor(s) with the innermost at "
+                            f"most {max_innermost}; ask for more factors or a larger max_innermost_factor")
     return choices[int(rng.integers(len(choices)))]
 
 

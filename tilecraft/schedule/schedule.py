@@ -33,6 +33,13 @@ BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragm
 
 
 class BlockRV:
+    """A handle to a block (one compute op, named as its output tensor) of a schedule.
+
+    Attributes:
+        name: The block's name, as ``get_block`` takes it.
+        symbol: The name the trace gives the handle (``b0``, ``b1``, ...).
+    """
+
     __slots__ = ("name", "symbol")
 
     def __init__(self, name: str, symbol: str):
@@ -43,6 +50,14 @@ class BlockRV:
 
 
 class LoopRV:
+    """A handle to a loop of a schedule. It stays valid until the loop is split, fused or
+    inlined away; a primitive given a stale handle raises ``ScheduleError``.
+
+    Attributes:
+        id: The loop's id in the loop state.
+        symbol: The name the trace gives the handle (``l0``, ``l1``, ...).
+    """
+
     __slots__ = ("id", "symbol")
 
     def __init__(self, loop_id: int, symbol: str):
@@ -64,7 +79,48 @@ class ExprRV(int):
 
 
 class Schedule:
-    """A mutable schedule of a ``ComputeDAG``; ``sch.trace`` records how it was made."""
+    """A mutable schedule of a ``ComputeDAG``, changed by TVM ``tir.Schedule``'s primitives.
+
+    Every compute op of the DAG is a block, named as its output tensor; a block's loops
+    start as the op's axes, spatial ones first, then reduction ones. Each primitive checks
+    its arguments and builds a new immutable loop state, so one that raises
+    ``ScheduleError`` leaves the schedule as it was. Every primitive and sampling decision
+    is appended to ``trace``, which replays on a fresh schedule, with other decisions if
+    asked. ``str(sch)`` prints the trace as Python; ``tc.lower(sch)`` shows the loop nest.
+
+    Args:
+        dag: The computation to schedule, or its tensors (placeholders and outputs, in the
+            kernel's argument order), from which a ``ComputeDAG`` is made.
+        seed: Seed of the generator the sampling primitives draw from when given no
+            decision; None draws a fresh one.
+
+    Attributes:
+        dag: The ``ComputeDAG`` being scheduled.
+        state: The current loop state (immutable; each primitive replaces it).
+        rng: The ``numpy.random.Generator`` of the sampling primitives.
+
+    Raises:
+        TeError: If ``dag`` is a list of tensors that does not make a ``ComputeDAG``.
+
+    Example:
+        Tile a matmul's output, run its outer tiles in parallel and vectorize the inner
+        loop, then build and call it::
+
+            A = te.placeholder((512, 512), name="A")
+            B = te.placeholder((512, 512), name="B")
+            k = te.reduce_axis((0, 512), name="k")
+            C = te.compute((512, 512), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+            sch = tc.Schedule([A, B, C])
+            i, j, k = sch.get_loops(sch.get_block("C"))
+            i0, i1 = sch.split(i, [None, 8])
+            j0, j1 = sch.split(j, [None, 16])
+            sch.reorder(i0, j0, k, i1, j1)
+            sch.parallel(sch.fuse(i0, j0))
+            sch.vectorize(j1)
+            func = tc.build(sch)
+            a, b = sch.dag.random_inputs()
+            c = func(a, b)
+    """
 
     def __init__(self, dag: ComputeDAG | Sequence[Tensor], seed: int | None = None):
         self.dag = dag if isinstance(dag, ComputeDAG) else ComputeDAG(dag)
@@ -81,9 +137,12 @@ class Schedule:
     # ----------------------------------------------------------------- bookkeeping
     @property
     def trace(self) -> Trace:
+        """The steps applied so far, with their sampling decisions, as an immutable ``Trace``."""
         return Trace(tuple(self._steps))
 
     def copy(self) -> Schedule:
+        """An independent schedule in the same state with the same trace, whose generator is
+        seeded from this one's (so the copy samples differently from the original)."""
         other = object.__new__(Schedule)
         other.dag, other.state, other._steps, other._counter = self.dag, self.state, list(self._steps), self._counter
         other.rng = np.random.default_rng(self.rng.integers(2**63))
@@ -123,28 +182,87 @@ class Schedule:
 
     # ----------------------------------------------------------------- queries
     def get_block(self, name: str, func_name: str = "main") -> BlockRV:
+        """Look up a block by name.
+
+        Args:
+            name: The block's name: the name of the compute op (its output tensor), or of a
+                block a primitive made (``"C_local"`` from ``cache_write``, ``"C_rf"`` from
+                ``rfactor``).
+            func_name: Accepted for TVM's signature and ignored: a schedule has one function.
+
+        Returns:
+            A handle to the block.
+
+        Raises:
+            ScheduleError: If there is no block of that name; the message lists the blocks.
+        """
         self._stage(name)
         rv = BlockRV(name, self._symbol("b"))
         self._record("get_block", {"name": name}, [rv])
         return rv
 
     def get_loops(self, block: BlockRV) -> list[LoopRV]:
+        """The loops around a block's body, outermost first.
+
+        For a block moved by ``compute_at`` or ``reverse_compute_at`` this includes the
+        enclosing loops of the block it was moved under, down to the loop it was moved to,
+        then the block's own loops.
+
+        Args:
+            block: The block.
+
+        Returns:
+            New handles to the loops, outermost first.
+
+        Raises:
+            ScheduleError: If the block does not exist (any more).
+        """
         ids = self.loop_path(self._stage(block).name)
         rvs = [LoopRV(i, self._symbol("l")) for i in ids]
         self._record("get_loops", {"block": block}, rvs)
         return rvs
 
     def loop_path(self, name: str) -> list[int]:
-        """Ids of all loops around the body of block ``name``, outermost first."""
+        """Ids of all loops around the body of block ``name``, outermost first: what
+        ``get_loops`` returns handles to, without recording a step.
+
+        Raises:
+            KeyError: If there is no block named ``name``.
+        """
         from .bound import loop_path
 
         return loop_path(self.state, name)
 
     def loop_extent(self, loop: LoopRV) -> int:
+        """The number of iterations of ``loop``, as the current loop state infers it.
+
+        Raises:
+            ScheduleError: If ``loop`` is not a loop handle or the loop no longer exists.
+        """
         return self._loop(loop)[1].extent
 
     # ----------------------------------------------------------------- loop transformations
     def split(self, loop: LoopRV, factors: Sequence[int | None]) -> list[LoopRV]:
+        """Split a loop into ``len(factors)`` nested loops, outermost first.
+
+        The new loops have the factors as extents; one factor may be None and is inferred
+        as the extent divided by the product of the others, rounded up. Factors whose
+        product exceeds the extent (a factor that does not divide it) give a guarded tail:
+        iterations past the extent are skipped. Blocks computed at ``loop`` move to the
+        innermost new loop. Factors may be sampled values (``sample_perfect_tile``).
+
+        Args:
+            loop: The loop to split.
+            factors: At least two positive ints, at most one of them None.
+
+        Returns:
+            Handles to the new loops, outermost first.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists, there are fewer than two factors,
+                more than one is None, a factor is not a positive int, or the factors
+                multiply to less than the extent.
+        """
         stage, target = self._loop(loop)
         factors = list(factors)
         if len(factors) < 2:
@@ -176,6 +294,23 @@ class Schedule:
         return rvs
 
     def fuse(self, *loops: LoopRV) -> LoopRV:
+        """Fuse adjacent loops of one block into a single loop over the product of their extents.
+
+        The loops must be consecutive in the block's loop order, outermost first, and all
+        spatial or all reduction. Blocks computed at the innermost of them move to the
+        fused loop. Also accepts one list of loops.
+
+        Args:
+            *loops: Two or more loops of the same block, outermost first.
+
+        Returns:
+            A handle to the fused loop.
+
+        Raises:
+            ScheduleError: If fewer than two loops are given, they belong to different
+                blocks, are not adjacent and in order, mix spatial and reduction loops, or
+                a block is computed at one of them other than the innermost.
+        """
         if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
             loops = tuple(loops[0])
         if len(loops) < 2:
@@ -212,6 +347,17 @@ class Schedule:
         return rv
 
     def reorder(self, *loops: LoopRV) -> None:
+        """Reorder loops of one block: the given loops take the positions they held, in the
+        order given; the block's other loops stay where they are. Also accepts one list.
+
+        Args:
+            *loops: Loops of the same block, in their new order, outermost first.
+
+        Raises:
+            ScheduleError: If a loop no longer exists, the loops belong to different blocks
+                (a block's loops cannot be reordered with those of the block it is computed
+                at), or a loop appears twice.
+        """
         if len(loops) == 1 and isinstance(loops[0], (list, tuple)):
             loops = tuple(loops[0])
         found = [self._loop(l) for l in loops]
@@ -240,17 +386,61 @@ class Schedule:
         self._record(kind, {"loop": loop})
 
     def parallel(self, loop: LoopRV) -> None:
+        """Run a loop's iterations in parallel on the target's cores (an OpenMP ``parallel
+        for``; directly nested parallel loops are collapsed into one).
+
+        Args:
+            loop: A spatial loop.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists or is a reduction loop.
+        """
         self._annotate_loop("parallel", loop)
 
     def vectorize(self, loop: LoopRV) -> None:
+        """Run a loop's iterations as SIMD lanes. A loop whose body is one store becomes
+        vector code; any other is left for the C compiler to vectorize.
+
+        Args:
+            loop: A spatial loop, usually the innermost, over contiguous elements.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists or is a reduction loop.
+        """
         self._annotate_loop("vectorize", loop)
 
     def unroll(self, loop: LoopRV) -> None:
+        """Unroll a loop fully (``#pragma GCC unroll``, at most 1024 copies).
+
+        Args:
+            loop: Any loop.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists.
+        """
         self._annotate_loop("unroll", loop)
 
     def annotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: int) -> None:
-        """A loop pragma, or on a block an intent that lowering realizes once the block's
-        final place is known (see ``postproc.py``), as MetaSchedule's annotations."""
+        """Attach an annotation to a loop or a block, as MetaSchedule's annotations.
+
+        On a loop the annotation is a pragma: ``pragma_auto_unroll_max_step`` unrolls every
+        loop nest inside it of at most ``ann_val`` iterations (``pragma_unroll_explicit`` is
+        recorded but does not change the code). On a block it is an intent that lowering
+        realizes once the block's final place is known (see ``postproc.py``):
+        ``meta_schedule.parallel`` fuses up to ``ann_val`` outer loops and runs them in
+        parallel (at the root only), ``meta_schedule.vectorize`` vectorizes the innermost
+        spatial loop, and ``pragma_auto_unroll_max_step`` goes on the block's outermost loop.
+        Annotating the same key again replaces the value.
+
+        Args:
+            block_or_loop: The block or loop to annotate.
+            ann_key: One of the keys above.
+            ann_val: The annotation's value (an int).
+
+        Raises:
+            ScheduleError: If ``ann_key`` is not a known key for a block or for a loop,
+                ``block_or_loop`` is neither, or it no longer exists.
+        """
         if isinstance(block_or_loop, BlockRV):
             if ann_key not in BLOCK_ANNOTATIONS:
                 raise ScheduleError(f"annotate: unknown block annotation {ann_key!r}; known: "
@@ -271,6 +461,25 @@ class Schedule:
 
     # ----------------------------------------------------------------- compute location
     def compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move a producer block under a loop of its consumer, to compute there only the
+        region that one iteration of the loop reads.
+
+        The block's loop extents are inferred again for the new place (a tile of the
+        consumer needs a tile of the producer). ``loop`` may also be a location sampled by
+        ``sample_compute_location``: root (decision -1) moves the block back to the root,
+        inline (-2) inlines it as ``compute_inline`` does.
+
+        Args:
+            block: The producer block; not an output of the computation.
+            loop: A loop that encloses every consumer of the block.
+            preserve_unit_loops: Accepted for TVM's signature and ignored.
+
+        Raises:
+            ScheduleError: If the block writes an output (use ``reverse_compute_at``),
+                ``loop`` is a loop of the block itself, does not enclose every consumer of
+                the block, or belongs to a block computed inside this one (a cycle), or no
+                region of the block can be computed there.
+        """
         stage = self._stage(block)
         if isinstance(loop, LoopRV) and loop.id == ROOT:
             self.state = self.state.with_stage(replace(stage, attach=None))
@@ -281,6 +490,23 @@ class Schedule:
         self._record("compute_at", {"block": block, "loop": loop})
 
     def reverse_compute_at(self, block: BlockRV, loop: LoopRV, preserve_unit_loops: bool = False) -> None:
+        """Move a consumer block under a loop of its producer, to consume there the region
+        that one iteration of the loop has just produced (an element-wise epilogue fused
+        into a tiled producer, or the copy-out of a ``cache_write``).
+
+        Args:
+            block: The consumer block; it must read its producer element-wise, at its own
+                indices.
+            loop: A loop that encloses the producer (the last block the consumer reads)
+                and lies outside all of the producer's reduction loops.
+            preserve_unit_loops: Accepted for TVM's signature and ignored.
+
+        Raises:
+            ScheduleError: If the block reads no other block, reads its producer other than
+                element-wise, ``loop`` does not enclose the producer or is inside one of its
+                reduction loops (the consumer would read partial sums), or ``loop`` belongs
+                to the block itself or to a block computed inside it.
+        """
         self.state = self._attach(self._stage(block), loop, reverse=True)
         self._record("reverse_compute_at", {"block": block, "loop": loop})
 
@@ -341,6 +567,18 @@ class Schedule:
         return any(s.attach and s.attach.stage == stage.name for s in self.state.stages)
 
     def compute_inline(self, block: BlockRV) -> None:
+        """Inline an element-wise block into its consumers: each read of its output is
+        replaced by the expression that computes it, and the block and its buffer vanish.
+
+        Args:
+            block: An element-wise (not reduction) block that writes no output of the
+                computation and has no other block computed at its loops.
+
+        Raises:
+            ScheduleError: If the block is an output or a reduction, other blocks are
+                computed at its loops, or it reads a block computed at a loop where the
+                inlined reads would not find it.
+        """
         self._inline(self._stage(block))
         self._record("compute_inline", {"block": block})
 
@@ -381,6 +619,19 @@ class Schedule:
         self.state = replace(self.state, stages=tuple(stages))
 
     def reverse_compute_inline(self, block: BlockRV) -> None:
+        """Inline an element-wise consumer into its producer: the producer's block computes
+        the consumer's expression of its value and writes the consumer's buffer; the
+        consumer block vanishes and the merged block keeps the producer's name and loops.
+
+        Args:
+            block: An element-wise block that reads exactly one other block's output, at its
+                own indices; that producer must be element-wise with no other consumer.
+
+        Raises:
+            ScheduleError: If the block is a reduction or reads other than one block, the
+                producer is a reduction or has other consumers, or the reads are not
+                element-wise.
+        """
         consumer = self._stage(block)
         producers = self.state.producers_of(consumer)
         if len(producers) != 1 or consumer.is_reduction:
@@ -407,6 +658,20 @@ class Schedule:
         self._record("reverse_compute_inline", {"block": block})
 
     def decompose_reduction(self, block: BlockRV, loop: LoopRV) -> BlockRV:
+        """Place a reduction's initialisation (its output set to the combiner's identity)
+        just before ``loop`` instead of before the outermost reduction loop.
+
+        Args:
+            block: A reduction block.
+            loop: A loop of the block at or above its outermost reduction loop.
+
+        Returns:
+            A handle named ``<block>_init`` standing for the initialisation.
+
+        Raises:
+            ScheduleError: If the block is not a reduction, ``loop`` is not one of its
+                loops, or it is inside a reduction loop.
+        """
         stage = self._stage(block)
         owner, target = self._loop(loop)
         if not stage.is_reduction:
@@ -425,9 +690,29 @@ class Schedule:
         return rv
 
     def rfactor(self, loop: LoopRV, factor_axis: int = 0) -> BlockRV:
-        """Factor the reduction over ``loop`` into a new block ``<name>_rf`` whose output has
-        that loop as an extra axis at ``factor_axis``; the block then reduces over that axis
-        (see ``rfactor.py``). The rf block keeps the block's loops, ``loop`` now spatial."""
+        """Factor a reduction over one of its loops, to run that loop in parallel or as
+        vector lanes.
+
+        The reduction over ``loop`` moves into a new block ``<name>_rf`` whose output has
+        that loop as an extra axis at ``factor_axis``; the block then reduces over that
+        axis (see ``rfactor.py``). The rf block keeps the block's loops, ``loop`` now
+        spatial, so existing loop handles stay valid; the block keeps its name and
+        buffer and gets a fresh loop nest.
+
+        Args:
+            loop: A reduction loop of a reduction block (a reduce axis or a piece of one).
+            factor_axis: Where the new axis goes among the rf block's output axes
+                (negative counts from the end).
+
+        Returns:
+            A handle to the rf block.
+
+        Raises:
+            ScheduleError: If the block is not a reduction, ``loop`` is spatial, the block
+                is computed at another block or holds blocks computed at its loops, its
+                reduction was decomposed, ``factor_axis`` is out of range, or a block
+                ``<name>_rf`` exists already.
+        """
         stage, target = self._loop(loop)
         attached = [s for s in self.state.stages if s.attach and s.attach.stage == stage.name]
         check_rfactor(stage, target, attached, factor_axis)
@@ -444,6 +729,26 @@ class Schedule:
 
     # ----------------------------------------------------------------- caches and layout
     def cache_write(self, block: BlockRV, write_buffer_index: int = 0, storage_scope: str = "local") -> BlockRV:
+        """Make a block compute into a cache buffer, copied to its output by a new block.
+
+        The block keeps its name and loops but writes ``<block>_<scope>``; a new block of
+        that name, placed right after it, copies the cache into the block's original
+        buffer. Move the block under a loop of the copy (``compute_at``) to accumulate a
+        tile in a small local buffer that stays in registers or L1.
+
+        Args:
+            block: The block whose output to cache.
+            write_buffer_index: Which buffer the block writes; must be 0 (a block writes one).
+            storage_scope: ``"local"`` (a buffer placed at the loop the block ends up under)
+                or ``"global"``.
+
+        Returns:
+            A handle to the new copy block.
+
+        Raises:
+            ScheduleError: If ``write_buffer_index`` is not 0, ``storage_scope`` is not
+                supported, or a block of the new name exists already.
+        """
         stage = self._stage(block)
         if write_buffer_index != 0:
             raise ScheduleError(f"cache_write: block {stage.name} writes one buffer; write_buffer_index must be 0")
@@ -470,6 +775,25 @@ class Schedule:
         return rv
 
     def cache_read(self, block: BlockRV, read_buffer_index: int, storage_scope: str = "local") -> BlockRV:
+        """Make a block read one of its inputs through a copy made by a new block.
+
+        A new block ``<input>_<scope>``, placed before the block, copies the input; only
+        this block's reads are redirected to the copy. Move the copy under a loop of the
+        block (``compute_at``) to copy just the tile that loop reads.
+
+        Args:
+            block: The reading block.
+            read_buffer_index: Which of the block's inputs, counted in the order the block
+                first reads them.
+            storage_scope: The copy's scope, ``"local"`` or ``"global"``.
+
+        Returns:
+            A handle to the new copy block.
+
+        Raises:
+            ScheduleError: If ``read_buffer_index`` is out of range or a block of the new
+                name exists already.
+        """
         stage = self._stage(block)
         reads = stage.op.input_tensors
         if not 0 <= read_buffer_index < len(reads):
@@ -502,6 +826,26 @@ class Schedule:
         return rv
 
     def transform_layout(self, block: BlockRV, buffer: Sequence, index_map: Callable | IndexMap) -> None:
+        """Store a layout-free input in another layout, packed once outside the kernel.
+
+        The kernel reads a packed buffer whose element ``index_map(*indices)`` holds the
+        input's element ``indices``. ``build`` emits a pack function beside the kernel;
+        ``Module`` packs the input at every call, or once with ``bind_weights``, and
+        ``time_evaluator`` packs it before timing. Only an input its compute marks as
+        layout-free (``attrs={"layout_free_placeholders": [B]}``: a weight) may be packed.
+
+        Args:
+            block: A block that reads the input.
+            buffer: ``("read", i)``: the block's ``i``-th input, in order of first read.
+            index_map: A function of one index per input dimension returning the packed
+                indices, built from ``+ - * // %`` and never negative, e.g.
+                ``lambda k, j: (j // 16, k, j % 16)``; or an ``IndexMap``.
+
+        Raises:
+            ScheduleError: If ``buffer`` is not such a read, the input is not a layout-free
+                placeholder or was transformed already, the map takes the wrong number of
+                indices, or its indices can be negative.
+        """
         stage = self._stage(block)
         source = self._layout_free_read(stage, buffer, "transform_layout")
         index_map = _as_index_map(index_map, source)
@@ -510,7 +854,18 @@ class Schedule:
 
     def rewrite_layout(self, block: BlockRV, buffer: Sequence) -> None:
         """Pack a layout-free input in the order the block's loops read it (see ``layout.py``);
-        replayed with other tile sizes, the layout follows them."""
+        replayed with other tile sizes, the layout follows them. Call it after the block's
+        splits and before any fuse of its loops.
+
+        Args:
+            block: A block that reads the input.
+            buffer: ``("read", i)``: the block's ``i``-th input, in order of first read.
+
+        Raises:
+            ScheduleError: As ``transform_layout``; also if the block reads the input in
+                more than one way, at indices that are not distinct axes of the block, or
+                has fused loops.
+        """
         from .layout import tiled_layout
 
         stage = self._stage(block)
@@ -566,6 +921,25 @@ class Schedule:
     # ----------------------------------------------------------------- sampling
     def sample_perfect_tile(self, loop: LoopRV, n: int, max_innermost_factor: int = 16,
                             decision: Sequence[int] | None = None) -> list[ExprRV]:
+        """Sample tile sizes for a loop: ``n`` factors that multiply exactly to its extent.
+
+        Without a decision the factors are drawn uniformly among all such factorizations
+        whose innermost factor is at most ``max_innermost_factor``. The result goes to
+        ``split``; the trace records the decision, and a replay may give another.
+
+        Args:
+            loop: The loop to tile.
+            n: How many factors.
+            max_innermost_factor: The largest innermost factor allowed.
+            decision: The factors to take instead of sampling (as a trace replays them).
+
+        Returns:
+            The ``n`` factors, outermost first, as ints that the trace knows by symbol.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists, or ``decision`` is not ``n`` factors
+                multiplying to the extent with the innermost within the limit.
+        """
         stage, target = self._loop(loop)
         if decision is None:
             decision = sampling.sample_perfect_tile(self.rng, target.extent, n, max_innermost_factor)
@@ -584,7 +958,14 @@ class Schedule:
                     decision: Sequence[int] | None = None) -> list[ExprRV]:
         """Like ``sample_perfect_tile``, but the innermost factor may also not divide the
         extent: the factors then multiply to the extent rounded up to a multiple of it,
-        and the split guards the partial last tile (``sampling.padded_factorizations``)."""
+        and the split guards the partial last tile (``sampling.padded_factorizations``).
+        Without a decision, a padded tiling is drawn as often as a perfect one when the
+        extent has any.
+
+        Raises:
+            ScheduleError: If ``loop`` no longer exists, or ``decision`` is not one of the
+                perfect or padded tilings.
+        """
         stage, target = self._loop(loop)
         if decision is None:
             decision = sampling.sample_tile(self.rng, target.extent, n, max_innermost_factor)
@@ -602,6 +983,22 @@ class Schedule:
 
     def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],
                            decision: int | None = None) -> ExprRV:
+        """Sample one of ``candidates`` with the given probabilities (normalised to sum to 1),
+        e.g. an ``auto_unroll_max_step`` for ``annotate``.
+
+        Args:
+            candidates: The values to choose from (ints).
+            probs: One weight per candidate.
+            decision: The index of the candidate to take instead of sampling.
+
+        Returns:
+            The chosen value, as an int that the trace knows by symbol; the trace records
+            its index.
+
+        Raises:
+            ScheduleError: If ``candidates`` is empty or ``probs`` has another length, or
+                ``decision`` is not an index into ``candidates``.
+        """
         candidates, probs = [int(c) for c in candidates], [float(p) for p in probs]
         if len(candidates) != len(probs) or not candidates:
             raise ScheduleError("sample_categorical: candidates and probs must be non-empty and of equal length")
@@ -617,7 +1014,14 @@ class Schedule:
     def compute_location_candidates(self, block: BlockRV) -> list[int]:
         """Decisions ``sample_compute_location`` may take: root, inline (unless it is a
         reduction, an output or holds blocks computed at its loops), or the id of a loop that
-        encloses all the block's consumers."""
+        encloses all the block's consumers.
+
+        Returns:
+            -1 for the root, -2 for inline, then loop ids, outermost first.
+
+        Raises:
+            ScheduleError: If the block does not exist.
+        """
         stage = self._stage(block)
         candidates = [ROOT]
         if not stage.is_reduction and not stage.is_output and not self._holds_others(stage):
@@ -627,7 +1031,21 @@ class Schedule:
         return candidates
 
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
-        """A loop of the block's consumer to compute it at, or root (``decision`` -1) or inline (-2)."""
+        """Sample where to compute a block: a loop that encloses all its consumers, the root,
+        or inline, uniformly among ``compute_location_candidates``. Pass the result to
+        ``compute_at``, which understands all three.
+
+        Args:
+            block: The block to place.
+            decision: The location to take instead of sampling: a loop id, -1 for the root
+                or -2 for inline.
+
+        Returns:
+            A handle to the chosen loop, or the root or inline location.
+
+        Raises:
+            ScheduleError: If the block does not exist or ``decision`` is not a candidate.
+        """
         stage = self._stage(block)
         candidates = self.compute_location_candidates(block)
         if decision is None:

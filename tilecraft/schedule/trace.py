@@ -50,6 +50,16 @@ class IndexMap:
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """One call of a public ``Schedule`` method.
+
+    Attributes:
+        kind: The method's name (``"split"``, ``"sample_perfect_tile"``, ...).
+        args: Its keyword arguments as ``(name, value)`` pairs; blocks, loops and sampled
+            values are given by ``RVRef``, a reference to their symbol.
+        outputs: The symbols of what it returned, in order.
+        decision: For a sampling step, the decision taken; None otherwise.
+    """
+
     kind: str
     args: tuple[tuple[str, Any], ...]
     outputs: tuple[str, ...] = ()
@@ -57,9 +67,12 @@ class Step:
 
     @property
     def is_sampling(self) -> bool:
+        """Whether the step samples (and so has a decision a replay may change)."""
         return self.kind in SAMPLING_STEPS
 
     def to_json(self) -> dict:
+        """The step as a JSON-ready dict: ``kind``, ``args``, and ``outputs`` and ``decision``
+        when it has them."""
         record: dict[str, Any] = {"kind": self.kind, "args": {k: _encode(v) for k, v in self.args}}
         if self.outputs:
             record["outputs"] = list(self.outputs)
@@ -69,6 +82,11 @@ class Step:
 
     @staticmethod
     def from_json(record: Mapping) -> Step:
+        """The step that ``to_json`` wrote.
+
+        Raises:
+            ScheduleError: If ``record`` is not a step in that form.
+        """
         try:
             args = tuple((k, _decode(v)) for k, v in record["args"].items())
             decision = record.get("decision")
@@ -79,6 +97,8 @@ class Step:
             raise ScheduleError(f"malformed trace step {record!r}: {error}") from None
 
     def to_python(self) -> str:
+        """The step as one line of Python on a schedule ``sch``, e.g.
+        ``l4, l5 = sch.split(loop=l1, factors=[None, 16])``."""
         if self.kind in VARIADIC_STEPS:
             args = [_python_value(v) for v in dict(self.args)["loops"]]
         else:
@@ -95,6 +115,24 @@ class Step:
 
 @dataclass(frozen=True, slots=True)
 class Trace:
+    """The steps that made a schedule, with their sampling decisions; immutable.
+
+    A trace is how tilecraft stores, prints and reproduces a schedule: ``to_json`` and
+    ``from_json`` round-trip it (a tuning record holds one), ``to_python`` prints it as a
+    function of a schedule, and ``replay`` applies it to a fresh schedule of a DAG, with
+    other decisions when given, which is how a search turns a candidate into a schedule.
+
+    Attributes:
+        steps: The steps, in the order they were applied.
+
+    Example:
+        Store a schedule's trace and rebuild the schedule from it::
+
+            text = sch.trace.dumps()
+            again = tc.Trace.from_json(text).replay(dag)
+            print(again.trace.to_python())
+    """
+
     steps: tuple[Step, ...] = field(default_factory=tuple)
 
     @property
@@ -103,6 +141,14 @@ class Trace:
         return {n: s.decision for n, s in enumerate(self.steps) if s.is_sampling}
 
     def with_decisions(self, decisions: Mapping[int, Any]) -> Trace:
+        """A copy of the trace with the decisions of some sampling steps replaced.
+
+        Args:
+            decisions: New decisions keyed by step index (as ``decisions`` gives them).
+
+        Raises:
+            ScheduleError: If an index is that of a step that does not sample.
+        """
         steps = list(self.steps)
         for index, decision in decisions.items():
             if not steps[index].is_sampling:
@@ -113,8 +159,22 @@ class Trace:
 
     def replay(self, dag, decisions: Mapping[int, Any] | None = None, seed: int | None = None,
                observe: Callable[[Any, int, Step, dict, Any], None] | None = None):
-        """A new schedule of ``dag`` made by these steps, with ``decisions`` overriding the recorded ones.
-        ``observe(sch, index, step, kwargs, result)`` sees each step after it is applied."""
+        """Apply the steps to a fresh schedule of ``dag``.
+
+        Args:
+            dag: The ``ComputeDAG`` (or its tensors) the trace was made on, or one with the
+                same blocks and loops.
+            decisions: Decisions keyed by step index that override the recorded ones.
+            seed: Seed of the new schedule's generator, for sampling steps with no decision.
+            observe: Called as ``observe(sch, index, step, kwargs, result)`` after each step.
+
+        Returns:
+            The new ``Schedule``; its trace equals this one with the decisions applied.
+
+        Raises:
+            ScheduleError: If a step cannot be applied (a decision invalid for this DAG, a
+                missing block) or refers to a symbol no earlier step defined.
+        """
         from .schedule import Schedule
 
         trace = self.with_decisions(decisions or {})
@@ -136,23 +196,34 @@ class Trace:
         return sch
 
     def to_json(self) -> list[dict]:
+        """The steps as a JSON-ready list of dicts (``Step.to_json``)."""
         return [step.to_json() for step in self.steps]
 
     def dumps(self) -> str:
+        """The trace as compact JSON text, which ``from_json`` reads."""
         return json.dumps(self.to_json(), separators=(",", ":"))
 
     @staticmethod
     def from_json(records: list | str) -> Trace:
+        """The trace that ``to_json`` (a list) or ``dumps`` (a string) wrote.
+
+        Raises:
+            ScheduleError: If a step is malformed.
+            json.JSONDecodeError: If a string is not JSON.
+        """
         if isinstance(records, str):
             records = json.loads(records)
         return Trace(tuple(Step.from_json(r) for r in records))
 
     def to_python(self, name: str = "apply_trace") -> str:
+        """The trace as the source of a Python function ``name(sch)`` that applies the steps,
+        sampling steps with their decisions."""
         lines = [f"def {name}(sch):"]
         lines += [f"    {step.to_python()}" for step in self.steps] or ["    pass"]
         return "\n".join(lines)
 
     def show(self) -> None:
+        """Print ``to_python()``, as TVM's ``Trace.show``."""
         print(self.to_python())
 
     def __str__(self) -> str:

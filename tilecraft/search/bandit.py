@@ -17,8 +17,8 @@ taught before the search (transfer, or a resumed log), the measurement slots too
 (``SearchParams.sketch_quotas``).
 With ``tie``, an arm whose best is within that fraction of the task's best counts as level
 with it, since early bests a few percent apart may say only which sketch was lucky first.
-Measured, it won one workload and cost two (DESIGN.md, "Seed noise in numbers"): off by default.
-At ten seeds a workload, this bandit is level with Ansor's split (DESIGN.md, "Ten seeds").
+Measured, it won one workload and cost two (docs/experiments/bandit-ties-and-temperature.md): off by default.
+At ten seeds a workload, this bandit is level with Ansor's split (docs/experiments/sketch-bandit.md).
 """
 
 from __future__ import annotations

@@ -88,7 +88,9 @@ class CostModel(abc.ABC):
     ``update`` takes measured mean seconds per candidate, ``inf`` for one that failed.
     Feature rows may hold NaN for a feature that does not apply to a candidate; the column
     count is fixed by the first update. Scores are comparable within one model only.
-    ``load`` restores, into a model built with the same options, the state ``save`` wrote.
+    ``load`` restores, into a model built with the same options, the state ``save`` wrote:
+    one JSON document, never a pickle (``load`` raises ``ValueError`` for a file of
+    another format or another kind of model).
     """
 
     @property
@@ -124,7 +126,13 @@ class CostModel(abc.ABC):
 
 
 class RandomModel(CostModel):
-    """Uniform random scores in [0, 1), the same sequence for the same seed."""
+    """Uniform random scores in [0, 1), the same sequence for the same seed: random search.
+
+    It never learns (``is_trained`` is False) and only counts what ``update`` gives it.
+
+    Args:
+        seed: Seed of the scores.
+    """
 
     name = "random"
 
@@ -212,7 +220,8 @@ class _BoostedTreesModel(CostModel):
         return self._booster is not None
 
     def update(self, features: np.ndarray, costs: np.ndarray, group: int = 0) -> None:
-        """``group``: the task the rows belong to, when one model learns several."""
+        """Add measured candidates and retrain if it is time; ``group``: the task the rows
+        belong to, when one model learns several (labels are relative to each task's best)."""
         features, costs = _as_batch(features, costs, self._num_features())
         if len(costs) == 0:
             return
@@ -335,11 +344,28 @@ class _BoostedTreesModel(CostModel):
 class XGBModel(_BoostedTreesModel):
     """Ansor's cost model: gradient-boosted trees trained with XGBoost.
 
-    ``params`` overrides entries of ``XGB_PARAMS``; ``objective`` is one of ``OBJECTIVES``
-    (the measurements behind the default are beside their definition). ``nthread``
-    defaults to half the available cores, at least one. With eta 0.2 and gamma 0.001 the
+    The label is the normalised throughput (the best cost seen over each cost); until
+    ``num_warmup_sample`` measurements, one of them a success, the scores are random.
+    Every training starts from scratch on all rows. With eta 0.2 and gamma 0.001 the
     trees stop splitting within about 30 rounds: 50 and 100 rounds ranked the synthetic
     tasks exactly as 30 did, 10 rounds lost 0.07 of Spearman rho.
+
+    Args:
+        num_warmup_sample: Measurements before the first training.
+        adaptive_training: Retrain only once the rows have grown by 20% since the last
+            training (TVM #7197); otherwise after every update.
+        seed: Seed of the trees and of the warm-up's random scores.
+        nthread: Training threads; None for half the available cores, at least one.
+        params: Entries that override ``XGB_PARAMS``, passed to XGBoost unchanged.
+        objective: One of ``OBJECTIVES`` (the measurements behind the default are beside
+            their definition).
+        num_boost_round: Boosting rounds per training.
+
+    Raises:
+        ValueError: If ``objective`` is unknown or ``num_boost_round`` is below 1; from
+            ``update`` and ``predict``, for features that are not a 2-D array of the
+            model's column count or that hold inf, or costs that are not positive seconds
+            (inf for a failure).
     """
 
     name = "xgb"
@@ -380,8 +406,13 @@ class XGBModel(_BoostedTreesModel):
 class LightGBMModel(_BoostedTreesModel):
     """The same model trained with LightGBM (``pip install 'tilecraft[lightgbm]'``).
 
-    ``params`` overrides entries of ``LIGHTGBM_PARAMS``. LightGBM has no plain pairwise
-    loss, so ``rank_pairwise`` is refused; ``rank_ndcg`` is LambdaRank.
+    Takes the arguments of ``XGBModel``, except that ``params`` overrides entries of
+    ``LIGHTGBM_PARAMS``. LightGBM has no plain pairwise loss, so ``rank_pairwise`` is
+    refused; ``rank_ndcg`` is LambdaRank.
+
+    Raises:
+        ImportError: If the lightgbm package is not installed.
+        ValueError: If ``objective`` is ``"rank_pairwise"`` or unknown, or as ``XGBModel``.
     """
 
     name = "lightgbm"

@@ -5,14 +5,12 @@ best measured candidates and the rest random; four generations in which parents 
 drawn in proportion to their predicted score and mutated with probability 0.85; the
 best distinct unmeasured candidates seen in any generation are kept; of the batch to
 measure, 5% are random picks (epsilon-greedy) so that the model sees what it does not
-predict, or, with ``explore_basins``, the best-scored picks of the register-tile shapes
-measured least (``search/basins.py``). Nothing here lowers or compiles a candidate.
+predict. Nothing here lowers or compiles a candidate.
 
 Two choices are left to policies: ``sketch_shares`` (from a sketch bandit) split both the
 random population and the measurement slots between the sketches, where Ansor splits the
 population evenly and fills the slots by score alone; and a ``mutator`` chooses each
-mutation, learning from the score each child gets next to its parent's, or from how fast
-the measured descendants of measured parents ran.
+mutation, learning from the score each child gets next to its parent's.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .basins import Basins
 from .mutation_predictor import FixedMutations
 from .space import Sketch
 
@@ -36,14 +33,6 @@ class SearchParams:
     mutation_prob: float = 0.85
     use_measured_ratio: float = 0.2
     eps_greedy: float = 0.05
-    local_share: float = 0.0  # of each round, for neighbours of the best measured (search/local.py)
-    # While the cost model is untrained its scores are random, and so are evolution's picks: a walk
-    # measures the neighbours of the best measured instead (search/local.py). Off: it sped dense and
-    # stuck batch_matmul in poor register tiles (DESIGN.md, "A walk while the model is untrained").
-    untrained_walk: bool = False
-    # The epsilon-greedy slots measure the best-scored program of the register-tile shapes measured
-    # least (search/basins.py) instead of random ones.
-    explore_basins: bool = False
     # Sketch shares (a bandit's) set each sketch's quota of the measurement slots, as well as its
     # share of the random population; False leaves the slots to the cost model's ranking, as Ansor does;
     # None (SketchPolicy's default): quotas only for a cost model still untrained when the search
@@ -88,7 +77,7 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
                         params: SearchParams = SearchParams(), sketch_shares: np.ndarray | None = None,
                         mutator: FixedMutations | None = None) -> list[Candidate]:
     """Up to ``count`` distinct unmeasured candidates to measure next."""
-    if count <= 0:  # a round the local walk filled
+    if count <= 0:
         return []
     mutator = mutator or FixedMutations(sketches)
     n_measured = min(int(params.population * params.use_measured_ratio), len(best_measured))
@@ -96,36 +85,17 @@ def evolutionary_search(sketches: Sequence[Sketch], score: Scorer, count: int, m
     population += sample_candidates(sketches, params.population - n_measured, rng, min_parallel, sketch_shares)
     n_random = int(round(count * params.eps_greedy))
     best = _BestUnmeasured(len(sketches), 2 * count, measured)
-    basins = Basins(sketches) if params.explore_basins else None
     scores = _score(sketches, score, population)
-    # Only for a mutator that learns from measurements: per member, (its measured ancestor's position,
-    # the actions since), and the first such descent of every candidate seen.
-    tracing = mutator.observes
-    descent = [(n, ()) if n < n_measured else None for n in range(len(population))] if tracing else []
-    descents: dict = {}
     for generation in range(params.num_iters + 1):
         best.offer(population, scores)
-        if tracing:
-            descents.update((c.key, d) for c, d in zip(population, descent) if d and d[1] and c.key not in descents)
-        if basins is not None:
-            basins.offer(population, scores, measured)
         if generation == params.num_iters:
             break
-        previous = population
-        population, parents, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob,
-                                                         mutator)
-        if tracing:
-            descent = _descend(descent, parents, lineage, previous, population)
+        population, lineage = _next_generation(sketches, population, scores, rng, params.mutation_prob, mutator)
         parent_scores = scores
         scores = _score(sketches, score, population)
         _teach(mutator, population, lineage, parent_scores, scores)
     chosen = best.take(count - n_random, sketch_shares if params.sketch_quotas else None)
-    if tracing:
-        mutator.expect({c.key: (best_measured[d[0]], d[1]) for c in chosen if (d := descents.get(c.key))})
     taken = measured | {c.key for c in chosen}
-    if basins is not None:
-        chosen += basins.least_measured(n_random, taken)
-        taken |= {c.key for c in chosen}
     for candidate in sample_candidates(sketches, 3 * max(n_random, 1) + count, rng, min_parallel, sketch_shares):
         if len(chosen) >= count:
             break
@@ -193,9 +163,8 @@ Lineage = dict[int, list[tuple[int, int, int]]]  # per sketch: (child position, 
 
 def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], scores: np.ndarray,
                      rng: np.random.Generator, mutation_prob: float,
-                     mutator: FixedMutations) -> tuple[list[Candidate], np.ndarray, Lineage]:
-    """Children drawn by score and mutated, the parent position of each, and the lineage of
-    each mutation."""
+                     mutator: FixedMutations) -> tuple[list[Candidate], Lineage]:
+    """Children drawn by score and mutated, and the lineage of each mutation."""
     weights = np.clip(np.nan_to_num(scores, nan=0.0, neginf=0.0), 0, None)
     weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(population), 1 / len(population))
     parents = rng.choice(len(population), size=len(population), p=weights)
@@ -211,17 +180,7 @@ def _next_generation(sketches: Sequence[Sketch], population: list[Candidate], sc
             if child is not None:
                 children[position] = Candidate(sketch, tuple(int(v) for v in child))
             lineage.setdefault(sketch, []).append((position, int(parents[position]), action))
-    return children, parents, lineage
-
-
-def _descend(descent: list, parents: np.ndarray, lineage: Lineage, previous: list[Candidate],
-             children: list[Candidate]) -> list:
-    """The children's descents: each parent's, with the action that changed the child appended."""
-    descent = [descent[p] for p in parents]
-    for child, parent, action in itertools.chain(*lineage.values()):
-        if descent[child] and children[child] != previous[parent]:
-            descent[child] = (descent[child][0], descent[child][1] + (action,))
-    return descent
+    return children, lineage
 
 
 def _teach(mutator: FixedMutations, population: list[Candidate], lineage: Lineage,

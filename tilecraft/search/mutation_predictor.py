@@ -10,16 +10,10 @@ gain (thousands per round). Per sketch and action (rule, slot) it keeps a decaye
 the positive gain and draws actions in proportion to it, shrunk towards the mean of all
 actions while an action is rarely tried and mixed with the fixed weights (exploration).
 It uses the fixed weights alone until it has seen ``min_observations`` mutations.
-
-A predicted gain is only the cost model's opinion, and the search already follows that
-model. ``MeasuredMutations`` learns from the measurements instead: how much faster
-than its measured ancestor each measured candidate ran, credited to the mutations that
-led from one to the other. It reweights Ansor's fixed weights by that evidence.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -35,7 +29,6 @@ class FixedMutations:
 
     name = "fixed"
     learns = False  # the search need not work out what its mutations gained
-    observes = False  # nor trace its candidates back to measured ancestors
 
     def __init__(self, sketches: Sequence[Sketch], rules: Sequence[MutationRule] | None = None):
         self.sketches = sketches
@@ -53,12 +46,6 @@ class FixedMutations:
 
     def learn(self, sketch_index: int, actions: np.ndarray, gains: np.ndarray) -> None:
         """The fixed policy learns nothing."""
-
-    def expect(self, descents: dict) -> None:
-        """Candidate key -> (measured ancestor, actions since), for the batch about to be measured."""
-
-    def observe(self, candidates: Sequence, costs: Sequence[float], known_costs: dict) -> None:
-        """Measured costs of ``candidates``; ``known_costs`` holds those of their ancestors."""
 
 
 class LearnedMutations(FixedMutations):
@@ -121,57 +108,5 @@ class LearnedMutations(FixedMutations):
         np.add.at(self.gain[sketch_index], actions[known], np.clip(gains[known], 0, None))
         self.seen += int(known.sum())
 
-    def table(self, sketch_index: int) -> list[tuple[str, str, float, float]]:
-        """(rule, slot name, fixed probability, current probability) per action, to inspect."""
-        sketch = self.sketches[sketch_index]
-        current = self.probabilities(sketch_index)
-        return [(rule.name, sketch.slots[slot].name, float(p), float(q))
-                for (rule, slot), p, q in zip(self.actions[sketch_index], self.prior[sketch_index], current)]
 
-
-class MeasuredMutations(LearnedMutations):
-    """Ansor's weights times each action's measured lift (module docstring).
-
-    An action's lift is its decayed mean measured gain (log of ancestor cost over the
-    candidate's, 0 when slower or failed), shrunk towards the mean of all actions, over
-    that mean. A candidate several mutations from its ancestor credits each a like part.
-    ``decay`` applies once a round of measurements.
-    """
-
-    name = "measured"
-    learns, observes = False, True
-
-    def __init__(self, sketches: Sequence[Sketch], rules: Sequence[MutationRule] | None = None,
-                 decay: float = 0.8, explore: float = 0.2, prior_count: float = 10.0, min_observations: int = 32):
-        super().__init__(sketches, rules, decay, explore, prior_count, min_observations)
-        self.pending: dict = {}
-
-    def probabilities(self, sketch_index: int) -> np.ndarray:
-        prior = self.prior[sketch_index]
-        count, gain = self.count[sketch_index], self.gain[sketch_index]
-        if self.seen < self.min_observations or gain.sum() <= 0:
-            return prior
-        overall = gain.sum() / count.sum()
-        weights = prior * (gain + self.prior_count * overall) / (count + self.prior_count) / overall
-        return (1 - self.explore) * weights / weights.sum() + self.explore * prior
-
-    def expect(self, descents: dict) -> None:
-        self.pending = descents
-
-    def observe(self, candidates: Sequence, costs: Sequence[float], known_costs: dict) -> None:
-        for count, gain in zip(self.count, self.gain):
-            count *= self.decay
-            gain *= self.decay
-        for candidate, cost in zip(candidates, costs):
-            ancestor, actions = self.pending.get(candidate.key, (None, ()))
-            if ancestor is None or ancestor.key not in known_costs:
-                continue
-            gained = math.log(known_costs[ancestor.key] / cost) if np.isfinite(cost) else 0.0
-            share = 1.0 / len(actions)
-            np.add.at(self.count[candidate.sketch], list(actions), share)
-            np.add.at(self.gain[candidate.sketch], list(actions), share * max(gained, 0.0))
-            self.seen += 1
-        self.pending = {}
-
-
-MUTATION_POLICIES = {"fixed": FixedMutations, "learned": LearnedMutations, "measured": MeasuredMutations}
+MUTATION_POLICIES = {"fixed": FixedMutations, "learned": LearnedMutations}

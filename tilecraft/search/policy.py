@@ -5,8 +5,7 @@ model with the measurements it was trained on, the candidates already measured (
 measured again) and the best ones (which seed each population). Two of its choices are
 policies of their own, switchable by name: how the sketches share a round
 (``sketch_policy``: "uniform" as in Ansor, or "bandit") and how mutations are chosen
-(``mutation_policy``: "fixed" weights as in Ansor, "learned" from predicted gains, or
-"measured").
+(``mutation_policy``: "fixed" weights as in Ansor, or "learned" from predicted gains).
 """
 
 from __future__ import annotations
@@ -25,16 +24,43 @@ from .cost_model import CostModel, XGBModel
 from .default import JOBS_PER_CORE, default_row
 from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_sketch
 from .features import FeatureSpace
-from .local import local_candidates
 from .mutation_predictor import MUTATION_POLICIES, FixedMutations
 from .shared_model import SharedCostModel
 from .space import ScheduleFn, generate_sketches
 
 
 class SketchPolicy:
-    """``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules;
+    """Ansor's search policy for one task: sketches, evolutionary search ranked by a cost model.
+
+    ``space``: a ``ScheduleFn`` to search instead of the sketches of the sketch rules;
     ``program_cost_model``: a ``CostModel`` of this task's own (an ``XGBModel`` if None), or
-    a ``SharedCostModel`` that several tasks' policies learn together."""
+    a ``SharedCostModel`` that several tasks' policies learn together.
+    Each round (``next_batch``) evolves a population of candidates of the sketches, ranked
+    by the cost model, and proposes the most promising not yet measured; ``update`` tells
+    it the measured costs. The first round also offers every sketch's rule-made default
+    schedule, so tuning never ends below the untuned kernel.
+
+    Args:
+        task: The ``SearchTask``.
+        program_cost_model: The cost model, as above.
+        params: The evolutionary search's parameters (``SearchParams``); None for Ansor's.
+        seed: Seed of the search.
+        init_search_callbacks: Objects whose ``apply(policy)`` runs once the policy is made,
+            e.g. ``PreloadMeasuredStates(log)``.
+        space: A ``ScheduleFn``; None for the sketches of the sketch rules.
+        sketch_policy: How the sketches share a round: ``"uniform"`` (Ansor's) or ``"bandit"``.
+        mutation_policy: How mutations are chosen: ``"fixed"`` weights (Ansor's) or ``"learned"``.
+
+    Raises:
+        ValueError: If ``sketch_policy`` or ``mutation_policy`` is unknown.
+        ScheduleError: If ``space``'s function fails on the task's DAG.
+
+    Example:
+        Ansor's spelling of resuming from a log::
+
+            policy = tc.SketchPolicy(task, tc.XGBModel(), init_search_callbacks=[tc.PreloadMeasuredStates(log)])
+            task.tune(options, search_policy=policy)
+    """
 
     def __init__(self, task, program_cost_model: CostModel | SharedCostModel | None = None,
                  params: SearchParams | None = None,
@@ -82,9 +108,11 @@ class SketchPolicy:
             self.mutation_policy = MUTATION_POLICIES[mutation_policy](self.sketches)
 
     def trace_of(self, candidate: Candidate) -> Trace:
+        """The trace of a candidate: its sketch's trace with the candidate's decisions."""
         return self.sketches[candidate.sketch].trace_of(candidate.row)
 
     def features(self, candidates: Sequence[Candidate]) -> np.ndarray:
+        """The cost model's feature rows of ``candidates`` (NaN where a feature does not apply)."""
         rows = np.full((len(candidates), len(self.feature_space.names)), np.nan)
         for sketch, (positions, decisions) in rows_by_sketch(candidates).items():
             rows[positions] = self.feature_space.features(sketch, decisions)
@@ -109,14 +137,10 @@ class SketchPolicy:
             return self.model.predict(self.feature_space.features(sketch, rows))
 
         seeds = [c for _, c in self.best]
-        taken = self.measured | pending
-        local_share = 1.0 if self.params.untrained_walk and not self.model.is_trained else self.params.local_share
-        nearby = local_candidates(self.sketches, score, seeds, taken, int(round(count * local_share)))
-        taken |= {c.key for c in nearby}
         # A warm-up model's scores are random: a learned policy would learn noise from them.
         mutator = self.mutation_policy if self.model.is_trained else FixedMutations(self.sketches)
-        chosen = nearby + evolutionary_search(self.sketches, score, count - len(nearby), taken, seeds, self.rng,
-                                              self.min_parallel, self.params, self.sketch_policy.shares(), mutator)
+        chosen = evolutionary_search(self.sketches, score, count, self.measured | pending, seeds, self.rng,
+                                     self.min_parallel, self.params, self.sketch_policy.shares(), mutator)
         if self.defaults_pending:  # so tuning never ends below them
             self.defaults_pending = False
             defaults = [c for c in (Candidate(n, tuple(int(v) for v in default_row(s, self.min_parallel)))
@@ -142,8 +166,6 @@ class SketchPolicy:
     def update(self, candidates: Sequence[Candidate], costs: Sequence[float], mark_measured: bool = True) -> None:
         """Record measured mean costs (inf for failures) and train the model on them."""
         if mark_measured:
-            if self.mutation_policy.observes:
-                self.mutation_policy.observe(candidates, costs, {c.key: cost for cost, c in self.best})
             for candidate, cost in zip(candidates, costs):
                 self.measured.add(candidate.key)
                 if np.isfinite(cost):
@@ -184,10 +206,19 @@ class SketchPolicy:
 
 class PreloadMeasuredStates:
     """Ansor's init-search callback: mark every state in ``log`` as measured, seed the
-    population with the best and train the cost model on them."""
+    population with the best and train the cost model on them.
+
+    Args:
+        log: A tuning log; only its records of the policy's workload and target are used.
+    """
 
     def __init__(self, log):
         self.log = log
 
     def apply(self, policy: SketchPolicy) -> None:
+        """Preload the log's records into ``policy`` (``SketchPolicy.preload``).
+
+        Raises:
+            FileNotFoundError: If the log does not exist.
+        """
         policy.preload(load_records(self.log, policy.task.workload_key, policy.task.target))

@@ -37,6 +37,21 @@ class SharedCostModel:
     The default ``XGBModel`` retrains after every update: rows arrive a round of one task
     at a time, and waiting for 20% more rows (adaptive training) would keep a task's own
     measurements out of its model for many rounds once thousands are in.
+
+    Rows of every task live in one feature space, a feature keeping its name across tasks
+    (see this module's docstring); labels are normalised within each task. ``TaskScheduler``
+    makes one for its tasks, and ``transfer_model`` returns one taught other workloads'
+    records.
+
+    Args:
+        model: The model underneath, an ``XGBModel`` or ``LightGBMModel``; None for an
+            ``XGBModel`` without adaptive training.
+
+    Example:
+        ::
+
+            shared = SharedCostModel()
+            policies = [tc.SketchPolicy(task, shared) for task in tasks]
     """
 
     def __init__(self, model: _BoostedTreesModel | None = None):
@@ -63,7 +78,12 @@ class SharedCostModel:
 
     def load(self, path: str | os.PathLike) -> None:
         """Restore what ``save`` wrote, before the tasks' policies are made (or after, the
-        same tasks made in the same order: their columns must be where they were)."""
+        same tasks made in the same order: their columns must be where they were).
+
+        Raises:
+            ValueError: If the file is not a saved model of this kind, holds one task's
+                model, or placed its columns or tasks otherwise than this model has.
+        """
         document = _read_document(path, self.model.name)
         layout = document.get("layout")
         if layout is None:

@@ -4,7 +4,7 @@ A ``Sketch`` is a trace whose sampling steps are free. Each sampling step is a `
 with a finite domain (every perfect tiling of a loop, the candidates of a categorical,
 the loops a block may be computed at); a candidate is one index per slot, so a whole
 population is an integer matrix that can be sampled, mutated, deduplicated and turned
-into features with NumPy, without replaying or lowering anything (DESIGN principle 1).
+into features with NumPy, without replaying or lowering anything (docs/architecture.md, "Rules the layers keep").
 Only the candidates chosen for measurement become traces again.
 
 Loop extents follow from tile sizes, so the analysis also records every interesting
@@ -88,10 +88,6 @@ class Sketch:
     def index_of(self, slot: int, decision) -> int | None:
         """Position of ``decision`` in the domain of ``slot``; None if it is not there."""
         return self._index[slot].get(decision)
-
-    def domain_logs(self, slot: int) -> np.ndarray:
-        """log2 of every tiling in the domain of tile slot ``slot``, one row per decision."""
-        return self._log_tables[slot]
 
     def decisions(self, row: Sequence[int]) -> dict[int, object]:
         return {slot.step: slot.domain[int(i)] for slot, i in zip(self.slots, row)}
@@ -240,13 +236,34 @@ class ScheduleFn:
     """A user's stochastic schedule function as the search space, MetaSchedule style:
     ``fn(sch)`` applies primitives and sampling steps (``sch.sample_perfect_tile(...)``);
     it runs once, and its trace, replayed with other decisions, gives every candidate.
-    So the steps must not depend on the sampled values (no Python ``if`` on them)."""
+    So the steps must not depend on the sampled values (no Python ``if`` on them).
+
+    Args:
+        fn: The schedule function.
+        name: The space's name in logs and records; the function's name by default.
+
+    Example:
+        ::
+
+            def schedule_mm(sch):
+                i, j, k = sch.get_loops(sch.get_block("C"))
+                j0, j1 = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=16))
+                sch.reorder(i, j0, k, j1)
+
+            database = tc.tune_tir(dag, "llvm", "./tune_tmp", max_trials_global=64, space=tc.ScheduleFn(schedule_mm))
+    """
 
     def __init__(self, fn: Callable[[Schedule], None], name: str | None = None):
         self.fn = fn
         self.name = name or getattr(fn, "__name__", "schedule_fn")
 
     def generate(self, dag: ComputeDAG, target=None) -> list[Sketch]:
+        """Run the function once on a schedule of ``dag`` and return its trace as the one
+        sketch of the space.
+
+        Raises:
+            ScheduleError: If the function's primitives fail on ``dag``.
+        """
         sch = Schedule(dag, seed=0)
         self.fn(sch)
         return [analyze(dag, sch.trace, self.name, target)]

@@ -21,7 +21,31 @@ from .tensor import ComputeOp, PlaceholderOp, Tensor
 
 
 class ComputeDAG:
-    """The computation given by ``tensors``: its inputs and outputs in the kernel's argument order."""
+    """The computation given by ``tensors``: its inputs and outputs in the kernel's argument order.
+
+    Every operation the outputs depend on is found and kept in topological order; a
+    compute among ``tensors`` is an output, one left out is an intermediate stage.
+
+    Args:
+        tensors: Every input placeholder the outputs read and the output tensors, in the
+            order the built kernel takes them as arguments.
+
+    Attributes:
+        tensors: The arguments, in order.
+        ops: Every tensor of the computation, producers before consumers.
+
+    Raises:
+        TeError: If ``tensors`` is empty or holds something else, an input the outputs read
+            is missing from it, or two tensors share a name.
+
+    Example:
+        ::
+
+            dag = tc.ComputeDAG([A, B, C])
+            print(dag)                   # C(i, j) += (A[i, k]*B[k, j])
+            a, b = dag.random_inputs()
+            (c,) = dag.evaluate_numpy([a, b])
+    """
 
     def __init__(self, tensors: Sequence[Tensor]):
         tensors = list(tensors)
@@ -43,17 +67,21 @@ class ComputeDAG:
 
     @property
     def placeholders(self) -> tuple[Tensor, ...]:
+        """The inputs, in argument order."""
         return tuple(t for t in self.tensors if isinstance(t.op, PlaceholderOp))
 
     @property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The outputs, in argument order."""
         return tuple(t for t in self.tensors if isinstance(t.op, ComputeOp))
 
     @property
     def compute_ops(self) -> tuple[Tensor, ...]:
+        """Every computed tensor (a block of a schedule), producers before consumers."""
         return tuple(t for t in self.ops if isinstance(t.op, ComputeOp))
 
     def consumers(self, tensor: Tensor) -> list[Tensor]:
+        """The computed tensors that read ``tensor``."""
         return [t for t in self.compute_ops if tensor in t.op.input_tensors]
 
     def flop_count(self) -> float:
@@ -72,6 +100,8 @@ class ComputeDAG:
         return json.dumps(["dag", digest])
 
     def canonical_text(self) -> str:
+        """The computation as text with axes renamed by position, so that two DAGs built
+        alike give the same text; ``workload_key`` hashes it."""
         lines = []
         for tensor in self.ops:
             if isinstance(tensor.op, PlaceholderOp):
@@ -93,7 +123,14 @@ class ComputeDAG:
     __repr__ = __str__
 
     def evaluate_numpy(self, inputs: Sequence[np.ndarray] | Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        """The outputs computed with NumPy, in argument order; the reference for every test."""
+        """The outputs computed with NumPy, in argument order; the reference for every test.
+
+        Args:
+            inputs: One array per placeholder, in argument order, or a dict by name.
+
+        Raises:
+            TeError: If a name is not a placeholder's or the number of inputs is wrong.
+        """
         from .reference import evaluate
 
         if isinstance(inputs, Mapping):

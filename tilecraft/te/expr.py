@@ -30,12 +30,21 @@ _uids = itertools.count()
 
 
 class Expr:
-    """Base of every scalar expression; Python operators build new expressions."""
+    """Base of every scalar expression; Python operators build new expressions.
+
+    ``+ - * / // % -x`` build arithmetic (``/`` on integers is floor division, ``%`` is
+    floor modulo), ``< <= > >=`` build comparisons and ``& | ~`` logic; a Python number on
+    one side takes the other side's dtype (a float beside an integer makes both float).
+    ``==`` compares structure: write
+    ``te.equal(a, b)`` for an equality inside a computation. An expression has no truth
+    value, so Python ``if``, ``and`` and ``or`` on one raise ``TeError``.
+    """
 
     __slots__ = ()
 
     @property
     def dtype(self) -> str:
+        """The type of the expression's value, e.g. ``"float32"`` or ``"bool"``."""
         raise NotImplementedError
 
     def __add__(self, other: ExprLike) -> Expr:
@@ -105,6 +114,11 @@ class Expr:
         )
 
     def astype(self, dtype: str) -> Expr:
+        """The expression converted to ``dtype`` (C's conversion; a float to an int truncates).
+
+        Raises:
+            TeError: If ``dtype`` is not one of tilecraft's dtypes.
+        """
         return cast(dtype, self)
 
     def __str__(self) -> str:
@@ -252,7 +266,17 @@ MATH_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs"
 
 
 def const(value: Any, dtype: str | None = None) -> Const:
-    """A constant; its dtype is inferred from the Python value when not given."""
+    """A constant; its dtype is inferred from the Python value when not given.
+
+    Args:
+        value: A Python bool, int or float.
+        dtype: The constant's dtype; by default ``bool``, ``int32`` (``int64`` past 32
+            bits) or ``float32`` by the value's type.
+
+    Raises:
+        TeError: If the value is of another type, the dtype is unknown, or a non-integral
+            float is given an integer dtype.
+    """
     if dtype is None:
         if isinstance(value, bool):
             dtype = "bool"

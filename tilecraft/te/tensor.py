@@ -27,6 +27,7 @@ class IterVar:
 
     @property
     def name(self) -> str:
+        """The name of the axis variable."""
         return self.var.name
 
     def __str__(self) -> str:
@@ -44,6 +45,8 @@ for _method in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PlaceholderOp:
+    """The operation of an input tensor: it has a name, a shape and a dtype, and no body."""
+
     name: str
     shape: tuple[int, ...]
     dtype: str
@@ -61,10 +64,12 @@ class ComputeOp:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The output's shape, the extents of ``axis``."""
         return tuple(iv.extent for iv in self.axis)
 
     @property
     def reduce_axis(self) -> tuple[IterVar, ...]:
+        """The reduction axes of the body; empty when it is not a reduction."""
         return self.body.axes if isinstance(self.body, Reduce) else ()
 
     @property
@@ -77,25 +82,44 @@ class ComputeOp:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Tensor:
+    """The output of an operation: an input (``placeholder``) or a computed tensor (``compute``).
+
+    Indexing a tensor with one integer expression per dimension, ``A[i, k]``, reads an
+    element inside a compute's body. Tensors compare by identity: two placeholders both
+    named ``A`` are different inputs.
+
+    Attributes:
+        op: The ``PlaceholderOp`` or ``ComputeOp`` that defines the tensor.
+    """
+
     op: PlaceholderOp | ComputeOp
 
     @property
     def name(self) -> str:
+        """The name of the defining operation (and of the block that computes it)."""
         return self.op.name
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The extent of each dimension."""
         return self.op.shape
 
     @property
     def dtype(self) -> str:
+        """The element type, e.g. ``"float32"``."""
         return self.op.dtype
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     def __getitem__(self, indices: ExprLike | Sequence[ExprLike]) -> Expr:
+        """A read of the element at ``indices``, one integer expression per dimension.
+
+        Raises:
+            TeError: If the number of indices is not ``ndim`` or an index is not an integer.
+        """
         if not isinstance(indices, tuple):
             indices = tuple(indices) if isinstance(indices, list) else (indices,)
         if len(indices) != self.ndim:
@@ -126,7 +150,19 @@ def _check_shape(shape: Sequence[int], what: str) -> tuple[int, ...]:
 
 
 def placeholder(shape: Sequence[int], name: str = "placeholder", dtype: str = "float32") -> Tensor:
-    """An input tensor of a computation."""
+    """Declare an input tensor of a computation.
+
+    Args:
+        shape: The extent of each dimension (positive ints); an int for one dimension.
+        name: The input's name, unique in the computation; also the kernel argument's name.
+        dtype: The element type, one of tilecraft's dtypes (``float32``, ``int32``, ...).
+
+    Returns:
+        The input tensor.
+
+    Raises:
+        TeError: If an extent is not a positive int or the dtype is unknown.
+    """
     shape = _check_shape(shape, f"placeholder {name}")
     if dtype not in DTYPES:
         raise TeError(f"placeholder {name} has unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
@@ -134,7 +170,18 @@ def placeholder(shape: Sequence[int], name: str = "placeholder", dtype: str = "f
 
 
 def reduce_axis(dom: tuple[int, int], name: str = "rv") -> IterVar:
-    """A reduction axis over ``range(lo, hi)``; ``lo`` must be 0 (shift the index instead)."""
+    """Declare a reduction axis over ``range(lo, hi)``, for ``te.sum``, ``te.max`` and ``te.min``.
+
+    Args:
+        dom: ``(lo, hi)``; ``lo`` must be 0 (shift the index where it is used instead).
+        name: The axis variable's name, as loops and printed code show it.
+
+    Returns:
+        The axis, usable in index expressions.
+
+    Raises:
+        TeError: If ``lo`` is not 0 or ``hi`` is not a positive int.
+    """
     lo, hi = dom
     if lo != 0:
         raise TeError(f"reduce_axis {name} starts at {lo}; use (0, {hi - lo}) and add {lo} where it is indexed")
@@ -149,7 +196,33 @@ def compute(
     name: str = "compute",
     attrs: dict[str, Any] | None = None,
 ) -> Tensor:
-    """A tensor whose element at ``(i, j, ...)`` is ``fcompute(i, j, ...)``."""
+    """Define a tensor whose element at ``(i, j, ...)`` is ``fcompute(i, j, ...)``.
+
+    ``fcompute`` is called once, with one axis variable per dimension (named after its
+    parameters), and returns an expression: element-wise arithmetic of tensor reads, or a
+    reduction (``te.sum``, ``te.max``, ``te.min``) as the whole body.
+
+    Args:
+        shape: The extent of each output dimension (positive ints).
+        fcompute: A function of one index per output dimension.
+        name: The tensor's name, unique in the computation; also its block's name.
+        attrs: Optional attributes. ``{"layout_free_placeholders": [B]}`` lets a schedule
+            store the listed inputs (weights) in another layout (``transform_layout``).
+
+    Returns:
+        The computed tensor; its dtype is the body's.
+
+    Raises:
+        TeError: If the shape is invalid, ``fcompute`` takes the wrong number of indices or
+            returns several values, a reduction is nested inside a larger expression, a
+            layout-free entry is not a placeholder, or a read is provably out of bounds.
+
+    Example:
+        A matmul over a reduction axis ``k``::
+
+            k = te.reduce_axis((0, L), name="k")
+            C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    """
     shape = _check_shape(shape, f"compute {name}")
     signature = inspect.signature(fcompute).parameters
     params = list(signature)

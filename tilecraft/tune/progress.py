@@ -27,6 +27,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 from rich.text import Text
 
+from ..tables import print_table
+
 NO_ERROR = "none"
 
 
@@ -112,7 +114,7 @@ class ProgressReporter:
             return
         if not self._live and self.trials != self._last_plain_trials:
             self._print_plain_line()  # the final count, if the last periodic line missed it
-        self._console.print(self.summary_table())
+        print_table(self.summary_table(), self._console)
 
     def __enter__(self) -> ProgressReporter:
         return self

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
-from rich.console import Console
 from rich.table import Table
 
 from ..database.log import load_records
 from ..measure import LocalBuilder, LocalRunner
 from ..search.shared_model import SharedCostModel
+from ..tables import print_table
 from .progress import ProgressReporter
 from .task import SearchTask, TuningOptions, TuningSummary, tune_round, use_policies
 
@@ -54,11 +54,53 @@ class _TaskState:
 
 
 class TaskScheduler:
-    """Ansor's names: ``TaskScheduler(tasks, task_weights, objective_func=None,
+    """Shares one tuning budget among the tasks of a model, round by round (Ansor's §6).
+
+    Ansor's names: ``TaskScheduler(tasks, task_weights, objective_func=None,
     strategy="gradient", load_log_file=None, alpha=0.2, beta=2, backward_window_size=3)``
     then ``.tune(TuningOptions(...), per_task_early_stopping=None)``; ``warm_up_trials`` is
     tilecraft's (each task's first round, when shorter than ``num_measures_per_round``), and so
-    is ``cost_model``, the shared model to start from, e.g. one that ``transfer_model`` taught."""
+    is ``cost_model``, the shared model to start from, e.g. one that ``transfer_model`` taught.
+    Every task gets one warm-up round (tasks the log already covers skip it); then each
+    round goes to the task whose round is expected to lower the objective most (see this
+    module's docstring for the gradient).
+
+    Args:
+        tasks: The tasks, e.g. from ``extract_tasks``.
+        task_weights: How many times the model runs each task; None for 1 each.
+        objective_func: A function of the tasks' best latencies (seconds, in task order)
+            to minimise; None for the weighted sum, the model's latency.
+        strategy: ``"gradient"`` (Ansor's) or ``"round-robin"``.
+        load_log_file: A tuning log whose records of each task warm its policy and are
+            never measured again.
+        alpha: How much the gradient trusts a task's recent history over its forecast.
+        beta: The forecast's optimism: a task may reach ``beta`` times the throughput of
+            its similar tasks.
+        backward_window_size: Rounds of history in the backward gradient.
+        seed: Seed of the policies (task ``n`` gets ``seed + n``) and of ties.
+        policy_factory: ``policy_factory(task, n)`` makes task ``n``'s search policy; None
+            for a ``SketchPolicy`` on the shared cost model.
+        share_cost_model: The tasks learn one ``SharedCostModel`` together (Ansor's
+            behaviour); False gives each task a model of its own.
+        warm_up_trials: Trials of each task's first round; None for a whole round.
+        cost_model: The shared model to start from; None for a new one.
+
+    Attributes:
+        states: Per task, its policy, best latency after each round, trials and state.
+
+    Raises:
+        ValueError: If ``tasks`` is empty, the weights are not one per task, ``strategy``
+            is unknown, ``warm_up_trials`` is below 1, or ``cost_model`` is given with
+            ``share_cost_model=False``.
+
+    Example:
+        ::
+
+            tasks, weights = tc.extract_tasks("resnet50.onnx")
+            scheduler = tc.TaskScheduler(tasks, weights)
+            latency = scheduler.tune(tc.TuningOptions(num_measure_trials=2000,
+                                                      measure_callbacks=[tc.RecordToFile("resnet50.json")]))
+    """
 
     def __init__(self, tasks: Sequence[SearchTask], task_weights: Sequence[float] | None = None,
                  objective_func: Callable[[list[float]], float] | None = None, strategy: str = "gradient",
@@ -97,6 +139,8 @@ class TaskScheduler:
                     state.best_after_round.append(min(r.mean_cost for r in records))
 
     def objective(self, costs: Sequence[float] | None = None) -> float:
+        """The objective (seconds) for the tasks' best latencies, or for ``costs`` given in
+        task order (a task with no valid measurement counts as inf)."""
         costs = [s.best for s in self.states] if costs is None else list(costs)
         if self.objective_func is not None:
             return float(self.objective_func(costs))
@@ -104,7 +148,23 @@ class TaskScheduler:
 
     def tune(self, tuning_options: TuningOptions | None = None,
              per_task_early_stopping: int | None = None) -> float:
-        """Spend ``num_measure_trials`` over the tasks; returns the objective (seconds)."""
+        """Spend ``num_measure_trials`` over the tasks; returns the objective (seconds).
+
+        Tuning stops early when every task is done (nothing valid after its warm-up, its
+        space exhausted, or no improvement in ``per_task_early_stopping`` trials) or the
+        objective has not improved in ``early_stopping`` trials. With ``verbose``, a table
+        of the tasks is printed at the end. A runner made here is closed at the end.
+
+        Args:
+            tuning_options: The budget, rounds, builder, runner and measure callbacks; None
+                for the defaults (1,000 trials, nothing recorded).
+            per_task_early_stopping: Stop tuning a task after this many trials without
+                improvement; None for never.
+
+        Raises:
+            ValueError: If ``tuning_options`` names an unknown sketch or mutation policy.
+            TilecraftError: If it names one and a task's search policy cannot switch.
+        """
         options = tuning_options or TuningOptions()
         builder = options.builder or LocalBuilder()
         runner = options.runner or LocalRunner()
@@ -140,10 +200,11 @@ class TaskScheduler:
             if options.runner is None:
                 runner.close()
         if options.verbose:
-            Console().print(self.table())
+            print_table(self.table())
         return self.objective()
 
     def table(self) -> Table:
+        """A ``rich`` table of each task's weight, trials, best and weighted latency and state."""
         table = Table(title=f"Tasks (objective {self.objective() * 1e3:.3f} ms)")
         for column in ("task", "weight", "trials", "best ms", "weighted ms", "state"):
             table.add_column(column, justify="left" if column in ("task", "state") else "right")

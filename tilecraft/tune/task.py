@@ -25,7 +25,20 @@ WORKLOADS: dict[str, Callable[..., Sequence]] = {}
 
 def register_workload(func: Callable[..., Sequence] | None = None, *, name: str | None = None):
     """Register a function returning a workload's tensors, so that a task (and a log
-    record) can name it by function name and arguments."""
+    record) can name it by function name and arguments.
+
+    Use it as ``@tc.register_workload`` or ``@tc.register_workload(name="...")``. The
+    function takes JSON-serialisable arguments (ints, strings) and returns its tensors,
+    inputs first and outputs last, as ``ComputeDAG`` takes them. A log record of such a
+    task carries the name and arguments, so ``transfer_model`` can rebuild the workload.
+
+    Args:
+        func: The function; None when called with ``name`` only.
+        name: The name to register it under; its ``__name__`` by default.
+
+    Returns:
+        The function itself (or, without ``func``, a decorator).
+    """
 
     def register(f: Callable[..., Sequence]) -> Callable[..., Sequence]:
         WORKLOADS[name or f.__name__] = f
@@ -39,8 +52,24 @@ class TuningOptions:
     """How long and how to tune. ``early_stopping``: stop after this many trials without
     a better candidate (None: never). ``verbose``: 0 silent, 1 a status line, 2 also a
     line per round. ``sketch_policy`` ("uniform" or "bandit") and ``mutation_policy``
-    ("fixed", "learned" or "measured") switch the search policy's choices; None keeps its own
-    (Ansor's: uniform, fixed)."""
+    ("fixed" or "learned") switch the search policy's choices; None keeps its own
+    (Ansor's: uniform, fixed).
+
+    Args:
+        num_measure_trials: Candidates to measure in all.
+        num_measures_per_round: Candidates the search proposes and measures per round.
+        early_stopping: Stop after this many trials without a better candidate; None for never.
+        builder: The builder; None for a ``LocalBuilder``.
+        runner: The runner; None for a ``LocalRunner``, made and closed by each ``tune`` call.
+        measure_callbacks: Called as ``callback(task, inputs, results, sketches=...)`` with
+            each measurement as it arrives, e.g. ``RecordToFile(log)``.
+        verbose: 0 silent, 1 a status line, 2 also a line per round.
+        sketch_policy: ``"uniform"`` or ``"bandit"``; None keeps the policy's own.
+        mutation_policy: ``"fixed"`` or ``"learned"``; None keeps the policy's own.
+
+    Raises:
+        ValueError: If ``num_measure_trials`` is negative or ``num_measures_per_round`` below 1.
+    """
 
     num_measure_trials: int = 1000
     num_measures_per_round: int = 64
@@ -74,7 +103,42 @@ class TuningSummary:
 
 class SearchTask:
     """A computation to tune on a target: ``func(*args)`` registered with
-    ``register_workload``, or a ``compute_dag`` given directly."""
+    ``register_workload``, or a ``compute_dag`` given directly.
+
+    The workload key names the computation in tuning logs: ``["func", *args]`` for a
+    registered workload (so a log can rebuild it), else the DAG's ``workload_key``.
+
+    Args:
+        func: A registered workload function, or its name; an unregistered function is
+            registered here.
+        args: The arguments of ``func``.
+        compute_dag: The computation, instead of ``func`` and ``args``.
+        workload_key: A key to use instead of the one derived as above.
+        target: A ``Target``, a target string, or None for the host.
+        desc: A short description for progress lines and tables; the function's name by
+            default.
+
+    Attributes:
+        compute_dag: The ``ComputeDAG`` to tune.
+        workload_key: The key its records carry.
+        workload: ``{"func": name, "args": [...]}`` for a registered workload, else None.
+        target: The ``Target``.
+        desc: The description.
+
+    Raises:
+        TilecraftError: If both or neither of ``func`` and ``compute_dag`` are given, or
+            ``func`` is a name no workload is registered under.
+        TargetError: If ``target`` cannot be understood.
+
+    Example:
+        Ansor's tutorial::
+
+            task = tc.SearchTask(func=matmul_add, args=(1024, 1024, 1024, "float32"), target=tc.Target.host())
+            log = "matmul.json"
+            task.tune(tc.TuningOptions(num_measure_trials=1000, measure_callbacks=[tc.RecordToFile(log)]))
+            sch = task.apply_best(log)
+            func = tc.build(sch, task.target)
+    """
 
     def __init__(self, func: Callable | str | None = None, args: Sequence = (), compute_dag: ComputeDAG | None = None,
                  workload_key: str | None = None, target: Target | str | None = None, desc: str = ""):
@@ -105,7 +169,35 @@ class SearchTask:
              resume_from: str | None = None) -> TuningSummary:
         """Measure ``num_measure_trials`` candidates chosen by ``search_policy`` (a
         ``SketchPolicy`` with an XGBoost model by default). ``resume_from``: a log whose
-        records warm the model and are never measured again."""
+        records warm the model and are never measured again.
+
+        Each round the policy proposes ``num_measures_per_round`` unmeasured candidates,
+        the builder and runner measure them, every result goes to the measure callbacks
+        as it arrives, and the policy learns from the costs. A failing candidate is a
+        result with an error kind, never an exception. Tuning stops early when the search
+        space has no unmeasured candidate left or by ``early_stopping``.
+
+        Args:
+            tuning_options: The budget, rounds, builder, runner and callbacks; None for the
+                defaults (1,000 trials, nothing recorded).
+            search_policy: The search policy; None for a new ``SketchPolicy`` of this task.
+            resume_from: A tuning log to warm the policy from.
+
+        Returns:
+            A ``TuningSummary``: trials, valid ones, the best cost and where the time went.
+
+        Raises:
+            ValueError: If the options name an unknown sketch or mutation policy.
+            TilecraftError: If they name one and ``search_policy`` cannot switch.
+            FileNotFoundError: If ``resume_from`` does not exist.
+
+        Example:
+            ::
+
+                options = tc.TuningOptions(num_measure_trials=200, measure_callbacks=[tc.RecordToFile(log)])
+                summary = task.tune(options)
+                task.tune(options, resume_from=log)   # 200 more, none measured twice
+        """
         from ..search.policy import SketchPolicy
 
         options = tuning_options or TuningOptions()
@@ -116,12 +208,21 @@ class SearchTask:
         return _tune(self, policy, options)
 
     def apply_best(self, log_file: str):
-        """The schedule of the best record in the whole log for this workload and target."""
+        """The schedule of the best record in the whole log for this workload and target.
+
+        Raises:
+            NoValidRecordError: If there is none; the message says why.
+        """
         record = load_best_record(log_file, self.workload_key, self.target)
         return Trace.from_json(record.trace).replay(self.compute_dag)
 
     def print_best(self, log_file: str) -> str:
-        """The best schedule as Python code."""
+        """The best schedule of the whole log for this workload and target, as the source of
+        a Python function of a schedule (``Trace.to_python``).
+
+        Raises:
+            NoValidRecordError: If there is none; the message says why.
+        """
         record = load_best_record(log_file, self.workload_key, self.target)
         return Trace.from_json(record.trace).to_python()
 

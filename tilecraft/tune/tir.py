@@ -36,9 +36,45 @@ def tune_tir(mod: Any, target: Target | str, work_dir: str | Path, max_trials_gl
              strategy: str = "evolutionary", seed: int = 0, builder: Any = None, runner: Any = None,
              verbose: int = 1) -> Database:
     """Tune ``mod`` (a ``ComputeDAG``, its te tensors, or a ``SearchTask`` of a registered
-    workload) on ``target`` and return the work dir's ``Database``. ``space``: a user's
-    ``ScheduleFn``, else the sketches of the sketch rules. ``strategy``: ``"evolutionary"``
-    (``SketchPolicy``) or ``"replay-trace"`` (``ReplayTrace``, random search)."""
+    workload) on ``target`` and return the work dir's ``Database``, MetaSchedule style.
+
+    Measurements are appended to the work dir's ``records.json`` (a tuning log) and a
+    readable account of the run to its ``tuning.log``. ``max_trials_global`` counts the
+    work dir's whole history of the workload on the target: re-running an interrupted
+    call finishes it, never measuring a recorded candidate again, and re-running a
+    finished one measures nothing.
+
+    Args:
+        mod: A ``ComputeDAG``, its te tensors, or a ``SearchTask`` of a registered workload.
+        target: A ``Target`` or a target string.
+        work_dir: The work dir (created if needed).
+        max_trials_global: Trials of the workload on the target in the work dir, counting
+            earlier runs.
+        num_trials_per_iter: Candidates measured per round.
+        space: A user's ``ScheduleFn`` to search; None for the sketches of the sketch rules.
+        task_name: The task's name in ``tuning.log`` and its description.
+        strategy: ``"evolutionary"`` (``SketchPolicy``) or ``"replay-trace"``
+            (``ReplayTrace``, random search).
+        seed: Seed of the search.
+        builder: The builder; None for a ``LocalBuilder``.
+        runner: The runner; None for a ``LocalRunner``, closed at the end.
+        verbose: 0 silent, 1 a status line, 2 also a line per round.
+
+    Returns:
+        The ``Database`` of the work dir, opened after tuning.
+
+    Raises:
+        ValueError: If ``strategy`` is unknown.
+        TargetError: If ``target`` cannot be understood.
+        TypeError: If ``mod`` names no computation.
+
+    Example:
+        ::
+
+            database = tc.tune_tir(mod=dag, target="llvm --num-cores=2", work_dir="./tune_tmp",
+                                   max_trials_global=64, space=tc.ScheduleFn(stochastic_schedule_mm))
+            sch = tc.compile_tir(database, dag, "llvm --num-cores=2")
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"tune_tir: strategy {strategy!r} is unknown; use one of {', '.join(STRATEGIES)}")
     task = _task(mod, target, task_name)
@@ -75,7 +111,17 @@ def tune_tir(mod: Any, target: Target | str, work_dir: str | Path, max_trials_gl
 
 def compile_tir(database: Database | str | Path, mod: Any, target: Target | str):
     """The best schedule of ``mod`` on ``target`` in ``database`` (a ``Database`` or a work
-    dir); ``NoValidRecordError`` says why there is none."""
+    dir), replayed on ``mod``'s DAG, ready for ``tc.build``.
+
+    Args:
+        database: A ``Database`` or the path of a work dir.
+        mod: The computation, as given to ``tune_tir``.
+        target: A ``Target`` or a target string.
+
+    Raises:
+        NoValidRecordError: If there is no valid record; the message says why.
+        TargetError: If ``target`` cannot be understood.
+    """
     database = database if isinstance(database, Database) else Database(database)
     task = _task(mod, target, "main")
     return database.query_schedule(task, task.target)

@@ -38,6 +38,8 @@ from ..search.shared_model import SharedCostModel, reduction_roles
 from .task import WORKLOADS, SearchTask
 
 TRANSFER_ROWS = 1024  # of each workload's records
+#: The default database shipped with tilecraft: a tuning log (xz-compressed) of ResNet-50's convolutions, a 1024³
+#: matmul, dense and batch_matmul measured on a few x86 machines, for ``transfer_model``.
 DEFAULT_RECORDS = Path(__file__).resolve().parent.parent / "database" / "default_records.json.xz"
 
 
@@ -58,9 +60,33 @@ def transfer_model(logs: Iterable[str | os.PathLike], task: SearchTask | Sequenc
     for their ``TaskScheduler``), first taught a sample of the records of every other
     registered workload that ``logs`` hold for their target, or its nearest target's
     (``nearest_records``). Their own records are not taught: resume from them (``resume_from``).
-    Raises ``ValueError`` naming the logs if one is missing, or none holds a record to learn
-    from of a kind of reduction a task has (``reduction_kind``): taught only other kinds,
-    dense reached the untaught search's final in 0.60 of the trials, on its own in 0.31."""
+
+    A new task's own model predicts at random until it has measured ~100 candidates;
+    taught what other workloads measured on the same kind of machine, it ranks the first
+    round's candidates. Only a sample of each workload's records is taught
+    (``transfer_sample``), so retraining stays fast.
+
+    Args:
+        logs: Tuning logs to learn from, e.g. ``[tc.DEFAULT_RECORDS]``.
+        task: A task, or a list of the tasks of a model (the target of the first is used).
+        rows: How many records of each workload to teach.
+        model: A ``SharedCostModel`` to teach further; None for a new one.
+
+    Returns:
+        The taught ``SharedCostModel``.
+
+    Raises:
+        ValueError: Naming the logs, if one is missing, or none holds a record it can learn
+            from: of another registered workload, on the target's ISA, of a kind of
+            reduction a task has (``reduction_kind``). Taught only other kinds, dense
+            reached the untaught search's final in 0.60 of the trials, on its own in 0.31.
+
+    Example:
+        ::
+
+            model = tc.transfer_model([tc.DEFAULT_RECORDS], task)
+            task.tune(options, search_policy=tc.SketchPolicy(task, model))
+    """
     logs, tasks = [str(log) for log in logs], list(task) if isinstance(task, Sequence) else [task]
     missing = [log for log in logs if not Path(log).is_file()]
     if missing:

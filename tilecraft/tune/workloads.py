@@ -29,6 +29,7 @@ def matmul_add(N: int, L: int, M: int, dtype: str = "float32"):
 
 @register_workload
 def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32"):
+    """``X @ W.T``, W of shape ``(out_features, in_features)``, as a fully connected layer."""
     X = te.placeholder((batch, in_features), name="X", dtype=dtype)
     W = te.placeholder((out_features, in_features), name="W", dtype=dtype)
     return [X, W, ops.dense(X, W)]
@@ -36,6 +37,7 @@ def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32
 
 @register_workload
 def batch_matmul(batch: int, N: int, L: int, M: int, dtype: str = "float32"):
+    """``batch`` independent ``(N, L) @ (L, M)`` matmuls."""
     A = te.placeholder((batch, N, L), name="A", dtype=dtype)
     B = te.placeholder((batch, L, M), name="B", dtype=dtype)
     return [A, B, ops.batch_matmul(A, B)]
@@ -68,12 +70,14 @@ def conv2d_nhwc(N: int, H: int, W: int, C: int, F: int, KH: int, KW: int, stride
 
 @register_workload
 def softmax(rows: int, columns: int, dtype: str = "float32"):
+    """Softmax of each row: four stages (max, exp, sum, division)."""
     x = te.placeholder((rows, columns), name="x", dtype=dtype)
     return [x, ops.softmax(x)]
 
 
 @register_workload
 def layer_norm(rows: int, columns: int, dtype: str = "float32"):
+    """Layer normalisation of each row, scaled by ``gamma`` and shifted by ``beta`` (epsilon 1e-5)."""
     x = te.placeholder((rows, columns), name="x", dtype=dtype)
     gamma = te.placeholder((columns,), name="gamma", dtype=dtype)
     beta = te.placeholder((columns,), name="beta", dtype=dtype)

@@ -1,12 +1,21 @@
-"""Features read from the lowered loop nest: named, finite, and telling schedules apart."""
+"""Features read from the lowered loop nest: named, finite, and telling schedules apart; and the
+table of feature_sets.py, which ranks with them against the decision features."""
+
+import re
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import tilecraft as tc
 from tilecraft.search.evolution import sample_candidates
-from tilecraft.search.ir_features import IR_FEATURE_NAMES, ir_feature_matrix, ir_features
 from tilecraft.search.policy import SketchPolicy
 from tilecraft.tune.task import WORKLOADS
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+from ir_features import IR_FEATURE_NAMES, ir_feature_matrix, ir_features  # noqa: E402  (benchmarks/ir_features.py)
+import feature_sets  # noqa: E402  (benchmarks/feature_sets.py)
 
 N = 64
 
@@ -94,3 +103,20 @@ def test_feature_matrix_has_a_row_per_sampled_candidate():
     assert (matrix.any(axis=1)).all() and len({row.tobytes() for row in matrix}) > 1
     as_json = ir_feature_matrix(task.compute_dag, [t.to_json() for t in traces[:2]], task.target)
     np.testing.assert_array_equal(as_json, matrix[:2])
+
+
+def test_feature_sets_prints_a_row_per_log_and_feature_set_then_their_means_whole(capsys):
+    def metrics(peak: float, recall: float, rho: float) -> dict:
+        return {"peak@32": peak, "recall@16": recall, "rho": rho}
+
+    log = "conv2d_r50_3x3_s2_a_long_tuning_log.json"  # wider than the old hand-set column
+    rows = [{"log": log, "features": name, "records": 1200, "extract_ms_per_candidate": ms, "train_secs": 1.5,
+             "time_split": metrics(0.9, 0.5, 0.25), "random_mean": metrics(0.8, 0.5, 0.125),
+             "random_std": metrics(0.05, 0.1, 0.2)} for name, ms in (("decisions", 0.01), ("ir", 2.0))]
+    feature_sets.print_results(rows, seeds=5)
+    said = capsys.readouterr().out
+    cells = [[cell for cell in re.split(r"\s{2,}", line.strip()) if cell] for line in said.splitlines()]
+    assert [log, "decisions", "1200", "0.010", "1.50", "0.900", "0.50", "0.25", "0.800±0.050", "0.500±0.100",
+            "0.125±0.200"] in cells
+    assert ["mean over logs", "ir", "2.000", "1.50", "0.900", "0.500", "0.250", "0.800", "0.500", "0.125"] in cells
+    assert "over 5 random splits" in said

@@ -1,10 +1,11 @@
 """Features of a candidate read from its lowered loop nest, after Ansor's per-store features.
 
-The search's features (``features.py``) come from the decision matrix alone, in one NumPy
-pass over a population. These come from the ``LoweredFunc`` a candidate's trace replays
-and lowers to: a replay and a lowering per candidate, so far slower, but exact about what
-the loop nest does. They exist to measure whether that exactness ranks candidates better
-(``benchmarks/feature_sets.py``). The design follows Ansor's ``feature.cc`` (Zheng et al.,
+The search's features (``tilecraft/search/features.py``) come from the decision matrix
+alone, in one NumPy pass over a population. These come from the ``LoweredFunc`` a
+candidate's trace replays and lowers to: a replay and a lowering per candidate, so far
+slower, but exact about what the loop nest does. They exist to measure whether that
+exactness ranks candidates better (``benchmarks/feature_sets.py``, the only user, so
+they live beside it rather than in the core). The design follows Ansor's ``feature.cc`` (Zheng et al.,
 OSDI 2020, §5.2), abridged. Below, "level d" is the innermost d loops around a store
 (loops of extent 1 not counted), "all" its whole nest, and the "register block" the
 innermost loops that are unrolled or vectorized. Per store, its loops outer to inner:
@@ -45,13 +46,14 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import TilecraftError
-from ..te.arith import bounds, to_linear
-from ..ir.lower import lower
-from ..ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
-from ..schedule.trace import Trace
-from ..te.dtype import bytes_of
-from ..te.expr import Binary, Call, Cast, Compare, Expr, Logical, Not, Select, TensorRead, Var, children, free_vars
+from tilecraft.errors import TilecraftError
+from tilecraft.te.arith import bounds, to_linear
+from tilecraft.ir.lower import lower
+from tilecraft.ir.nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from tilecraft.schedule.trace import Trace
+from tilecraft.te.dtype import bytes_of
+from tilecraft.te.expr import (Binary, Call, Cast, Compare, Expr, Logical, Not, Select, TensorRead, Var, children,
+                                free_vars)
 
 __all__ = ["IR_FEATURE_NAMES", "ir_features", "ir_feature_matrix"]
 
