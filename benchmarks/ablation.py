@@ -416,7 +416,7 @@ class ModelSearch:
         size = (self.scheduler.warm_up_trials or PER_ROUND) if warming else PER_ROUND  # one round, whole
         self.scheduler.tune(tc.TuningOptions(num_measure_trials=min(size, self.trials - before),
                                              num_measures_per_round=PER_ROUND, builder=_NoBuild(),
-                                             runner=self.runner, verbose=0))
+                                             runner=self.runner, verbose=0, num_remeasured=0))
         # The search's and the cost model's own seconds; they count at the end of the round.
         self.simulated += time.perf_counter() - started - self.runner.spent
         self.exhausted = len(self.best_gflops) == before

@@ -122,17 +122,23 @@ def test_tune_command_tunes_and_resumes(tmp_path, capsys):
     assert main(argv) == 0
     assert main(argv) == 0  # resumes: two more, none measured twice
     records = load_records(log)
-    assert len(records) == 4 and len({r.trace_json for r in records}) == 4
-    assert "best of the whole log" in capsys.readouterr().out
+    searched = [r for r in records if r.phase == "search"]
+    assert len(searched) == 4 and len({r.trace_json for r in searched}) == 4
+    finals = [r for r in records if r.phase == "final"]  # 5 repeats each, of the first run's two, then of all four
+    assert len(finals) == 2 + 4 and all(len(r.costs) == 5 for r in finals)
+    assert {r.trace_json for r in finals} == {r.trace_json for r in searched}
+    assert re.search(r"best of the whole log .*\(median of 5 re-measured\)", capsys.readouterr().out)
+    assert main([*argv, "--remeasure", "-1"]) == 2
+    assert "--remeasure -1: give the number of finalists" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_tune_command_transfers_from_another_workloads_log_and_names_a_missing_one(tmp_path, capsys):
     donor, log = tmp_path / "small.json", tmp_path / "mm.json"
     assert main(["tune", "matmul", "--shape", "16,16,16", "--trials", "4", "--per-round", "4", "--log", str(donor),
-                 "--verbose", "0", "--no-transfer"]) == 0
+                 "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
     argv = ["tune", "matmul", "--shape", "32,16,16", "--trials", "2", "--per-round", "2", "--log", str(log),
-            "--verbose", "0", "--no-transfer", "--transfer", str(donor)]  # --no-transfer: only the logs named
+            "--verbose", "0", "--remeasure", "0", "--no-transfer", "--transfer", str(donor)]  # only the logs named
     assert main(argv) == 0
     assert {r.workload["args"][0] for r in load_records(log)} == {32} and len(load_records(log)) == 2
     assert main([*argv[:-1], str(tmp_path / "none.json")]) == 2
@@ -146,7 +152,7 @@ def test_tune_command_transfers_from_another_workloads_log_and_names_a_missing_o
 def test_tune_command_learns_the_default_database_and_its_own_logs_other_workloads_unless_told_not_to(
         tmp_path, capsys):
     log = tmp_path / "mm.json"
-    argv = ["tune", "matmul", "--trials", "2", "--per-round", "2", "--log", str(log)]
+    argv = ["tune", "matmul", "--trials", "2", "--per-round", "2", "--log", str(log), "--remeasure", "0"]
     assert main([*argv, "--shape", "16,16,16", "--no-transfer"]) == 0
     assert "first learns" not in capsys.readouterr().out
     assert main([*argv, "--shape", "32,16,16", "--target", "llvm -isa=scalar"]) == 0
@@ -193,14 +199,16 @@ def test_tasks_prints_the_task_table(onnx_model, capsys):
 def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log(onnx_model, tmp_path, capsys):
     log = tmp_path / "model.json"
     assert main(["tune-model", str(onnx_model), "--trials", "8", "--per-round", "2", "--log", str(log),
-                 "--verbose", "1"]) == 0
+                 "--remeasure", "1", "--verbose", "1"]) == 0
     said = capsys.readouterr().out
     assert "model latency as the sum of weight x best kernel latency" in said
     if tc.Target.host().isa in ("avx2", "avx512"):  # the machines the default database was measured on
         assert re.search(r"the cost model first learns \d+ records of [6-9] other workloads in the default "
                          r"database \(--no-transfer", said)
-    records = tc.load_records(log)
+    records = [r for r in tc.load_records(log) if r.phase == "search"]
     assert len(records) == 8 and len({r.workload_key for r in records}) == 3  # a warm-up round for each task
+    finals = [r for r in tc.load_records(log) if r.phase == "final"]
+    assert {r.workload_key for r in finals} == {r.workload_key for r in records}  # every task re-measured
     assert main(["run-model", str(onnx_model), "--log", str(log)]) == 0
     assert "have the default schedule" not in capsys.readouterr().err
 
@@ -209,7 +217,7 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
 def test_tune_model_warms_each_task_up_with_the_trials_asked(onnx_model, tmp_path, capsys):
     log = tmp_path / "model.json"
     assert main(["tune-model", str(onnx_model), "--trials", "5", "--per-round", "2", "--warm-up", "1",
-                 "--log", str(log), "--verbose", "0", "--no-transfer"]) == 0
+                 "--log", str(log), "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
     keys = [r.workload_key for r in tc.load_records(log)]
     assert len(keys) == 5 and len(set(keys[:3])) == 3  # one measurement of each task first
     assert main(["tune-model", str(onnx_model), "--warm-up", "0", "--log", str(log)]) == 2

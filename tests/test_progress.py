@@ -62,6 +62,17 @@ def test_verbose_1_without_a_terminal_prints_plain_status_lines_and_a_summary():
         assert row in text
 
 
+def test_after_a_re_measurement_the_summary_leads_with_its_median_and_spread():
+    out, clock = io.StringIO(), _Clock()
+    with ProgressReporter(10, verbose=1, peak_gflops=100.0, task_name="matmul", console=out, clock=clock) as reporter:
+        _run(reporter, clock, trials=7)
+        reporter.remeasured(2e6, (2e-4, 1e-4, 4e-4), finalists=6)  # 2 MFLOP: 10, 20 and 5 GFLOPS
+    text = out.getvalue()
+    for row in ("best GFLOPS", "10.00 (median of 3, re-measured)", "spread", "5.00-20.00 GFLOPS, the best of 6 "
+                "finalists", "while searching", "16.00 GFLOPS", "best latency", "0.2 ms", "10.0% of 100 GFLOPS"):
+        assert row in text
+
+
 def test_verbose_1_on_a_terminal_draws_a_live_bar():
     file, clock = io.StringIO(), _Clock()
     console = Console(file=file, force_terminal=True, width=160)

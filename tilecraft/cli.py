@@ -82,8 +82,23 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
     command.add_argument("--target", help="target string (default: this machine)")
     _add_transfer_arguments(command, "in --log and ")
+    _add_remeasure_argument(command)
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune)
+
+
+def _add_remeasure_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--remeasure", type=int, default=5, metavar="K",
+                         help="when the search ends, measure its K fastest candidates and every sketch's fastest "
+                              "again, interleaved, in a fresh worker; the best is the median of that (default 5; "
+                              "0: the best single measurement)")
+
+
+def _remeasured(args: argparse.Namespace) -> int:
+    if args.remeasure < 0:
+        raise CommandError(f"--remeasure {args.remeasure}: give the number of finalists to measure again, or 0 "
+                           "for none")
+    return args.remeasure
 
 
 def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> None:
@@ -107,11 +122,12 @@ def run_tune(args: argparse.Namespace) -> int:
     log = Path(args.log or f"{args.workload}.json")
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
-                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
+                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
+                            num_remeasured=_remeasured(args))
     model = _taught_model(task, resume, args)
     task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
-    print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.mean_cost * 1e3:.3f} ms; "
+    print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.cost * 1e3:.3f} ms{_how_measured(best)}; "
           f"see it with: tilecraft best {log}")
     return 0
 
@@ -187,7 +203,7 @@ def _summary_table(summaries: list[WorkloadSummary], title: str):
         best = s.best
         row = [s.label] + ([] if one_target else [s.target])
         row += [str(s.count), str(s.valid), ", ".join(f"{kind} {n}" for kind, n in s.errors.items()) or "-",
-                f"{best.gflops:.2f}" if best else "-", f"{best.mean_cost * 1e3:.4g} ms" if best else "-",
+                f"{best.gflops:.2f}" if best else "-", f"{best.cost * 1e3:.4g} ms" if best else "-",
                 (best.sketch or "-") if best else "-"]
         table.add_row(*row)
     return table
@@ -196,9 +212,14 @@ def _summary_table(summaries: list[WorkloadSummary], title: str):
 def _best_header(summary: WorkloadSummary) -> str:
     best = summary.best
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(best.timestamp))
-    return (f"# Best of {summary.label}: {best.gflops:.2f} GFLOPS, {best.mean_cost * 1e3:.4g} ms, "
+    return (f"# Best of {summary.label}: {best.gflops:.2f} GFLOPS, {best.cost * 1e3:.4g} ms{_how_measured(best)}, "
             f"sketch {best.sketch or '-'}, measured {when}\n"
             f"# workload key: {summary.workload_key}\n# target: {summary.target}")
+
+
+def _how_measured(record: TuningRecord) -> str:
+    """`` (median of 5 re-measured)`` for a final record: the rule of database/best.py."""
+    return f" (median of {len(record.costs)} re-measured)" if record.phase == "final" else ""
 
 
 def _schedule_as_python(record: TuningRecord) -> str:
@@ -333,6 +354,7 @@ def add_tune_model_command(subparsers: Any) -> None:
                               "finds them inside a large model; keep such a log apart from a warm one and give it "
                               "first to run-model")
     _add_transfer_arguments(command, "of ")
+    _add_remeasure_argument(command)
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune_model)
 
@@ -361,7 +383,8 @@ def run_tune_model(args: argparse.Namespace) -> int:
                               warm_up_trials=args.warm_up, cost_model=_taught_model(tasks, None, args))
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
-                                measure_callbacks=[RecordToFile(log)], verbose=args.verbose)
+                                measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
+                                num_remeasured=_remeasured(args))
         latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
     print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
           f"run it with: tilecraft run-model {args.model} --log {log}")

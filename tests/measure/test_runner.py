@@ -164,7 +164,8 @@ def test_failed_builds_pass_through_without_running(runner, kernel):
     candidate, _ = kernel("add")
     failed = BuildResult.failed(MeasureErrorKind.COMPILE, "gcc said no", 0.25)
     (result,) = runner.run([candidate], [failed])
-    assert result == MeasureResult((), MeasureErrorKind.COMPILE, "gcc said no", 0.25, result.timestamp)
+    assert result == MeasureResult((), MeasureErrorKind.COMPILE, "gcc said no", 0.25, result.timestamp,
+                                   device=runner.device)
     assert result.mean_cost == float("inf")
 
 

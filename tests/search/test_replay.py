@@ -62,7 +62,7 @@ def test_preloaded_records_are_never_drawn(tmp_path):
     class Record:  # what preload reads of a TuningRecord
         def __init__(self, trace):
             self.trace, self.sketch, self.mean_cost = trace.to_json(), "two_tiles", 1e-3
-            self.trace_json = trace.dumps()
+            self.trace_json, self.phase = trace.dumps(), "search"
 
     again = ReplayTrace(task, space=tc.ScheduleFn(two_tiles), seed=5)
     assert again.preload([Record(t) for t in traces]) == 10

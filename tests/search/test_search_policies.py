@@ -177,7 +177,8 @@ def test_tuning_options_switch_the_policies(tmp_path):
     policy = SketchPolicy(task, program_cost_model=tc.XGBModel(num_warmup_sample=8))  # trained after a round
     with tc.LocalRunner(number=2, min_repeat_ms=0) as runner:
         summary = task.tune(tc.TuningOptions(num_measure_trials=16, num_measures_per_round=8, runner=runner,
-                                             verbose=0, sketch_policy="bandit", mutation_policy="learned"),
+                                             verbose=0, sketch_policy="bandit", mutation_policy="learned",
+                                             num_remeasured=0),
                             search_policy=policy)
     assert summary.valid >= 14
     assert policy.sketch_policy.trials.sum() == 16 and policy.mutation_policy.seen > 0

@@ -21,9 +21,10 @@ def tasks():
             tc.SearchTask(func="softmax", args=(8, 24), target=tc.Target.host())]
 
 
-def options(log, trials, runner):
+def options(log, trials, runner, num_remeasured=0):
+    """A short tuning; without the re-measurement at the end unless asked (its tests are in test_remeasure.py)."""
     return tc.TuningOptions(num_measure_trials=trials, num_measures_per_round=4, runner=runner,
-                            measure_callbacks=[tc.RecordToFile(log)], verbose=0)
+                            measure_callbacks=[tc.RecordToFile(log)], verbose=0, num_remeasured=num_remeasured)
 
 
 @pytest.mark.slow

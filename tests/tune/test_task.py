@@ -17,8 +17,10 @@ from tilecraft.database import NoValidRecordError, load_records, trace_key
 
 
 def quick_options(log, trials, **kw):
+    """A short tuning; without the re-measurement at the end unless asked (its tests are in test_remeasure.py)."""
     return tc.TuningOptions(num_measure_trials=trials, num_measures_per_round=kw.pop("per_round", 6),
-                            runner=kw.pop("runner"), measure_callbacks=[tc.RecordToFile(log)], verbose=0, **kw)
+                            runner=kw.pop("runner"), measure_callbacks=[tc.RecordToFile(log)], verbose=0,
+                            num_remeasured=kw.pop("num_remeasured", 0), **kw)
 
 
 @pytest.fixture(scope="module")

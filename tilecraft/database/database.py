@@ -26,10 +26,13 @@ from ..te.dag import ComputeDAG
 from ..te.tensor import Tensor
 from .log import (MalformedRecordWarning, NoValidRecordError, _explain_no_best, _gc_paused, _has_readable_trace,
                   _skip_reason, canonical_target)
-from .record import RECORD_VERSION, RecordFormatError, RecordVersionError, TuningRecord
+from .best import rank
+from .record import LINE_STARTS, RecordFormatError, RecordVersionError, TuningRecord
 
 RECORDS_FILE = "records.json"
-_HEAD = f'{{"v":{RECORD_VERSION},"key":'.encode()
+_HEADS = tuple(start.encode() for start in LINE_STARTS)
+_FINAL = b',"phase":"final",'
+_TRACE = b',"trace":['
 
 Line = tuple[int, int]  # start and end offsets of a line in the file
 
@@ -83,14 +86,25 @@ class Database:
         return [r for r in map(self._record, self._lines(workload, target)) if r is not None]
 
     def query_best(self, workload: Any, target: Any = None) -> TuningRecord:
-        """The fastest valid record of the workload on the target (by mean cost).
+        """The best record of the workload on the target by the rule of ``best.py``: the
+        schedules re-measured when tuning ended by their median, before the others by
+        their mean cost.
 
         Raises:
             NoValidRecordError: If there is none; the message says why (no records file, no
                 records of the workload, records for other targets only, only errors).
             TypeError: If ``workload`` names no computation.
         """
-        for cost, line in sorted((self._mean_cost(line), line) for line in self._lines(workload, target)):
+        lines = self._lines(workload, target)
+        finals = [line for line in lines if self._is_final(line)]
+        if finals:  # a few lines a tuning run: decode them and rank by the rule
+            searched = [line for line in lines if line not in finals]
+            best = min(searched, key=self._mean_cost, default=None)
+            ranked = rank([r for r in map(self._record, finals + ([best] if best else [])) if r is not None])
+            for record in ranked:
+                if _has_readable_trace(record, self.path):
+                    return record
+        for cost, line in sorted((self._mean_cost(line), line) for line in lines):
             record = self._record(line) if cost < math.inf else None
             if record is not None and _has_readable_trace(record, self.path):
                 return record
@@ -124,10 +138,10 @@ class Database:
         Quotes inside JSON strings are escaped, so the field name searched for cannot occur
         inside a value."""
         data = self._data
-        if data.startswith(_HEAD, start) and data.startswith(b"]}\n", end - 3):
+        if data.startswith(_HEADS, start) and data.startswith(b"]}\n", end - 3):
             cut = data.find(b',"workload":', start, end)
             if cut > 0:
-                return data[start + len(_HEAD):cut]
+                return data[data.find(b'"key":', start) + 6:cut]
         line = data[start:end].decode("utf-8", "replace")
         if line[:1] == "#" or line.isspace():
             return None
@@ -141,12 +155,21 @@ class Database:
             return None
         return f'{json.dumps(record.workload_key)},"target":{json.dumps(record.target)}'.encode()
 
+    def _is_final(self, line: Line) -> bool:
+        """Whether a line is a re-measurement when tuning ended, read without decoding it
+        when it can be (the phase is looked for before the trace, whose text is the user's)."""
+        data, (start, end) = self._data, line
+        if data.startswith(_HEADS, start):
+            return data.find(_FINAL, start, data.find(_TRACE, start, end)) > 0
+        record = self._record(line)
+        return record is not None and record.phase == "final"
+
     def _mean_cost(self, line: Line) -> float:
         """A line's mean cost (inf for an error), read without decoding it when it can be."""
         data, (start, end) = self._data, line
         costs = data.find(b',"costs":[', start, end)
         error = data.find(b'],"error":"', costs, end)
-        if costs < 0 or error < 0 or not data.startswith(_HEAD, start):
+        if costs < 0 or error < 0 or not data.startswith(_HEADS, start):
             record = self._record(line)
             return math.inf if record is None else record.mean_cost
         if not data.startswith(b'none"', error + 11) or error == costs + 10:

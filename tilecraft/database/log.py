@@ -31,7 +31,6 @@ import gc
 import itertools
 import json
 import lzma
-import math
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -39,11 +38,11 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import TilecraftError
-from .record import RECORD_VERSION, RecordFormatError, RecordVersionError, TuningRecord, split_line, workload_label
+from .best import BestSoFar, rank
+from .record import LINE_STARTS, RecordFormatError, RecordVersionError, TuningRecord, split_line, workload_label
 
 _MAX_WARNINGS_PER_FILE = 10  # then one summary warning, so a corrupt log does not flood the output
 _BATCH_LINES = 512
-_LINE_START = f'{{"v":{RECORD_VERSION},"key":'
 _DECODER = json.JSONDecoder()
 
 
@@ -136,7 +135,7 @@ def iter_records(path: str | Path, workload_key: str | None = None, target: Any 
         numbered = enumerate(file, 1)
         while chunk := list(_lines(numbered, path)):
             batch = [(n, line) for n, line in chunk if line[0] != "#" and not line.isspace() and not (
-                needles and line.startswith(_LINE_START) and not all(needle in line for needle in needles))]
+                needles and line.startswith(LINE_STARTS) and not all(needle in line for needle in needles))]
             for lineno, line, record in _decode_batch(batch):
                 if isinstance(record, RecordVersionError):
                     raise RecordVersionError(f"{path} line {lineno}: {record}")
@@ -214,8 +213,9 @@ def load_records(path: str | Path, workload_key: str | None = None, target: Any 
 
 
 def load_best_record(path: str | Path, workload_key: str, target: Any = None) -> TuningRecord:
-    """The valid record with the lowest mean cost in the whole log for ``workload_key`` on
-    ``target`` (any target when None), over every run that ever appended to the log.
+    """The best record of ``workload_key`` on ``target`` (any target when None) in the whole
+    log, over every run that ever appended to it, by the rule of ``best.py``: the schedules
+    re-measured when tuning ended by their median, before the others by their mean.
 
     Raises:
         NoValidRecordError: If the log does not exist or holds no valid record of the
@@ -226,13 +226,11 @@ def load_best_record(path: str | Path, workload_key: str, target: Any = None) ->
     path = Path(path)
     if not path.exists():
         raise NoValidRecordError(f"{path} does not exist; a tuning run writes it (RecordToFile)")
-    best: TuningRecord | None = None
-    best_cost = math.inf
+    found = BestSoFar(lambda record: _has_readable_trace(record, path))
     with _gc_paused():
         for record in iter_records(path, workload_key, target):
-            cost = record.mean_cost
-            if cost < best_cost and _has_readable_trace(record, path):
-                best, best_cost = record, cost
+            found.add(record)
+    best = found.best
     if best is None:
         raise NoValidRecordError(_explain_no_best(path, workload_key, canonical_target(target)))
     return best
@@ -240,26 +238,17 @@ def load_best_record(path: str | Path, workload_key: str, target: Any = None) ->
 
 def best_records(path: str | Path, workload_key: str | None = None, target: Any = None,
                  top_k: int = 1) -> list[TuningRecord]:
-    """The ``top_k`` fastest distinct schedules of each (workload, target) pair in the log,
-    pairs in order of first appearance, fastest first within a pair. ``top_k=1`` distills
-    a log to its best records."""
+    """The ``top_k`` best distinct schedules of each (workload, target) pair in the log by the
+    rule of ``best.py``, one record each, pairs in order of first appearance, best first
+    within a pair. ``top_k=1`` distills a log to its best records."""
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, not {top_k}")
     groups: dict[tuple[str, str], list[TuningRecord]] = {}
     for record in load_records(path, workload_key, target):
-        if record.is_valid:
-            groups.setdefault((record.workload_key, record.target), []).append(record)
+        groups.setdefault((record.workload_key, record.target), []).append(record)
     chosen = []
     for records in groups.values():
-        records.sort(key=lambda r: r.mean_cost)
-        seen: set[str] = set()
-        for record in records:
-            key = record.trace_json
-            if key not in seen and _has_readable_trace(record, Path(path)):
-                seen.add(key)
-                chosen.append(record)
-                if len(seen) == top_k:
-                    break
+        chosen += [r for r in rank(records) if _has_readable_trace(r, Path(path))][:top_k]
     return chosen
 
 
@@ -290,18 +279,19 @@ class _Tally:
     def __init__(self, workload: dict | None) -> None:
         self.workload = workload
         self.count = self.valid = 0
-        self.best: TuningRecord | None = None
-        self.best_cost = math.inf
+        self.best_so_far = BestSoFar()
         self.error_kinds: Counter[str] = Counter()
         self.error_msgs: Counter[str] = Counter()
 
+    @property
+    def best(self) -> TuningRecord | None:
+        return self.best_so_far.best
+
     def add(self, record: TuningRecord) -> None:
         self.count += 1
-        cost = record.mean_cost
-        if cost < math.inf:
+        self.best_so_far.add(record)
+        if record.is_valid:
             self.valid += 1
-            if cost < self.best_cost:
-                self.best, self.best_cost = record, cost
         else:
             self.error_kinds[record.error_kind] += 1
             self.error_msgs[record.error_msg] += 1

@@ -7,15 +7,21 @@ arguments that rebuild it), which machine (the canonical target string), the sch
 kind and message) and the workload's FLOP count, so throughput is known without
 rebuilding the DAG.
 
-A line looks like this (the trace shortened)::
+It also says how it was measured: ``phase`` is ``"search"`` for a measurement that guided
+the search and ``"final"`` for a re-measurement of the best candidates when tuning ends
+(several interleaved repeats in a fresh worker: the costs that rank schedules, see
+``best.py``), and ``device`` names the machine or device that measured it. A line looks
+like this (the trace shortened)::
 
-    {"v":1,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
+    {"v":2,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
      "sketch":"multi_level_tiling","costs":[0.00123,0.00121],"error":"none","error_msg":"",
-     "all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,"trace":[{"kind":"get_block",...}]}
+     "all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,"phase":"search",
+     "device":"local@build-7","trace":[{"kind":"get_block",...}]}
 
 ``v`` is ``RECORD_VERSION``. A reader refuses records newer than itself (it cannot know
-what changed) and says to upgrade; it never guesses. JSON has no infinity, so a
-non-finite cost is written as ``null`` and read back as ``inf``.
+what changed) and says to upgrade; it never guesses. It reads every older version:
+version 1 had no ``phase`` (every record was a search measurement) and no ``device``.
+JSON has no infinity, so a non-finite cost is written as ``null`` and read back as ``inf``.
 
 The trace is most of a line (kilobytes, against a few hundred bytes for the rest) and
 most readers never look at it: finding the best of 100,000 records needs only the
@@ -34,8 +40,12 @@ from typing import Any, Mapping
 
 from ..errors import TilecraftError
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 NO_ERROR = "none"
+PHASES = ("search", "final")
+# How a line that to_json_line wrote starts, in this version and in version 1, whose layout
+# agrees up to the trace: the fast readers find a workload's lines by these bytes.
+LINE_STARTS = tuple(f'{{"v":{version},"key":' for version in (RECORD_VERSION, 1))
 _TRACE_MARK = ',"trace":['  # the trace is the last field of a line written by to_json_line
 _DECODER = json.JSONDecoder()
 
@@ -57,7 +67,10 @@ class TuningRecord:
     (``"compile"``, ``"run_timeout"``, ...), ``error_msg`` says what happened.
     ``all_cost`` is the wall time the whole measurement took (build and run), ``timestamp``
     when it finished (seconds since the epoch). ``trace_json`` is the trace's step list
-    as compact JSON (``trace_key``); ``trace`` decodes it.
+    as compact JSON (``trace_key``); ``trace`` decodes it. ``phase`` is ``"search"`` or
+    ``"final"`` (a re-measurement when tuning ends), ``device`` the machine or device that
+    measured it (None when not known, as in version 1). ``version`` is the version the
+    record was read from; it is always written in the current one.
     """
 
     workload_key: str
@@ -71,6 +84,8 @@ class TuningRecord:
     timestamp: float
     flop: float
     sketch: str | None
+    phase: str = "search"
+    device: str | None = None
     version: int = RECORD_VERSION
 
     @property
@@ -95,9 +110,19 @@ class TuningRecord:
         return sum(self.costs) / len(self.costs) if self.is_valid else math.inf
 
     @property
+    def cost(self) -> float:
+        """The seconds a call takes by the ranking rule (``best.py``): the median of a final
+        record's repeats, the mean of a search record's costs; ``inf`` when not valid."""
+        if self.phase != "final" or not self.is_valid:
+            return self.mean_cost
+        ordered = sorted(self.costs)
+        middle = len(ordered) // 2
+        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+    @property
     def gflops(self) -> float:
-        """Throughput, 0.0 for a record that is not valid."""
-        cost = self.mean_cost
+        """Throughput at ``cost``; 0.0 for a record that is not valid."""
+        cost = self.cost
         return self.flop / cost / 1e9 if 0.0 < cost < math.inf else 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -112,7 +137,7 @@ class TuningRecord:
 
     def _head(self) -> dict[str, Any]:
         return {
-            "v": self.version,
+            "v": RECORD_VERSION,
             "key": self.workload_key,
             "target": self.target,
             "workload": self.workload,
@@ -123,6 +148,8 @@ class TuningRecord:
             "all_cost": _finite_or_none(self.all_cost),
             "time": self.timestamp,
             "flop": self.flop,
+            "phase": self.phase,
+            "device": self.device,
         }
 
     @staticmethod
@@ -165,7 +192,7 @@ class TuningRecord:
         """Decode a line's fields other than the trace, with the trace's text (``split_line``)."""
         # Run for every line of a log: the checks are the few that keep a wrong record out.
         version = data.get("v")
-        if type(version) is not int or version != RECORD_VERSION:  # (an older version would be upgraded here)
+        if type(version) is not int or version not in (1, RECORD_VERSION):  # 1: no phase (search), no device
             _check_version(data)
             raise RecordFormatError(_describe_bad_field(data))
         try:
@@ -183,6 +210,8 @@ class TuningRecord:
                 timestamp=float(data["time"]),
                 flop=float(data["flop"]),
                 sketch=data.get("sketch"),
+                phase=data.get("phase", "search"),
+                device=data.get("device"),
                 version=version,
             )
         except KeyError as error:
@@ -191,7 +220,8 @@ class TuningRecord:
             raise RecordFormatError(_describe_bad_field(data)) from None
         if not (type(key) is str and type(target) is str and type(error_kind) is str and type(costs) is list
                 and type(record.error_msg) is str and (record.workload is None or type(record.workload) is dict)
-                and (record.sketch is None or type(record.sketch) is str)):
+                and (record.sketch is None or type(record.sketch) is str) and record.phase in PHASES
+                and (record.device is None or type(record.device) is str)):
             raise RecordFormatError(_describe_bad_field(data))
         return record
 
@@ -200,7 +230,8 @@ class TuningRecord:
                          flop: float | None = None) -> TuningRecord:
         """The record of one ``MeasureResult`` of one ``MeasureInput`` of ``task`` (duck-typed:
         a task has ``workload_key``, ``workload``, ``target`` and ``compute_dag``; ``sketch``
-        is a sketch or its name)."""
+        is a sketch or its name; ``result.phase`` and ``result.device``, when it has them, say
+        how it was measured)."""
         error_kind = getattr(result.error_kind, "value", result.error_kind)
         return TuningRecord(
             workload_key=task.workload_key,
@@ -214,6 +245,8 @@ class TuningRecord:
             timestamp=float(result.timestamp),
             flop=float(task.compute_dag.flop_count() if flop is None else flop),
             sketch=None if sketch is None else str(getattr(sketch, "name", sketch)),
+            phase=getattr(result, "phase", "search"),
+            device=getattr(result, "device", None),
         )
 
 
@@ -251,9 +284,10 @@ def _check_version(data: Mapping[str, Any]) -> None:
 _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "v": (int,), "key": (str,), "target": (str,), "workload": (dict, type(None)),
     "sketch": (str, type(None)), "costs": (list,), "error": (str,), "error_msg": (str,),
-    "all_cost": (int, float, type(None)), "time": (int, float), "flop": (int, float), "trace": (list,),
+    "all_cost": (int, float, type(None)), "time": (int, float), "flop": (int, float), "phase": (str,),
+    "device": (str, type(None)), "trace": (list,),
 }
-_OPTIONAL_FIELDS = ("workload", "sketch", "error_msg", "all_cost", "trace")
+_OPTIONAL_FIELDS = ("workload", "sketch", "error_msg", "all_cost", "phase", "device", "trace")
 
 
 def _describe_bad_field(data: Mapping[str, Any]) -> str:
@@ -269,6 +303,8 @@ def _describe_bad_field(data: Mapping[str, Any]) -> str:
             return f"record field {name!r} should be {expected}, not {json.dumps(value)[:60]}"
     if data["v"] < 1:
         return f"record field 'v' should be a version number from 1, not {data['v']}"
+    if data.get("phase", "search") not in PHASES:
+        return f"record field 'phase' should be one of {', '.join(PHASES)}, not {json.dumps(data['phase'])[:60]}"
     bad = [c for c in data["costs"] if not isinstance(c, (int, float, type(None))) or isinstance(c, bool)]
     if bad:
         return f"record field 'costs' should hold numbers, not {json.dumps(bad[0])[:60]}"

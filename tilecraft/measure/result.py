@@ -77,13 +77,17 @@ class BuildResult:
 class MeasureResult:
     """Seconds per kernel call, one entry per repeat (empty on error). ``all_cost`` is
     the wall-clock seconds the candidate took end to end (build and run); ``timestamp``
-    the Unix time it finished."""
+    the Unix time it finished. ``phase`` is ``"search"``, or ``"final"`` for the
+    re-measurement of a best candidate when tuning ends; ``device`` names what measured
+    it (``"local@<host name>"`` for a ``LocalRunner``), None when not known."""
 
     costs: tuple[float, ...]
     error_kind: MeasureErrorKind
     error_msg: str
     all_cost: float
     timestamp: float
+    phase: str = "search"
+    device: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "error_msg", trim_message(self.error_msg))

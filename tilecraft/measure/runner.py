@@ -21,6 +21,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,7 @@ class LocalRunner:
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.evict_weights = evict_weights
         self.max_memory_bytes = max_memory_bytes
+        self.device = f"local@{socket.gethostname()}"
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
         self._worker: _Worker | None = None
@@ -119,6 +121,15 @@ class LocalRunner:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def fresh(self, **changes: Any) -> LocalRunner:
+        """A new runner with this one's settings, changed by ``changes`` (``repeat=1``), and a
+        worker of its own: the re-measurement when tuning ends runs in a fresh process, as
+        a user's program would."""
+        settings = {"timeout_secs": self.timeout_secs, "number": self.number, "repeat": self.repeat,
+                    "min_repeat_ms": self.min_repeat_ms, "enable_cpu_cache_flush": self.enable_cpu_cache_flush,
+                    "max_memory_bytes": self.max_memory_bytes, "evict_weights": self.evict_weights}
+        return LocalRunner(**{**settings, **changes})
 
     def close(self) -> None:
         """Stop the worker and delete the reference data; the runner cannot run after this."""
@@ -152,7 +163,8 @@ class LocalRunner:
             if build.error_kind is MeasureErrorKind.NONE:
                 result = self._measure(candidate, build)
             else:
-                result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time())
+                result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time(),
+                                       device=self.device)
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
@@ -162,7 +174,8 @@ class LocalRunner:
         start = perf_counter()
 
         def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
-            return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time())
+            return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),
+                                 device=self.device)
 
         try:
             reference = self._reference(candidate.dag)

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..database.best import for_learning
 from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
 from ..errors import ScheduleError
@@ -111,6 +112,21 @@ class SketchPolicy:
         """The trace of a candidate: its sketch's trace with the candidate's decisions."""
         return self.sketches[candidate.sketch].trace_of(candidate.row)
 
+    def finalists(self, count: int) -> list[tuple[Trace, str]]:
+        """What to re-measure when tuning ends (``tune/remeasure.py``): the ``count`` fastest
+        distinct candidates measured, then the fastest of every other sketch, as traces
+        with their sketch names. A sketch's own best may lose to another's by noise alone."""
+        chosen: dict = {}
+        for _, candidate in self.best:
+            if len(chosen) == count:
+                break
+            chosen.setdefault(candidate.key, candidate)
+        for sketch in range(len(self.sketches)):
+            first = next((c for _, c in self.best if c.sketch == sketch), None)
+            if first is not None:
+                chosen.setdefault(first.key, first)
+        return [(self.trace_of(c), self.sketches[c.sketch].name) for c in chosen.values()]
+
     def features(self, candidates: Sequence[Candidate]) -> np.ndarray:
         """The cost model's feature rows of ``candidates`` (NaN where a feature does not apply)."""
         rows = np.full((len(candidates), len(self.feature_space.names)), np.nan)
@@ -179,7 +195,9 @@ class SketchPolicy:
     def preload(self, records: Sequence[TuningRecord], mark_measured: bool = True) -> int:
         """Mark what ``records`` measured and learn from it; returns how many records
         matched a sketch of this task (the others are still never re-measured).
-        ``mark_measured=False`` only trains the model."""
+        ``mark_measured=False`` only trains the model. A schedule both searched and
+        re-measured is learned once, from its search measurement (``for_learning``)."""
+        records = for_learning(records)
         candidates, costs = [], []
         for record, candidate in zip(records, self.locate(records)):
             if candidate is not None:

@@ -4,7 +4,10 @@ Ansor shows a dot per trial and an ``E`` per error, with no reason and no end ti
 sight. ``ProgressReporter`` instead keeps one status line: trials done of the total,
 the best throughput and latency so far (and the share of the machine's peak, when
 known), the errors counted by kind, the elapsed time and an estimate of the time left.
-``close`` prints a summary table.
+``close`` prints a summary table; when the best candidates were measured again at the
+end (``remeasured``), it leads with the median of that re-measurement and its spread, the
+number a user's own timing should find, and shows the search's best single measurement
+beside it.
 
 How much it shows is ``verbose``: 0 nothing at all, 1 the status line and the summary,
 2 also a line per round (``note``). On a terminal the status line is a live ``rich``
@@ -16,6 +19,7 @@ so a log shows progress without filling up with redraws.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import Counter
 from datetime import timedelta
@@ -57,6 +61,7 @@ class ProgressReporter:
         self.errors: Counter[str] = Counter()
         self.best_gflops: float | None = None
         self.best_latency_secs: float | None = None
+        self.final: tuple[float, tuple[float, ...], int] | None = None  # flop, the best's repeats, finalists
         self._clock = clock
         self._started = clock()
         self._phase = ""
@@ -95,6 +100,10 @@ class ProgressReporter:
         """A line of detail, such as a round's summary; shown at ``verbose >= 2``."""
         if self.verbose >= 2 and self._console is not None:
             self._print(text)
+
+    def remeasured(self, flop: float, costs: tuple[float, ...], finalists: int) -> None:
+        """The best finalist's repeats (seconds) after ``finalists`` were measured again."""
+        self.final = (flop, tuple(costs), finalists)
 
     def phase(self, name: str) -> None:
         """Label what the tuner is doing now (``"search"``, ``"build"``, ``"run"``)."""
@@ -158,10 +167,20 @@ class ProgressReporter:
         table.add_row("valid", str(self.valid))
         for kind, n in self.errors.most_common():
             table.add_row(f"errors: {kind}", str(n))
-        table.add_row("best GFLOPS", "-" if self.best_gflops is None else f"{self.best_gflops:.2f}")
-        table.add_row("best latency", "-" if self.best_latency_secs is None else _format_latency(self.best_latency_secs))
+        gflops, latency = self.best_gflops, self.best_latency_secs
+        if self.final is not None:
+            flop, costs, finalists = self.final
+            latency = statistics.median(costs)
+            gflops = flop / latency / 1e9
+            table.add_row("best GFLOPS", f"{gflops:.2f} (median of {len(costs)}, re-measured)")
+            table.add_row("spread", f"{flop / max(costs) / 1e9:.2f}-{flop / min(costs) / 1e9:.2f} GFLOPS, "
+                                    f"the best of {finalists} finalists")
+            table.add_row("while searching", "-" if self.best_gflops is None else f"{self.best_gflops:.2f} GFLOPS")
+        else:
+            table.add_row("best GFLOPS", "-" if gflops is None else f"{gflops:.2f}")
+        table.add_row("best latency", "-" if latency is None else _format_latency(latency))
         if self.peak_gflops:
-            share = "-" if self.best_gflops is None else f"{100 * self.best_gflops / self.peak_gflops:.1f}%"
+            share = "-" if gflops is None else f"{100 * gflops / self.peak_gflops:.1f}%"
             table.add_row("of peak", f"{share} of {self.peak_gflops:.0f} GFLOPS")
         table.add_row("elapsed", _format_secs(self.elapsed_secs))
         return table

@@ -24,12 +24,13 @@ from typing import Callable, Sequence
 import numpy as np
 from rich.table import Table
 
+from ..database.best import rank
 from ..database.log import load_records
 from ..measure import LocalBuilder, LocalRunner
 from ..search.shared_model import SharedCostModel
 from ..tables import print_table
 from .progress import ProgressReporter
-from .task import SearchTask, TuningOptions, TuningSummary, tune_round, use_policies
+from .task import SearchTask, TuningOptions, TuningSummary, final_round, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
 
@@ -43,6 +44,7 @@ class _TaskState:
     best_after_round: list[float] = field(default_factory=list)
     since_improvement: int = 0
     done: str = ""  # why the task gets no more rounds
+    final_cost: float | None = None  # the median of its best finalist, re-measured when tuning ended
 
     def __post_init__(self) -> None:
         self.flop = self.task.compute_dag.flop_count()
@@ -50,6 +52,8 @@ class _TaskState:
 
     @property
     def best(self) -> float:
+        if self.final_cost is not None:
+            return self.final_cost
         return self.best_after_round[-1] if self.best_after_round else math.inf
 
 
@@ -136,7 +140,7 @@ class TaskScheduler:
                 records = load_records(load_log_file, state.task.workload_key, state.task.target)
                 if records:
                     state.policy.preload(records)
-                    state.best_after_round.append(min(r.mean_cost for r in records))
+                    state.best_after_round.append(next((r.cost for r in rank(records)), math.inf))
 
     def objective(self, costs: Sequence[float] | None = None) -> float:
         """The objective (seconds) for the tasks' best latencies, or for ``costs`` given in
@@ -171,6 +175,7 @@ class TaskScheduler:
         reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model")
         for state in self.states:
             use_policies(state.policy, options)
+            state.final_cost = None  # the search steers by its own measurements; the end re-measures
         trials, since_better, best_objective = 0, 0, self.objective()
         try:
             while trials < options.num_measure_trials:
@@ -195,6 +200,11 @@ class TaskScheduler:
                 if options.early_stopping is not None and since_better >= options.early_stopping:
                     reporter.note(f"early stopping: the objective has not improved in {since_better} trials")
                     break
+            reporter.phase("re-measuring")
+            for state in self.states:
+                final_round(state.task, state.policy, options, builder, runner, state.summary, None)
+                if state.summary.final_costs:
+                    state.final_cost = state.summary.final_cost
         finally:
             reporter.close()
             if options.runner is None:

@@ -7,6 +7,7 @@ Names follow Ansor (``register_workload``, ``SearchTask``, ``TuningOptions``,
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -19,6 +20,7 @@ from ..schedule.trace import Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
 from .progress import ProgressReporter
+from .remeasure import remeasure
 
 WORKLOADS: dict[str, Callable[..., Sequence]] = {}
 
@@ -66,9 +68,15 @@ class TuningOptions:
         verbose: 0 silent, 1 a status line, 2 also a line per round.
         sketch_policy: ``"uniform"`` or ``"bandit"``; None keeps the policy's own.
         mutation_policy: ``"fixed"`` or ``"learned"``; None keeps the policy's own.
+        num_remeasured: When the search ends, this many of its fastest candidates, and the
+            fastest of every sketch, are measured again in a fresh worker
+            (``tune/remeasure.py``); their medians rank the schedules and are what the
+            summary reports. 0 skips it, and the best single measurement is reported.
+        remeasure_repeats: Interleaved rounds of that re-measurement, one call each.
 
     Raises:
-        ValueError: If ``num_measure_trials`` is negative or ``num_measures_per_round`` below 1.
+        ValueError: If ``num_measure_trials`` or ``num_remeasured`` is negative, or
+            ``num_measures_per_round`` or ``remeasure_repeats`` below 1.
     """
 
     num_measure_trials: int = 1000
@@ -80,25 +88,40 @@ class TuningOptions:
     verbose: int = 1
     sketch_policy: str | None = None
     mutation_policy: str | None = None
+    num_remeasured: int = 5
+    remeasure_repeats: int = 5
 
     def __post_init__(self) -> None:
         if self.num_measure_trials < 0 or self.num_measures_per_round < 1:
             raise ValueError("TuningOptions: num_measure_trials must be >= 0 and num_measures_per_round >= 1")
+        if self.num_remeasured < 0 or self.remeasure_repeats < 1:
+            raise ValueError(f"TuningOptions: num_remeasured={self.num_remeasured} must be >= 0 (0: no "
+                             f"re-measurement) and remeasure_repeats={self.remeasure_repeats} >= 1")
 
 
 @dataclass
 class TuningSummary:
-    """What one ``tune`` call did, and where its time went (seconds)."""
+    """What one ``tune`` call did, and where its time went (seconds). ``best_cost`` is the
+    best single measurement while searching; ``final_costs`` the repeats of the best
+    finalist re-measured when the search ended (empty without one), whose median,
+    ``final_cost``, is the number to compare with a user's own timing."""
 
     trials: int = 0
     valid: int = 0
     best_cost: float = float("inf")
+    final_costs: tuple[float, ...] = ()
+    remeasure_secs: float = 0.0
     search_secs: float = 0.0  # evolutionary search, features and prediction
     model_secs: float = 0.0  # cost-model training
     build_secs: float = 0.0
     run_secs: float = 0.0
     wall_secs: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def final_cost(self) -> float:
+        """The median of ``final_costs``; ``best_cost`` when nothing was re-measured."""
+        return statistics.median(self.final_costs) if self.final_costs else self.best_cost
 
 
 class SearchTask:
@@ -175,7 +198,10 @@ class SearchTask:
         the builder and runner measure them, every result goes to the measure callbacks
         as it arrives, and the policy learns from the costs. A failing candidate is a
         result with an error kind, never an exception. Tuning stops early when the search
-        space has no unmeasured candidate left or by ``early_stopping``.
+        space has no unmeasured candidate left or by ``early_stopping``. Then the policy's
+        finalists are measured again in a fresh worker (``num_remeasured``,
+        ``tune/remeasure.py``), reaching the callbacks as ``"final"`` results: their median
+        is the best that ``summary.final_cost`` and ``apply_best`` report.
 
         Args:
             tuning_options: The budget, rounds, builder, runner and callbacks; None for the
@@ -184,7 +210,8 @@ class SearchTask:
             resume_from: A tuning log to warm the policy from.
 
         Returns:
-            A ``TuningSummary``: trials, valid ones, the best cost and where the time went.
+            A ``TuningSummary``: trials, valid ones, the best single measurement, the best
+            finalist's re-measured repeats, and where the time went.
 
         Raises:
             ValueError: If the options name an unknown sketch or mutation policy.
@@ -263,12 +290,32 @@ def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
             if options.early_stopping is not None and since_best >= options.early_stopping:
                 reporter.note(f"early stopping: no better candidate in the last {since_best} trials")
                 break
+        final_round(task, policy, options, builder, runner, summary, reporter)
     finally:
         reporter.close()
         if options.runner is None:
             runner.close()
     summary.wall_secs = time.perf_counter() - started
     return summary
+
+
+def final_round(task: SearchTask, policy, options: TuningOptions, builder, runner, summary: TuningSummary,
+                reporter: ProgressReporter | None) -> None:
+    """Re-measure the search's finalists (``tune/remeasure.py``) and put the best one's
+    repeats in ``summary`` (and the reporter's summary)."""
+    if not options.num_remeasured or not hasattr(policy, "finalists") or not summary.valid:
+        return
+    clock = time.perf_counter()
+    if reporter is not None:
+        reporter.phase("re-measuring")
+    results = remeasure(task, policy.finalists(options.num_remeasured), builder, runner, options.remeasure_repeats,
+                        options.measure_callbacks)
+    summary.remeasure_secs += time.perf_counter() - clock
+    valid = [r for r in results if r.is_valid]
+    if valid:
+        summary.final_costs = min((r.costs for r in valid), key=statistics.median)
+        if reporter is not None:
+            reporter.remeasured(task.compute_dag.flop_count(), summary.final_costs, len(results))
 
 
 def tune_round(task: SearchTask, policy, count: int, builder, runner, callbacks: Sequence[Callable],

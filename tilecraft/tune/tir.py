@@ -14,6 +14,7 @@ measuring a recorded candidate again, and re-running a finished call measures no
 from __future__ import annotations
 
 import copy
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,7 @@ def tune_tir(mod: Any, target: Target | str, work_dir: str | Path, max_trials_gl
     task = _task(mod, target, task_name)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    done = Database(work_dir).records(task, task.target)
+    done = [r for r in Database(work_dir).records(task, task.target) if r.phase == "search"]
     remaining = max(0, max_trials_global - len(done))
     with open(work_dir / LOG_FILE, "a", encoding="utf-8") as log:
         log.write(f"\n{time.strftime('%Y-%m-%d %H:%M:%S')} tune_tir {task_name!r}: workload {task.workload_key}, "
@@ -102,7 +103,8 @@ def tune_tir(mod: Any, target: Target | str, work_dir: str | Path, max_trials_gl
         database = Database(work_dir)
         try:
             best = database.query_best(task, task.target)
-            log.write(f"best over the work dir: {best.mean_cost * 1e3:.4f} ms, {best.gflops:.2f} GFLOPS\n"
+            log.write(f"best over the work dir: {best.cost * 1e3:.4f} ms, {best.gflops:.2f} GFLOPS"
+                      f"{' (re-measured)' if best.phase == 'final' else ''}\n"
                       f"{Trace.from_json(best.trace).to_python()}\n")
         except NoValidRecordError as error:
             log.write(f"no best: {error}\n")
@@ -149,8 +151,16 @@ class _LogLines:
     def __call__(self, task, measure_inputs, measure_results, sketches=None) -> None:
         flop = task.compute_dag.flop_count()
         for n, result in enumerate(measure_results):
-            self.trials += 1
             sketch = f" [{sketches[n]}]" if sketches else ""
+            if result.phase == "final" and result.is_valid:
+                median = statistics.median(result.costs)
+                self.log.write(f"re-measured{sketch}: {median * 1e3:.4f} ms, {flop / median / 1e9:.2f} GFLOPS, "
+                               f"median of {len(result.costs)}\n")
+                continue
+            if result.phase == "final":
+                self.log.write(f"re-measured{sketch}: {result.error_kind.value} error\n")
+                continue
+            self.trials += 1
             if result.is_valid:
                 cost = result.mean_cost
                 self.best = min(self.best, cost)

@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..database.best import for_learning
 from ..database.log import load_records
 from ..database.record import TuningRecord, workload_label
 from ..errors import TargetError
@@ -45,10 +46,12 @@ DEFAULT_RECORDS = Path(__file__).resolve().parent.parent / "database" / "default
 
 def transfer_sample(records: Sequence[TuningRecord], rows: int = TRANSFER_ROWS, seed: int = 0) -> list[TuningRecord]:
     """The fastest quarter of ``rows`` (where the search must aim) and a random sample of
-    the rest, failures included (what it must avoid); all of them if there are fewer."""
+    the rest, failures included (what it must avoid); all of them if there are fewer. The
+    fastest are those first by the rule of ``database/best.py`` (re-measured ones first)."""
+    records = for_learning(records)
     if len(records) <= rows:
-        return list(records)
-    order = sorted(range(len(records)), key=lambda n: records[n].mean_cost)
+        return records
+    order = sorted(range(len(records)), key=lambda n: (records[n].phase != "final", records[n].cost))
     fastest, rest = order[:rows // 4], order[rows // 4:]
     sampled = np.random.default_rng(seed).choice(len(rest), size=rows - len(fastest), replace=False)
     return [records[n] for n in fastest] + [records[rest[n]] for n in sorted(sampled)]

@@ -1,0 +1,118 @@
+"""The one rule that ranks schedules: re-measured ones by their median, before the rest by their mean;
+every reader of records follows it, and logs of record version 1 still read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from tilecraft.cli import main
+from tilecraft.database import (Database, RecordFormatError, TuningRecord, best_records, load_best_record,
+                                load_records)
+from tilecraft.database.best import BestSoFar, for_learning, rank
+from tilecraft.database.log import summarize
+
+
+@pytest.fixture
+def final(make_record):
+    """``final(costs, inner=..., timestamp=...)``: a re-measurement record of the schedule ``inner``."""
+
+    def make(costs, **kw):
+        record = make_record(1.0, **kw)
+        return dataclasses.replace(record, phase="final", costs=tuple(costs),
+                                   error_kind="none" if costs else "worker_crash")
+
+    return make
+
+
+def test_a_final_records_cost_is_the_median_of_its_repeats(final, make_record):
+    assert final([3e-3, 1e-3, 2e-3, 9e-3, 2.5e-3]).cost == 2.5e-3
+    assert final([1e-3, 2e-3, 4e-3, 9e-3]).cost == 3e-3
+    search = make_record(2e-3)
+    assert search.cost == search.mean_cost == 2e-3
+
+
+def test_a_lucky_search_measurement_cannot_beat_a_re_measured_schedule(final, make_record):
+    lucky = make_record(0.5e-3, inner=8)  # measured once, while searching, on a good spell
+    remeasured = [make_record(1e-3, inner=4), final([1.2e-3, 1.1e-3, 1.3e-3], inner=4),
+                  make_record(1.1e-3, inner=2), final([1.0e-3, 1.05e-3, 0.95e-3], inner=2)]
+    ranked = rank([lucky, *remeasured])
+    assert [r.trace_json for r in ranked] == [remeasured[3].trace_json, remeasured[1].trace_json, lucky.trace_json]
+    assert ranked[0].phase == ranked[1].phase == "final" and ranked[2] is lucky
+
+
+def test_the_latest_re_measurement_of_a_schedule_counts_and_one_that_failed_puts_it_out(final, make_record):
+    first, later = final([1e-3] * 3, inner=4, timestamp=10.0), final([3e-3] * 3, inner=4, timestamp=20.0)
+    other = final([2e-3] * 3, inner=2, timestamp=15.0)
+    assert [r.cost for r in rank([later, other, first])] == [2e-3, 3e-3]
+    crashed = final([], inner=2, timestamp=30.0)
+    assert [r.trace_json for r in rank([first, other, crashed])] == [first.trace_json]
+
+
+def test_if_every_re_measured_schedule_failed_the_search_measurements_rank(final, make_record):
+    records = [make_record(2e-3, inner=4), make_record(1e-3, inner=2), final([], inner=2)]
+    assert [r.cost for r in rank(records)] == [1e-3, 2e-3]
+
+
+def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_record):
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        records = []
+        for _ in range(int(rng.integers(1, 12))):
+            inner = int(rng.choice([1, 2, 4, 8, 16]))
+            if rng.random() < 0.3:
+                costs = [] if rng.random() < 0.2 else list(rng.uniform(1e-3, 2e-3, size=3))
+                records.append(final(costs, inner=inner, timestamp=float(rng.integers(100))))
+            else:
+                records.append(make_record(None if rng.random() < 0.1 else float(rng.uniform(1e-3, 2e-3)),
+                                           inner=inner, timestamp=float(rng.integers(100))))
+        found = BestSoFar()
+        for record in records:
+            found.add(record)
+        ranked = rank(records)
+        assert found.best is (ranked[0] if ranked else None)
+
+
+def test_learning_counts_a_schedule_searched_and_re_measured_once(final, make_record):
+    searched, remeasured, distilled = make_record(1e-3, inner=4), final([1e-3] * 3, inner=4), final([2e-3], inner=2)
+    assert for_learning([searched, remeasured, distilled]) == [searched, distilled]
+
+
+def test_every_reader_ranks_a_log_by_the_rule(tmp_path, final, make_record, write_log):
+    """load_best_record, best_records, Database.query_best and tilecraft best, on a log that also holds
+    lines of record version 1."""
+    lucky = make_record(0.5e-3, inner=8)
+    version_1 = json.loads(make_record(0.9e-3, inner=1).to_json_line())
+    version_1 = {"v": 1, **{k: v for k, v in version_1.items() if k not in ("v", "phase", "device")}}
+    records = [lucky, make_record(1e-3, inner=4), final([1.2e-3, 1.1e-3, 1.3e-3], inner=4),
+               make_record(1.1e-3, inner=2), final([1.0e-3, 1.05e-3, 0.95e-3], inner=2)]
+    log = tmp_path / "records.json"
+    write_log(log, records, extra=json.dumps(version_1, separators=(",", ":")) + "\n")
+    read = load_records(log)
+    assert [r.phase for r in read] == ["search", "search", "final", "search", "final", "search"]
+    assert read[-1].version == 1 and read[-1].device is None and read[-1].mean_cost == pytest.approx(0.9e-3)
+    best = records[4]
+    assert load_best_record(log, best.workload_key) == best
+    assert Database(tmp_path).query_best(best.workload_key) == best
+    assert best_records(log, top_k=3) == [best, records[2], lucky]
+    assert summarize(log)[0].best == best
+    assert main(["best", str(log)]) == 0
+
+
+def test_without_re_measurement_the_readers_rank_by_mean_as_before(tmp_path, make_record, write_log):
+    records = [make_record(2e-3, inner=4), make_record(1e-3, inner=2), make_record(None, inner=8)]
+    write_log(tmp_path / "records.json", records)
+    assert Database(tmp_path).query_best(records[0].workload_key) == records[1]
+    assert load_best_record(tmp_path / "records.json", records[0].workload_key) == records[1]
+
+
+def test_a_record_round_trips_its_phase_and_device_and_refuses_an_unknown_phase(make_record):
+    record = dataclasses.replace(make_record(1e-3), phase="final", device="local@box")
+    line = record.to_json_line()
+    assert '"phase":"final","device":"local@box","trace":' in line
+    assert TuningRecord.from_json_line(line + "\n") == record
+    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, not \"best\""):
+        TuningRecord.from_json_line(line.replace('"phase":"final"', '"phase":"best"') + "\n")
