@@ -112,7 +112,14 @@ def test_without_re_measurement_the_readers_rank_by_mean_as_before(tmp_path, mak
 def test_a_record_round_trips_its_phase_and_device_and_refuses_an_unknown_phase(make_record):
     record = dataclasses.replace(make_record(1e-3), phase="final", device="local@box")
     line = record.to_json_line()
-    assert '"phase":"final","device":"local@box","trace":' in line
+    assert '"phase":"final","costs":[' in line and '"device":"local@box","trace":' in line
     assert TuningRecord.from_json_line(line + "\n") == record
     with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, not \"best\""):
         TuningRecord.from_json_line(line.replace('"phase":"final"', '"phase":"best"') + "\n")
+
+
+def test_a_log_of_final_records_alone_is_ranked_by_their_medians(tmp_path, final, write_log):
+    records = [final([3e-3, 1e-3, 2e-3], inner=4), final([1.5e-3] * 3, inner=2), final([], inner=8)]
+    write_log(tmp_path / "records.json", records)
+    assert Database(tmp_path).query_best(records[0].workload_key) == records[1]
+    assert load_best_record(tmp_path / "records.json", records[0].workload_key) == records[1]

@@ -31,8 +31,7 @@ from .record import LINE_STARTS, RecordFormatError, RecordVersionError, TuningRe
 
 RECORDS_FILE = "records.json"
 _HEADS = tuple(start.encode() for start in LINE_STARTS)
-_FINAL = b',"phase":"final",'
-_TRACE = b',"trace":['
+_FINAL = b'"phase":"final"'  # written just before ',"costs":['
 
 Line = tuple[int, int]  # start and end offsets of a line in the file
 
@@ -95,16 +94,16 @@ class Database:
                 records of the workload, records for other targets only, only errors).
             TypeError: If ``workload`` names no computation.
         """
-        lines = self._lines(workload, target)
-        finals = [line for line in lines if self._is_final(line)]
-        if finals:  # a few lines a tuning run: decode them and rank by the rule
-            searched = [line for line in lines if line not in finals]
-            best = min(searched, key=self._mean_cost, default=None)
-            ranked = rank([r for r in map(self._record, finals + ([best] if best else [])) if r is not None])
-            for record in ranked:
+        finals: list[Line] = []
+        costed = sorted((self._mean_cost(line, finals), line) for line in self._lines(workload, target))
+        if finals:  # a few lines a tuning run: decode them, and the fastest search line, and rank by the rule
+            final_lines = set(finals)
+            searched = next((line for _, line in costed if line not in final_lines), None)
+            chosen = finals if searched is None else finals + [searched]
+            for record in rank([r for r in map(self._record, chosen) if r is not None]):
                 if _has_readable_trace(record, self.path):
                     return record
-        for cost, line in sorted((self._mean_cost(line), line) for line in lines):
+        for cost, line in costed:
             record = self._record(line) if cost < math.inf else None
             if record is not None and _has_readable_trace(record, self.path):
                 return record
@@ -155,23 +154,19 @@ class Database:
             return None
         return f'{json.dumps(record.workload_key)},"target":{json.dumps(record.target)}'.encode()
 
-    def _is_final(self, line: Line) -> bool:
-        """Whether a line is a re-measurement when tuning ended, read without decoding it
-        when it can be (the phase is looked for before the trace, whose text is the user's)."""
-        data, (start, end) = self._data, line
-        if data.startswith(_HEADS, start):
-            return data.find(_FINAL, start, data.find(_TRACE, start, end)) > 0
-        record = self._record(line)
-        return record is not None and record.phase == "final"
-
-    def _mean_cost(self, line: Line) -> float:
-        """A line's mean cost (inf for an error), read without decoding it when it can be."""
+    def _mean_cost(self, line: Line, finals: list[Line]) -> float:
+        """A line's mean cost (inf for an error), read without decoding it when it can be;
+        a final record's line (a re-measurement when tuning ended) is appended to ``finals``."""
         data, (start, end) = self._data, line
         costs = data.find(b',"costs":[', start, end)
         error = data.find(b'],"error":"', costs, end)
         if costs < 0 or error < 0 or not data.startswith(_HEADS, start):
             record = self._record(line)
+            if record is not None and record.phase == "final":
+                finals.append(line)
             return math.inf if record is None else record.mean_cost
+        if data.startswith(_FINAL, costs - len(_FINAL)):
+            finals.append(line)
         if not data.startswith(b'none"', error + 11) or error == costs + 10:
             return math.inf
         try:

@@ -14,8 +14,8 @@ the search and ``"final"`` for a re-measurement of the best candidates when tuni
 like this (the trace shortened)::
 
     {"v":2,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
-     "sketch":"multi_level_tiling","costs":[0.00123,0.00121],"error":"none","error_msg":"",
-     "all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,"phase":"search",
+     "sketch":"multi_level_tiling","phase":"search","costs":[0.00123,0.00121],"error":"none",
+     "error_msg":"","all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,
      "device":"local@build-7","trace":[{"kind":"get_block",...}]}
 
 ``v`` is ``RECORD_VERSION``. A reader refuses records newer than itself (it cannot know
@@ -142,13 +142,13 @@ class TuningRecord:
             "target": self.target,
             "workload": self.workload,
             "sketch": self.sketch,
+            "phase": self.phase,  # just before the costs: a fast reader sees both at once (database.py)
             "costs": [_finite_or_none(c) for c in self.costs],
             "error": self.error_kind,
             "error_msg": self.error_msg,
             "all_cost": _finite_or_none(self.all_cost),
             "time": self.timestamp,
             "flop": self.flop,
-            "phase": self.phase,
             "device": self.device,
         }
 
