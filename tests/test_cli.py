@@ -125,7 +125,7 @@ def test_tune_command_tunes_and_resumes(tmp_path, capsys):
     searched = [r for r in records if r.phase == "search"]
     assert len(searched) == 4 and len({r.trace_json for r in searched}) == 4
     finals = [r for r in records if r.phase == "final"]  # 5 repeats each, of the first run's two, then of all four
-    assert len(finals) == 2 + 4 and all(len(r.costs) == 5 for r in finals)
+    assert len(finals) == 2 + 4 and all(len(r.costs) == 5 for r in finals), [r.error_msg for r in finals]
     assert {r.trace_json for r in finals} == {r.trace_json for r in searched}
     assert re.search(r"best of the whole log .*\(median of 5 re-measured\)", capsys.readouterr().out)
     assert main([*argv, "--remeasure", "-1"]) == 2

@@ -86,3 +86,32 @@ def test_profile_result_statistics():
 def test_empty_profile_result_is_rejected():
     with pytest.raises(ValueError, match="repeat >= 1"):
         ProfileResult(())
+
+
+def _slowing(clock, fast_calls, fast_secs, slow_secs):
+    """A kernel that runs ``fast_secs`` a call ``fast_calls`` times, then ``slow_secs`` (a slow spell)."""
+    def run():
+        clock.calls += 1
+        clock.now_secs += fast_secs if clock.calls <= fast_calls else slow_secs
+    return run
+
+
+def test_a_slow_spell_in_a_grown_batch_ends_the_repeat_at_its_deadline(clock):
+    # 3 calls of 6 us grow the batch to ~16,700 calls for 100 ms; then each call takes 8 ms.
+    result = time_callable(_slowing(clock, 4, 6e-6, 8e-3), number=3, repeat=1, min_repeat_ms=100)
+    limit = timer.DEADLINE_FACTOR * 0.1 + timer._CHECK_EVERY * 8e-3  # the deadline, plus calls between looks
+    assert clock.now_secs <= limit + 8e-3  # (the warm-up call was fast)
+    assert clock.calls < 200 and result.results[0] > 1e-3  # a slow reading, not two minutes of calls
+
+
+def test_the_first_number_calls_run_whatever_the_time(clock):
+    result = time_callable(clock.kernel(2.0), number=3, repeat=1, min_repeat_ms=100, warmup=False)
+    assert clock.calls == 3 and result.results == (2.0,)
+
+
+def test_a_slow_spell_with_a_flush_also_ends_at_the_deadline(clock):
+    flushes = []
+    result = time_callable(_slowing(clock, 4, 6e-6, 8e-3), number=3, repeat=1, min_repeat_ms=100,
+                           flush=lambda: flushes.append(1))
+    assert clock.now_secs <= timer.DEADLINE_FACTOR * 0.1 + 2 * 8e-3 and result.results[0] > 1e-3
+    assert len(flushes) == clock.calls - 1  # one before every timed call, none before the warm-up

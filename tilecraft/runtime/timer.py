@@ -5,6 +5,13 @@ protocol is TVM's: one untimed warm-up call, then ``repeat`` measurements, each 
 of ``number`` back-to-back calls, with ``number`` grown until a measurement lasts at
 least ``min_repeat_ms``. With a cache flush, every call starts from cold caches and only
 the calls themselves are timed, never the flush.
+
+One guard TVM lacks: ``number`` is grown from how long the first calls took, and on a
+shared machine a slow spell can then make the grown batch last a thousand times longer
+(a 6 us kernel grown to 16,000 calls ran 8 ms a call while its threads waited for a
+core: two minutes). So the calls beyond the first ``number`` stop once the repeat has run
+``DEADLINE_FACTOR`` times ``min_repeat_ms``; the repeat is then their mean, a slow reading
+that a median over repeats leaves out, instead of a measurement killed by a timeout.
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ from time import perf_counter
 from typing import Callable
 
 import numpy as np
+
+DEADLINE_FACTOR = 10  # a repeat's grown calls stop after this many times min_repeat_ms
+_CHECK_EVERY = 16  # calls between looks at the clock while a grown batch runs: ~60 ns a look
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +78,13 @@ def time_callable(fn: Callable[[], object], number: int = 10, repeat: int = 3, m
         # larger number when a batch is too short, later batches add to the first: the
         # same accuracy, without throwing away up to half of a tuner's measuring time.
         total_secs, calls, batch = 0.0, 0, number
+        deadline = None  # the first ``number`` calls always run
         while True:
-            total_secs += _run(fn, batch, flush)
-            calls += batch
-            if total_secs * 1e3 >= min_repeat_ms:
+            spent, made = _run(fn, batch, flush, deadline)
+            total_secs, calls = total_secs + spent, calls + made
+            if total_secs * 1e3 >= min_repeat_ms or made < batch:
                 break
+            deadline = deadline or perf_counter() - total_secs + DEADLINE_FACTOR * min_repeat_ms / 1e3
             per_call_ms = max(total_secs * 1e3 / calls, 1e-6)
             batch = int((min_repeat_ms - total_secs * 1e3) / per_call_ms) + 1
         results.append(total_secs / calls)
@@ -80,20 +92,32 @@ def time_callable(fn: Callable[[], object], number: int = 10, repeat: int = 3, m
     return ProfileResult(tuple(results))
 
 
-def _run(fn: Callable[[], object], number: int, flush: Callable[[], object] | None) -> float:
-    """Seconds spent inside ``number`` calls of ``fn``."""
+def _run(fn: Callable[[], object], number: int, flush: Callable[[], object] | None,
+         deadline: float | None = None) -> tuple[float, int]:
+    """Seconds spent inside ``number`` calls of ``fn``, and the calls made: fewer when the
+    clock passes ``deadline`` (a ``perf_counter`` time), looked at every few calls."""
     if flush is None:
         start = perf_counter()
-        for _ in range(number):
-            fn()
-        return perf_counter() - start
-    total_secs = 0.0
-    for _ in range(number):
+        if deadline is None:
+            for _ in range(number):
+                fn()
+            return perf_counter() - start, number
+        made = 0
+        while made < number:
+            for _ in range(min(_CHECK_EVERY, number - made)):
+                fn()
+            made += min(_CHECK_EVERY, number - made)
+            if perf_counter() > deadline:
+                break
+        return perf_counter() - start, made
+    total_secs, made = 0.0, 0
+    while made < number and (deadline is None or perf_counter() <= deadline):
         flush()
         start = perf_counter()
         fn()
         total_secs += perf_counter() - start
-    return total_secs
+        made += 1
+    return total_secs, made
 
 
 def cache_flusher(nbytes: int) -> Callable[[], None]:
