@@ -3,6 +3,7 @@ and a user error exits with status 2 and one line, never a traceback."""
 
 import re
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -166,6 +167,21 @@ def test_tune_command_learns_the_default_database_and_its_own_logs_other_workloa
     else:
         assert f"first learns 2 records of 1 other workload in {log} (--no-transfer" in said
     assert sorted(r.workload["args"][0] for r in load_records(log)) == [16, 16, 32, 32, 48, 48]
+
+
+@pytest.mark.slow
+def test_tune_command_stops_at_its_time_limit_and_tune_model_too(onnx_model, tmp_path, capsys):
+    log = tmp_path / "mm.json"
+    started = time.perf_counter()
+    assert main(["tune", "matmul", "--shape", "16,16,16", "--trials", "100000", "--per-round", "4", "--time", "2s",
+                 "--log", str(log), "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
+    assert time.perf_counter() - started < 10 and 0 < len(load_records(log)) < 100000
+    started = time.perf_counter()
+    assert main(["tune-model", str(onnx_model), "--trials", "100000", "--per-round", "2", "--time", "2s",
+                 "--log", str(tmp_path / "model.json"), "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
+    assert time.perf_counter() - started < 15 and 0 < len(load_records(tmp_path / "model.json")) < 100000
+    assert main(["tune", "matmul", "--shape", "16,16,16", "--time", "10 minutes", "--log", str(log)]) == 2
+    assert "--time '10 minutes': give a duration such as 90s, 10m or 1h30m" in capsys.readouterr().err
 
 
 def test_tune_command_rejects_a_bad_shape(tmp_path, capsys):

@@ -82,9 +82,27 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
     command.add_argument("--target", help="target string (default: this machine)")
     _add_transfer_arguments(command, "in --log and ")
+    _add_time_argument(command)
     _add_remeasure_argument(command)
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune)
+
+
+def _add_time_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--time", metavar="DURATION",
+                         help="stop searching after this long, such as 90s, 10m or 1h30m, even if trials are left "
+                              "(whichever comes first); the re-measurement at the end still runs")
+
+
+def _time_budget(args: argparse.Namespace) -> float | None:
+    """``--time`` in seconds; None without one."""
+    if args.time is None:
+        return None
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", args.time.strip())
+    seconds = sum(float(n) * unit for n, unit in zip(match.groups(), (3600, 60, 1)) if n) if match else 0.0
+    if not seconds > 0:
+        raise CommandError(f"--time {args.time!r}: give a duration such as 90s, 10m or 1h30m")
+    return seconds
 
 
 def _add_remeasure_argument(command: argparse.ArgumentParser) -> None:
@@ -123,7 +141,7 @@ def run_tune(args: argparse.Namespace) -> int:
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
-                            num_remeasured=_remeasured(args))
+                            num_remeasured=_remeasured(args), time_budget_secs=_time_budget(args))
     model = _taught_model(task, resume, args)
     task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
@@ -354,6 +372,7 @@ def add_tune_model_command(subparsers: Any) -> None:
                               "finds them inside a large model; keep such a log apart from a warm one and give it "
                               "first to run-model")
     _add_transfer_arguments(command, "of ")
+    _add_time_argument(command)
     _add_remeasure_argument(command)
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune_model)
@@ -384,7 +403,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
-                                num_remeasured=_remeasured(args))
+                                num_remeasured=_remeasured(args), time_budget_secs=_time_budget(args))
         latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
     print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
           f"run it with: tilecraft run-model {args.model} --log {log}")

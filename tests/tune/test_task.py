@@ -159,3 +159,28 @@ def test_a_users_schedule_function_is_searched(tmp_path, runner):
     assert len(records) == 6 and {r.sketch for r in records} == {"tiled"} and all(r.is_valid for r in records)
     inputs = task.compute_dag.random_inputs()
     np.testing.assert_allclose(tc.build(task.apply_best(log))(*inputs), inputs[0] @ inputs[1], rtol=1e-4)
+
+
+def test_a_round_is_cut_to_the_trials_and_the_time_left():
+    options = tc.TuningOptions(num_measure_trials=100, time_budget_secs=10.0)
+    assert options.round_size(64, 0, 0.0) == 64
+    assert options.round_size(64, 80, 1.0) == 20  # 20 trials left
+    assert options.round_size(64, 100, 1.0) == 0
+    assert options.round_size(64, 40, 8.0) == 10  # 2 s left at 5 trials a second
+    assert options.round_size(64, 40, 9.99) == 1  # never less than one while time is left
+    assert options.round_size(64, 40, 10.0) == 0
+    assert tc.TuningOptions(num_measure_trials=100).round_size(64, 40, 1e6) == 60  # no budget: trials alone
+    with pytest.raises(ValueError, match="time_budget_secs=0 must be > 0 seconds, or None"):
+        tc.TuningOptions(time_budget_secs=0)
+
+
+@pytest.mark.slow
+def test_a_time_budget_stops_the_search_and_the_finalists_are_still_re_measured(tmp_path, runner):
+    log = tmp_path / "matmul.json"
+    task = matmul_task()
+    started = time.perf_counter()
+    summary = task.tune(quick_options(log, 10_000, runner=runner, per_round=4, time_budget_secs=2.0,
+                                      num_remeasured=1))
+    elapsed = time.perf_counter() - started
+    assert 0 < summary.trials < 10_000 and summary.final_costs
+    assert elapsed < 2.0 + summary.remeasure_secs + 2.0  # at most about one round past the budget

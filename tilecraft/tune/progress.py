@@ -42,17 +42,20 @@ class ProgressReporter:
     Call ``update`` after every measurement, ``note`` for a line of detail (shown at
     ``verbose >= 2``), ``phase`` to label what the tuner is doing, and ``close`` at the end
     (or use it as a context manager). ``console`` is a ``rich`` Console or a text file;
-    by default standard output. ``clock`` returns seconds (tests pass a fake one).
+    by default standard output. ``clock`` returns seconds (tests pass a fake one). With a
+    ``time_budget_secs``, the estimate of the time left never passes what the budget leaves.
     """
 
     def __init__(self, total_trials: int, verbose: int = 1, peak_gflops: float | None = None,
                  task_name: str = "", console: Console | TextIO | None = None, plain_every: int | None = None,
-                 plain_every_secs: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 plain_every_secs: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 time_budget_secs: float | None = None) -> None:
         if total_trials < 0:
             raise ValueError(f"total_trials must not be negative, not {total_trials}")
         if verbose not in (0, 1, 2):
             raise ValueError(f"verbose must be 0 (silent), 1 (status line) or 2 (a line per round), not {verbose}")
         self.total_trials = total_trials
+        self.time_budget_secs = time_budget_secs
         self.verbose = verbose
         self.peak_gflops = peak_gflops
         self.task_name = task_name
@@ -139,8 +142,8 @@ class ProgressReporter:
 
     @property
     def eta_secs(self) -> float | None:
-        """Time left at the mean pace so far; None before the first trial."""
-        return _eta(self.elapsed_secs, self.trials, self.total_trials)
+        """Time left at the mean pace so far, within the time budget; None before the first trial."""
+        return _eta(self.elapsed_secs, self.trials, self.total_trials, self.time_budget_secs)
 
     def status(self) -> str:
         """Best so far and errors by kind, e.g. ``best 95.2 GFLOPS 1.41 ms (48% of peak), errors compile 2``."""
@@ -195,7 +198,7 @@ class ProgressReporter:
                 console=self._console, get_time=self._clock, redirect_stdout=False, redirect_stderr=False)
             self._progress.start()
             self._bar_task = self._progress.add_task(self._description(), total=self.total_trials or None,
-                                                     status=self.status())
+                                                     status=self.status(), budget=self.time_budget_secs)
         self._progress.update(self._bar_task, completed=self.trials, description=self._description(),
                               status=self.status())
 
@@ -224,14 +227,15 @@ class _EtaColumn(ProgressColumn):
     measurements take from milliseconds to a timeout)."""
 
     def render(self, task: Task) -> Text:
-        eta = _eta(task.elapsed or 0.0, int(task.completed), int(task.total or 0))
+        eta = _eta(task.elapsed or 0.0, int(task.completed), int(task.total or 0), task.fields.get("budget"))
         return Text(f"ETA {'-:--:--' if eta is None else _format_secs(eta)}", style="progress.remaining")
 
 
-def _eta(elapsed_secs: float, done: int, total: int) -> float | None:
+def _eta(elapsed_secs: float, done: int, total: int, budget_secs: float | None = None) -> float | None:
     if done <= 0:
         return None
-    return elapsed_secs / done * max(0, total - done)
+    eta = elapsed_secs / done * max(0, total - done)
+    return eta if budget_secs is None else max(0.0, min(eta, budget_secs - elapsed_secs))
 
 
 def _format_secs(secs: float) -> str:

@@ -18,6 +18,7 @@ As in Ansor, the tasks learn one cost model together (``share_cost_model``;
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -172,7 +173,9 @@ class TaskScheduler:
         options = tuning_options or TuningOptions()
         builder = options.builder or LocalBuilder()
         runner = options.runner or LocalRunner()
-        reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model")
+        reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model",
+                                    time_budget_secs=options.time_budget_secs)
+        started = time.perf_counter()
         for state in self.states:
             use_policies(state.policy, options)
             state.final_cost = None  # the search steers by its own measurements; the end re-measures
@@ -188,7 +191,10 @@ class TaskScheduler:
                 per_round = options.num_measures_per_round
                 if not state.best_after_round and self.warm_up_trials is not None:
                     per_round = self.warm_up_trials
-                count = min(per_round, options.num_measure_trials - trials)
+                count = options.round_size(per_round, trials, time.perf_counter() - started)
+                if not count:
+                    reporter.note("the time budget is spent")
+                    break
                 results = self._round(state, count, builder, runner, options.measure_callbacks, reporter,
                                       per_task_early_stopping)
                 trials += len(results)

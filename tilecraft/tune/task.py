@@ -73,10 +73,14 @@ class TuningOptions:
             (``tune/remeasure.py``); their medians rank the schedules and are what the
             summary reports. 0 skips it, and the best single measurement is reported.
         remeasure_repeats: Interleaved rounds of that re-measurement, one call each.
+        time_budget_secs: Stop searching once this many seconds have passed, whatever
+            trials are left (a round near the end is shortened to fit, at the pace so far);
+            the re-measurement then still runs. None: only ``num_measure_trials`` limits.
 
     Raises:
-        ValueError: If ``num_measure_trials`` or ``num_remeasured`` is negative, or
-            ``num_measures_per_round`` or ``remeasure_repeats`` below 1.
+        ValueError: If ``num_measure_trials`` or ``num_remeasured`` is negative,
+            ``num_measures_per_round`` or ``remeasure_repeats`` below 1, or
+            ``time_budget_secs`` not positive.
     """
 
     num_measure_trials: int = 1000
@@ -90,6 +94,7 @@ class TuningOptions:
     mutation_policy: str | None = None
     num_remeasured: int = 5
     remeasure_repeats: int = 5
+    time_budget_secs: float | None = None
 
     def __post_init__(self) -> None:
         if self.num_measure_trials < 0 or self.num_measures_per_round < 1:
@@ -97,6 +102,22 @@ class TuningOptions:
         if self.num_remeasured < 0 or self.remeasure_repeats < 1:
             raise ValueError(f"TuningOptions: num_remeasured={self.num_remeasured} must be >= 0 (0: no "
                              f"re-measurement) and remeasure_repeats={self.remeasure_repeats} >= 1")
+        if self.time_budget_secs is not None and not self.time_budget_secs > 0:
+            raise ValueError(f"TuningOptions: time_budget_secs={self.time_budget_secs} must be > 0 seconds, or None "
+                             "for no time limit")
+
+    def round_size(self, wanted: int, trials: int, elapsed_secs: float) -> int:
+        """How many candidates the next round may measure: ``wanted``, fewer when the trials
+        or the time budget run short (the round must fit in the time left at the pace of
+        ``trials`` in ``elapsed_secs``); 0 when either is spent."""
+        count = min(wanted, self.num_measure_trials - trials)
+        if self.time_budget_secs is not None:
+            left_secs = self.time_budget_secs - elapsed_secs
+            if left_secs <= 0:
+                return 0
+            if trials:
+                count = min(count, max(1, int(left_secs * trials / elapsed_secs)))
+        return max(count, 0)
 
 
 @dataclass
@@ -272,10 +293,11 @@ def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
     started = time.perf_counter()
     since_best = 0
     peak = peak_gflops(task.target) if options.verbose else None
-    reporter = ProgressReporter(options.num_measure_trials, options.verbose, peak, task.desc or task.workload_key)
+    reporter = ProgressReporter(options.num_measure_trials, options.verbose, peak, task.desc or task.workload_key,
+                                time_budget_secs=options.time_budget_secs)
     try:
-        while summary.trials < options.num_measure_trials:
-            count = min(options.num_measures_per_round, options.num_measure_trials - summary.trials)
+        while count := options.round_size(options.num_measures_per_round, summary.trials,
+                                          time.perf_counter() - started):
             best_before = summary.best_cost
             results = tune_round(task, policy, count, builder, runner, options.measure_callbacks, summary, reporter)
             if not results:
