@@ -23,24 +23,27 @@ tests/test_layers.py checks it, docs/architecture.md draws it):
   cli.py      the ``tilecraft`` command
 """
 
-from . import frontend, te
-from .build import build
+import importlib
+
+from . import te
+from .build import build  # bound now: importing the module tilecraft.build later would shadow a lazy name
 from .errors import BuildError, LoweringError, ScheduleError, TargetError, TeError, TilecraftError
-from .ir.lower import lower
-from .schedule import Schedule, Trace
-from .target import Target
-from .te.dag import ComputeDAG
-from .database import Database, RecordToFile, load_best_record, load_records
-from .measure import LocalBuilder, LocalRunner, MeasureErrorKind
-from .search.cost_model import LightGBMModel, RandomModel, XGBModel
-from .search.policy import PreloadMeasuredStates, SketchPolicy
-from .search.space import ScheduleFn
-from .tune.transfer import DEFAULT_RECORDS, transfer_model
-from .tune import workloads  # registers the built-in workloads (matmul, conv2d, ...)
-from .tune.scheduler import TaskScheduler
-from .tune.task import SearchTask, TuningOptions, register_workload
-from .model import CompiledModel, compile_model, extract_tasks, load_model, print_tasks
-from .tune.tir import compile_tir, tune_tir
+
+# The rest of the API is imported on first use (PEP 562): a measuring worker, which needs
+# only NumPy and the runtime, then starts in half the time, and the command line too.
+_MODULES = {"frontend": ".frontend", "workloads": ".tune.workloads"}
+_NAMES = {  # public name -> the module that defines it
+    "lower": ".ir.lower", "Schedule": ".schedule", "Trace": ".schedule", "Target": ".target",
+    "ComputeDAG": ".te.dag", "Database": ".database", "RecordToFile": ".database",
+    "load_best_record": ".database", "load_records": ".database", "LocalBuilder": ".measure",
+    "LocalRunner": ".measure", "MeasureErrorKind": ".measure", "LightGBMModel": ".search.cost_model",
+    "RandomModel": ".search.cost_model", "XGBModel": ".search.cost_model",
+    "PreloadMeasuredStates": ".search.policy", "SketchPolicy": ".search.policy", "ScheduleFn": ".search.space",
+    "DEFAULT_RECORDS": ".tune.transfer", "transfer_model": ".tune.transfer", "TaskScheduler": ".tune.scheduler",
+    "SearchTask": ".tune.task", "TuningOptions": ".tune.task", "register_workload": ".tune.task",
+    "CompiledModel": ".model", "compile_model": ".model", "extract_tasks": ".model", "load_model": ".model",
+    "print_tasks": ".model", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
+}
 
 __all__ = [
     "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
@@ -50,3 +53,18 @@ __all__ = [
     "register_workload", "workloads", "transfer_model", "DEFAULT_RECORDS",
     "tune_tir", "compile_tir", "CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks",
 ]
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(_MODULES[name], __name__)
+    elif name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name], __name__), name)
+    else:
+        raise AttributeError(f"module 'tilecraft' has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -13,6 +13,7 @@ import pytest
 import tilecraft as tc
 from tilecraft import te
 from tilecraft.measure import BuildResult, LocalBuilder, LocalRunner, MeasureErrorKind, MeasureInput, MeasureResult
+from tilecraft.measure import runner as runner_module
 from tilecraft.runtime import ArgSpec, compile_c
 
 KERNELS = r"""
@@ -30,6 +31,7 @@ KERNEL(add_first_half, for (int i = 0; i < 32; ++i) c[i] = a[i] + b[i];)
 KERNEL(write_null, *(volatile float*)0 = a[0];)
 KERNEL(call_abort, abort();)
 KERNEL(spin, volatile int forever = 1; while (forever) {})
+KERNEL(slow_add, for (volatile long n = 0; n < 1000000000; ++n) {} for (int i = 0; i < 64; ++i) c[i] = a[i] + b[i];)
 KERNEL(hog,
   size_t n = (size_t)1 << 30;
   char* p = malloc(n);
@@ -59,7 +61,9 @@ def kernel(dag, kernel_cache):
 
 @pytest.fixture(scope="module")
 def runner():
-    with LocalRunner(timeout_secs=1.0, number=2, min_repeat_ms=0) as shared:
+    """Every candidate timed in full and stopped only by the run timeout (these tests are of failures;
+    test_a_candidate_far_slower_than_the_fastest_is_timed_once_and_stopped_early is of stopping early)."""
+    with LocalRunner(timeout_secs=1.0, number=2, min_repeat_ms=0, stop_slow_candidates=False) as shared:
         yield shared
 
 
@@ -246,7 +250,7 @@ def _tuner_script(lib_path: str, then_spin: bool) -> str:
         candidate = MeasureInput(tc.ComputeDAG([A, B, te.compute((64,), lambda i: A[i] + B[i], name="C")]),
                                  tc.Target.host(), tc.Trace())
         args = {ARGS!r}
-        runner = LocalRunner(min_repeat_ms=0, timeout_secs=60)
+        runner = LocalRunner(min_repeat_ms=0, timeout_secs=60, stop_slow_candidates=False)
         build = BuildResult({lib_path!r}, "", "add", args, (), MeasureErrorKind.NONE, "", 0.0)
         assert runner.run([candidate], [build])[0].is_valid
         print(runner._worker.process.pid, flush=True)
@@ -302,3 +306,18 @@ def test_the_numpy_reference_is_computed_on_one_blas_thread(kernel, monkeypatch)
         (result,) = _run(runner, kernel("add"))
     assert result.is_valid and seen == [1]
     assert blas_threads() >= 2  # and only there
+
+
+@pytest.mark.slow
+def test_a_candidate_far_slower_than_the_fastest_is_timed_once_and_stopped_early(kernel):
+    with LocalRunner(timeout_secs=20.0, number=2, repeat=3, min_repeat_ms=0) as searching:
+        fast, slow = _run(searching, kernel("add"), kernel("slow_add"))
+        assert len(fast.costs) == 3 and len(slow.costs) == 1  # one call told enough: it will not be kept
+        assert slow.mean_cost > max(runner_module.SLOW_FLOOR_SECS, runner_module.SLOW_FACTOR * min(fast.costs))
+        started = time.perf_counter()
+        (stopped,) = _run(searching, kernel("spin"))
+        assert stopped.error_kind is MeasureErrorKind.RUN_TIMEOUT and time.perf_counter() - started < 10
+        assert "100 times the fastest call of this workload so far" in stopped.error_msg
+    with LocalRunner(timeout_secs=20.0, number=2, repeat=3, min_repeat_ms=0, stop_slow_candidates=False) as full:
+        fast, slow = _run(full, kernel("add"), kernel("slow_add"))
+        assert len(fast.costs) == len(slow.costs) == 3

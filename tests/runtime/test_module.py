@@ -260,7 +260,9 @@ def test_time_evaluator_packs_once_and_times_only_the_kernel(matvec):
 def test_time_evaluator_with_cache_flush(add):
     a, b = inputs()
     result = add.time_evaluator(number=2, repeat=2, enable_cpu_cache_flush=True)(a, b)
-    assert all(0 < t < 1e-3 for t in result.results)  # the ~ms flushes are not counted
+    # A flush writes twice the L3 (tens of ms at least); a call of this kernel takes microseconds, so
+    # 10 ms leaves room for a busy machine and still fails if a flush were counted.
+    assert all(0 < t < 1e-2 for t in result.results)
 
 
 def test_missing_entry_raises_build_error(lib_path):

@@ -66,7 +66,8 @@ def test_finalists_are_measured_in_interleaved_rotated_rounds_in_a_fresh_runner_
     results = remeasure(task, finalists(3), FakeBuilder(), runner, repeats=4,
                         callbacks=[lambda task, inputs, results, sketches: heard.append((results, sketches))])
     (fresh,) = runner.fresh_runners
-    assert runner.calls == [] and fresh.changes == {"repeat": 1} and fresh.closed  # one call a round, then closed
+    assert runner.calls == [] and fresh.closed  # a runner of its own, closed at the end
+    assert fresh.changes == {"repeat": 1, "stop_slow_candidates": False}  # one call a round, each in full
     keys = [trace.dumps() for trace, _ in finalists(3)]
     assert fresh.calls == [keys, keys[1:] + keys[:1], keys[2:] + keys[:2], keys]  # every round, each once, rotated
     assert all(r.phase == "final" and r.device == "fake" and len(r.costs) == 4 for r in results)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import select
 import signal
@@ -37,6 +38,13 @@ from ..te.dag import ComputeDAG
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
 
 REFERENCE_SEED = 0
+# A random candidate may be thousands of times slower than the best (a reduction recomputed
+# for every element): such a kernel ranks last on one call, and is stopped once its first
+# call runs past what the fastest so far makes plausible, rather than at the run timeout.
+# Both limits have a floor, so that a call that waited for a core on a busy machine (a 6 us
+# kernel took 8 ms) is neither taken for the kernel's speed nor stopped.
+SLOW_FACTOR, SLOW_FLOOR_SECS = 20, 0.1  # a checking call this long (this many times the fastest) is the measurement
+STOP_FACTOR, STOP_ALLOWANCE_SECS = 100, 0.5  # a first call running past allowance + factor x fastest is stopped
 _START_TIMEOUT_SECS = 60.0   # importing NumPy and tilecraft; not a candidate's fault when slow
 _RUNS_PER_WORKER = 500       # a fresh worker now and then: loaded libraries are never unloaded
 _STDERR_TAIL_CHARS = 600
@@ -81,6 +89,13 @@ class LocalRunner:
             in memory; this measures that (``runtime/evict.py``) where a flush measures neither.
             It estimates a kernel's time in place, but tuning by it picked kernels slower in
             place than the warm protocol's (docs/experiments/tuning-with-weights-evicted.md).
+        stop_slow_candidates: A candidate whose checking call takes ``SLOW_FACTOR`` times the
+            fastest call this runner has measured of its workload (and at least
+            ``SLOW_FLOOR_SECS``) is timed by that call alone, and one whose first call runs
+            past ``STOP_FACTOR`` times it plus ``STOP_ALLOWANCE_SECS`` is stopped as a
+            RUN_TIMEOUT: the search needs no precise time of a candidate it will not keep, and
+            a random one can be thousands of times slower than the best.
+            False times every candidate in full, as the re-measurement of finalists does.
 
     Raises:
         ValueError: If both ``enable_cpu_cache_flush`` and ``evict_weights`` are set, a
@@ -89,7 +104,8 @@ class LocalRunner:
 
     def __init__(self, timeout_secs: float = 10.0, number: int | None = None, repeat: int | None = None,
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
-                 max_memory_bytes: int | None = None, evict_weights: bool = False) -> None:
+                 max_memory_bytes: int | None = None, evict_weights: bool = False,
+                 stop_slow_candidates: bool = True) -> None:
         if enable_cpu_cache_flush and evict_weights:
             raise ValueError("LocalRunner: a cache flush evicts the weights too; ask for one of "
                              "enable_cpu_cache_flush and evict_weights")
@@ -111,9 +127,11 @@ class LocalRunner:
         self.enable_cpu_cache_flush = enable_cpu_cache_flush
         self.evict_weights = evict_weights
         self.max_memory_bytes = max_memory_bytes
+        self.stop_slow_candidates = stop_slow_candidates
         self.device = f"local@{socket.gethostname()}"
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
+        self._fastest: dict[str, float] = {}  # workload key -> the fastest call measured, in seconds
         self._worker: _Worker | None = None
 
     def __enter__(self) -> LocalRunner:
@@ -128,7 +146,8 @@ class LocalRunner:
         a user's program would."""
         settings = {"timeout_secs": self.timeout_secs, "number": self.number, "repeat": self.repeat,
                     "min_repeat_ms": self.min_repeat_ms, "enable_cpu_cache_flush": self.enable_cpu_cache_flush,
-                    "max_memory_bytes": self.max_memory_bytes, "evict_weights": self.evict_weights}
+                    "max_memory_bytes": self.max_memory_bytes, "evict_weights": self.evict_weights,
+                    "stop_slow_candidates": self.stop_slow_candidates}
         return LocalRunner(**{**settings, **changes})
 
     def close(self) -> None:
@@ -184,16 +203,19 @@ class LocalRunner:
         worker = self._ready_worker()
         if isinstance(worker, str):
             return result(MeasureErrorKind.WORKER_CRASH, worker)
+        fastest = self._fastest.get(candidate.dag.workload_key) if self.stop_slow_candidates else None
+        run_limit_secs = None if fastest is None else STOP_ALLOWANCE_SECS + STOP_FACTOR * fastest
         try:
-            reply = worker.ask(self._request(build, reference), self.timeout_secs)
+            reply = worker.ask(self._request(build, reference, fastest), self.timeout_secs, run_limit_secs)
         except BaseException:  # e.g. KeyboardInterrupt: its reply would answer the next request
             self._discard_worker()
             raise
-        if reply is None:
+        if reply is None or reply.get("stopped"):
             self._discard_worker()
-            return result(MeasureErrorKind.RUN_TIMEOUT,
-                          f"kernel ran longer than {self.timeout_secs:g} s (run timeout); the worker was killed "
-                          f"and will be restarted")
+            why = (f"kernel ran longer than {self.timeout_secs:g} s (run timeout)" if reply is None else
+                   f"kernel's first call ran longer than {run_limit_secs:.3g} s, {STOP_FACTOR} times the fastest "
+                   f"call of this workload so far ({fastest * 1e3:.3g} ms): it will not be kept")
+            return result(MeasureErrorKind.RUN_TIMEOUT, f"{why}; the worker was killed and will be restarted")
         if "crash" in reply:
             self._discard_worker()
             return result(MeasureErrorKind.WORKER_CRASH, reply["crash"])
@@ -203,15 +225,18 @@ class LocalRunner:
             self._discard_worker()
         if reply["error_kind"] != MeasureErrorKind.NONE.value:
             return result(MeasureErrorKind(reply["error_kind"]), reply["error_msg"])
+        key = candidate.dag.workload_key
+        self._fastest[key] = min(self._fastest.get(key, math.inf), *reply["costs"])
         return result(MeasureErrorKind.NONE, costs=reply["costs"])
 
-    def _request(self, build: BuildResult, reference: Path) -> dict[str, Any]:
+    def _request(self, build: BuildResult, reference: Path, fastest: float | None) -> dict[str, Any]:
         return {"lib_path": os.path.abspath(build.lib_path), "entry_name": build.entry_name,
                 "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in build.args],
                 "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in build.packs],
                 "reference": str(reference), "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms, "flush": self.enable_cpu_cache_flush,
-                "evict_weights": self.evict_weights}
+                "evict_weights": self.evict_weights,
+                "slow_call_secs": None if fastest is None else max(SLOW_FLOOR_SECS, SLOW_FACTOR * fastest)}
 
     def _ready_worker(self) -> _Worker | str:
         """The running worker, or a fresh one; why none could start, if so."""
@@ -284,15 +309,28 @@ class _Worker:
             return f"the measurement worker did not start within {timeout_secs:g} s{self._stderr_tail()}"
         return reply.get("crash")
 
-    def ask(self, request: dict[str, Any], timeout_secs: float) -> dict[str, Any] | None:
-        """The worker's reply, ``{"crash": why}`` if it died, or None if it ran past the timeout."""
+    def ask(self, request: dict[str, Any], timeout_secs: float,
+            run_limit_secs: float | None = None) -> dict[str, Any] | None:
+        """The worker's reply, ``{"crash": why}`` if it died, None if it ran past the timeout,
+        or ``{"stopped": True}`` if the kernel's first call and its check, once it is loaded,
+        ran past ``run_limit_secs``."""
         self.runs += 1
+        deadline = perf_counter() + timeout_secs
         try:
             self._requests.write(json.dumps(request) + "\n")
             self._requests.flush()
         except OSError:  # a broken pipe: the worker is gone
             return {"crash": self._death("before the kernel ran")}
-        return self._receive(timeout_secs, "while running the kernel")
+        reply = self._receive(timeout_secs, "while loading the kernel")
+        if reply is None or not reply.get("running"):
+            return reply
+        limit = deadline - perf_counter() if run_limit_secs is None else min(deadline - perf_counter(), run_limit_secs)
+        reply = self._receive(max(limit, 0.0), "while running the kernel")
+        if reply is None and run_limit_secs is not None and perf_counter() < deadline:
+            return {"stopped": True}
+        if reply is None or not reply.get("checked"):
+            return reply
+        return self._receive(max(deadline - perf_counter(), 0.0), "while timing the kernel")
 
     def stop(self) -> None:
         self._finalizer()

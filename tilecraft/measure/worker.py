@@ -4,12 +4,16 @@ A candidate kernel is native code from a search, and may crash, hang or exhaust 
 it runs here, in a process of its own, so that only this process dies. ``LocalRunner``
 starts it with ``python -m tilecraft.measure.worker --request-fd R --reply-fd W`` and
 speaks JSON lines over those two pipes (not stdin/stdout, which a kernel could write
-to). The worker answers ``{"ready": true}`` once, then one reply per request:
+to). The worker answers ``{"ready": true}`` once, then per request ``{"running": true}``
+once the kernel and its data are loaded, just before its first call, and
+``{"checked": true}`` once that call's outputs are checked, before the timing (so the
+parent can give the first call a limit of its own), and one reply:
 
   request: lib_path, entry_name, args ([name, shape, dtype, is_output] each),
            packs ([arg_index, func_name, packed_shape] each), reference (an .npz of
            inputs and expected outputs by tensor name), number, repeat, min_repeat_ms, flush,
-           evict_weights
+           evict_weights, slow_call_secs (a checking call at least this long is the
+           measurement, one cost; null for none)
   reply:   {"error_kind": "none", "costs": [seconds per call, ...]} or
            {"error_kind": "wrong_answer" | "runtime", "error_msg": "..."}
 
@@ -26,7 +30,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -57,11 +61,14 @@ def main(argv: list[str] | None = None) -> None:
     with os.fdopen(options.request_fd, "r") as requests, os.fdopen(options.reply_fd, "w") as replies:
         _send(replies, {"ready": True})
         for line in requests:
-            _send(replies, measure(json.loads(line), references))
+            _send(replies, measure(json.loads(line), references, lambda stage: _send(replies, {stage: True})))
 
 
-def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
-    """The reply to one request; a Python exception becomes a RUNTIME error naming the stage."""
+def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.ndarray]],
+            reached: Callable[[str], object] = lambda stage: None) -> dict[str, Any]:
+    """The reply to one request; a Python exception becomes a RUNTIME error naming the stage.
+    ``reached("running")`` is called once everything is loaded, just before the kernel's
+    first call, and ``reached("checked")`` once its outputs are right, before the timing."""
     stage = "loading the kernel"
     try:
         args = tuple(ArgSpec(name, tuple(shape), dtype, is_output) for name, shape, dtype, is_output in request["args"])
@@ -76,6 +83,7 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
         # Fresh inputs: a kernel that writes into an input must not corrupt the cached reference.
         buffers = {arg.name: aligned_copy(poisoned(reference[arg.name]) if arg.is_output else reference[arg.name])
                    for arg in args if arg.name not in packed}
+        reached("running")
         started = time.perf_counter()
         module(*buffers.values())
         first_call_ms = (time.perf_counter() - started) * 1e3
@@ -85,6 +93,9 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
                 message = compare(arg.name, buffers[arg.name], reference[arg.name])
                 if message is not None:
                     return {"error_kind": "wrong_answer", "error_msg": message}
+        reached("checked")
+        if request.get("slow_call_secs") is not None and first_call_ms / 1e3 >= request["slow_call_secs"]:
+            return {"error_kind": "none", "costs": [first_call_ms / 1e3]}  # far slower than the fastest: enough
         stage = "timing the kernel"
         # A call that alone lasts min_repeat_ms needs no batch of `number` to be timed well,
         # and random candidates can be slow: time one call per repeat then, not `number`.
