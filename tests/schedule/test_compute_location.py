@@ -7,18 +7,11 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.schedule.schedule import INLINE, ROOT
 
-
-def _matmul_relu():
-    A = te.placeholder((16, 8), name="A")
-    B = te.placeholder((8, 12), name="B")
-    k = te.reduce_axis((0, 8), name="k")
-    C = te.compute((16, 12), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    D = te.compute((16, 12), lambda i, j: te.max(C[i, j], 0.0), name="D")
-    return tc.ComputeDAG([A, B, D])
+from small_dags import matmul_relu  # tests/schedule/small_dags.py
 
 
 def test_a_block_holding_others_is_never_offered_inline(kernel_cache):
-    dag = _matmul_relu()
+    dag = matmul_relu()[0]
     inputs = dag.random_inputs()
     (expected,) = dag.evaluate_numpy(inputs)
     sch = tc.Schedule(dag)

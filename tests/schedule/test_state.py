@@ -9,14 +9,7 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.schedule.state import Attach, Fuse, Loop, Split, State, ceil_div, common_prefix, initial_stage
 
-
-def _matmul_relu():
-    A = te.placeholder((16, 8), name="A")
-    B = te.placeholder((8, 12), name="B")
-    k = te.reduce_axis((0, 8), name="k")
-    C = te.compute((16, 12), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    D = te.compute((16, 12), lambda i, j: te.max(C[i, j], 0.0), name="D")
-    return tc.ComputeDAG([A, B, D]), C, D
+from small_dags import matmul_relu  # tests/schedule/small_dags.py
 
 
 def _diamond():
@@ -30,7 +23,7 @@ def _diamond():
 
 
 def test_an_initial_stage_has_the_spatial_axes_then_the_reduction_axes_as_its_loops():
-    _, C, _ = _matmul_relu()
+    _, C, _ = matmul_relu()
     stage = initial_stage(C.op, C, first_id=5, is_output=False)
     assert [(l.id, l.name, l.kind, l.extent) for l in stage.loops] == [
         (5, "i", "spatial", 16), (6, "j", "spatial", 12), (7, "k", "reduce", 8)]
@@ -39,7 +32,7 @@ def test_an_initial_stage_has_the_spatial_axes_then_the_reduction_axes_as_its_lo
 
 
 def test_a_schedule_numbers_the_loops_of_its_stages_consecutively():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     state = tc.Schedule(dag).state
     assert [s.name for s in state.stages] == ["C", "D"]
     assert [l.id for s in state.stages for l in s.loops] == list(range(5)) and state.next_id == 5
@@ -47,7 +40,7 @@ def test_a_schedule_numbers_the_loops_of_its_stages_consecutively():
 
 
 def test_stages_and_loops_are_frozen():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     state = tc.Schedule(dag).state
     with pytest.raises(dataclasses.FrozenInstanceError):
         state.stage("C").loops[0].extent = 4
@@ -58,7 +51,7 @@ def test_stages_and_loops_are_frozen():
 
 
 def test_with_loop_replaces_only_that_loop_and_leaves_the_old_stage_as_it_was():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     stage = tc.Schedule(dag).state.stage("C")
     changed = stage.with_loop(dataclasses.replace(stage.loop(1), annotation="vectorize"))
     assert [l.annotation for l in changed.loops] == ["", "vectorize", ""]
@@ -66,7 +59,7 @@ def test_with_loop_replaces_only_that_loop_and_leaves_the_old_stage_as_it_was():
 
 
 def test_with_stage_replaces_the_stage_of_that_name_in_place():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     state = tc.Schedule(dag).state
     moved = dataclasses.replace(state.stage("C"), scope="local")
     new = state.with_stage(moved)
@@ -75,7 +68,7 @@ def test_with_stage_replaces_the_stage_of_that_name_in_place():
 
 
 def test_new_ids_are_fresh_and_consecutive():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     state = tc.Schedule(dag).state
     after, ids = state.new_ids(3)
     assert ids == [5, 6, 7] and after.next_id == 8 and state.next_id == 5
@@ -84,7 +77,7 @@ def test_new_ids_are_fresh_and_consecutive():
 
 
 def test_lookups_find_the_stage_of_a_name_and_of_a_loop_or_raise_key_error():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     state = tc.Schedule(dag).state
     assert state.stage_of_loop(2).name == "C" and state.stage_of_loop(4).name == "D"
     assert state.stage("D").loop(4).name == "j" and state.stage("D").has_loop(3)
@@ -106,7 +99,7 @@ def test_producers_come_in_topological_order_not_in_the_order_they_are_read():
 
 
 def test_a_split_records_its_parent_children_and_the_factors_of_the_inner_pieces():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     sch = tc.Schedule(dag)
     i, _, _ = sch.get_loops(sch.get_block("C"))
     assert [l.id for l in sch.split(i, [None, 3, 2])] == [5, 6, 7]  # the state's next free ids
@@ -119,7 +112,7 @@ def test_a_split_records_its_parent_children_and_the_factors_of_the_inner_pieces
 
 
 def test_a_fuse_records_its_parents_and_iterates_over_their_product():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     sch = tc.Schedule(dag)
     i, j = sch.get_loops(sch.get_block("D"))
     fused = sch.fuse(i, j)
@@ -130,7 +123,7 @@ def test_a_fuse_records_its_parents_and_iterates_over_their_product():
 
 
 def test_compute_at_and_reverse_compute_at_attach_in_opposite_directions():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     sch = tc.Schedule(dag)
     i, _ = sch.get_loops(sch.get_block("D"))
     sch.compute_at(sch.get_block("C"), i)
@@ -142,7 +135,7 @@ def test_compute_at_and_reverse_compute_at_attach_in_opposite_directions():
 
 
 def test_a_primitive_builds_a_new_state_and_a_refused_one_keeps_the_old():
-    dag, _, _ = _matmul_relu()
+    dag, _, _ = matmul_relu()
     sch = tc.Schedule(dag)
     before = sch.state
     i, j, k = sch.get_loops(sch.get_block("C"))
