@@ -45,14 +45,8 @@ _NAMES = {  # public name -> the module that defines it
     "print_tasks": ".model", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
 }
 
-__all__ = [
-    "te", "frontend", "build", "lower", "Schedule", "Trace", "Target", "ComputeDAG", "BuildError", "LoweringError",
-    "ScheduleError", "TargetError", "TeError", "TilecraftError", "Database", "RecordToFile", "load_best_record",
-    "load_records", "LocalBuilder", "LocalRunner", "MeasureErrorKind", "LightGBMModel", "RandomModel", "XGBModel",
-    "PreloadMeasuredStates", "ScheduleFn", "SketchPolicy", "SearchTask", "TaskScheduler", "TuningOptions",
-    "register_workload", "workloads", "transfer_model", "DEFAULT_RECORDS",
-    "tune_tir", "compile_tir", "CompiledModel", "compile_model", "load_model", "extract_tasks", "print_tasks",
-]
+__all__ = ["te", "build", "BuildError", "LoweringError", "ScheduleError", "TargetError", "TeError", "TilecraftError",
+           *_MODULES, *_NAMES]
 
 
 def __getattr__(name: str):

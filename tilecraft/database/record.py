@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -115,9 +116,7 @@ class TuningRecord:
         record's repeats, the mean of a search record's costs; ``inf`` when not valid."""
         if self.phase != "final" or not self.is_valid:
             return self.mean_cost
-        ordered = sorted(self.costs)
-        middle = len(ordered) // 2
-        return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        return statistics.median(self.costs)
 
     @property
     def gflops(self) -> float:

@@ -45,7 +45,6 @@ class _TaskState:
     best_after_round: list[float] = field(default_factory=list)
     since_improvement: int = 0
     done: str = ""  # why the task gets no more rounds
-    final_cost: float | None = None  # the median of its best finalist, re-measured when tuning ended
 
     def __post_init__(self) -> None:
         self.flop = self.task.compute_dag.flop_count()
@@ -53,8 +52,9 @@ class _TaskState:
 
     @property
     def best(self) -> float:
-        if self.final_cost is not None:
-            return self.final_cost
+        """The median of its best finalist when tuning ended, else its best while searching."""
+        if self.summary.final_costs:
+            return self.summary.final_cost
         return self.best_after_round[-1] if self.best_after_round else math.inf
 
 
@@ -178,7 +178,7 @@ class TaskScheduler:
         started = time.perf_counter()
         for state in self.states:
             use_policies(state.policy, options)
-            state.final_cost = None  # the search steers by its own measurements; the end re-measures
+            state.summary.final_costs = ()  # the search steers by its own measurements; the end re-measures
         trials, since_better, best_objective = 0, 0, self.objective()
         try:
             while trials < options.num_measure_trials:
@@ -209,8 +209,6 @@ class TaskScheduler:
             reporter.phase("re-measuring")
             for state in self.states:
                 final_round(state.task, state.policy, options, builder, runner, state.summary, None)
-                if state.summary.final_costs:
-                    state.final_cost = state.summary.final_cost
         finally:
             reporter.close()
             if options.runner is None:
