@@ -58,9 +58,7 @@ class BestSoFar:
 
     def add(self, record: TuningRecord) -> None:
         if record.phase == "final":
-            latest = self._finals.get(record.trace_json)
-            if latest is None or record.timestamp >= latest.timestamp:
-                self._finals[record.trace_json] = record
+            _keep_latest(self._finals, record)
         elif record.is_valid and (self._searched is None or record.cost < self._searched.cost) \
                 and self.usable(record):
             self._searched = record
@@ -79,8 +77,14 @@ def _split(records: Iterable[TuningRecord]) -> tuple[dict[str, TuningRecord], di
     for record in records:
         key = record.trace_json
         if record.phase == "final":
-            if key not in finals or record.timestamp >= finals[key].timestamp:
-                finals[key] = record
+            _keep_latest(finals, record)
         elif record.is_valid and (key not in searched or record.cost < searched[key].cost):
             searched[key] = record
     return finals, searched
+
+
+def _keep_latest(finals: dict[str, TuningRecord], record: TuningRecord) -> None:
+    """Keep ``record`` as its schedule's final record unless one measured later is kept."""
+    latest = finals.get(record.trace_json)
+    if latest is None or record.timestamp >= latest.timestamp:
+        finals[record.trace_json] = record
