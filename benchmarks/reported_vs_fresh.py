@@ -1,6 +1,6 @@
 """Does the tuner's number agree with the user's? The reported best against fresh-process timings.
 
-    python benchmarks/reported_vs_fresh.py [--shape 512,512,512] [--trials 200] [--processes 5]
+    python benchmarks/reported_vs_fresh.py [--shape 512,512,512] [--trials 200] [--processes 5] [--log FILE]
 
 Runs the README's command (``tilecraft tune matmul --shape ... --trials ...``, with a fresh
 log) and reads the best it reports (the median of the re-measurement that ends the tuning),
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reported_vs_fresh.json"))
+    parser.add_argument("--log", type=Path, help="keep the tuning log here, started afresh (default: a temporary file)")
     parser.add_argument("--time", help=argparse.SUPPRESS)  # internal: one fresh process's timing of this log
     options = parser.parse_args()
     shape = tuple(int(n) for n in options.shape.split(","))
@@ -64,7 +65,8 @@ def main() -> None:
         print(json.dumps(time_best(options.time, shape)))
         return
     with tempfile.TemporaryDirectory() as directory:
-        log = str(Path(directory) / "matmul.json")
+        log = str(options.log or Path(directory) / "matmul.json")
+        Path(log).unlink(missing_ok=True)  # the README's command on a fresh log: nothing resumed
         started = time.perf_counter()
         said = subprocess.run([sys.executable, "-m", "tilecraft.cli", "tune", "matmul", "--shape", options.shape,
                                "--trials", str(options.trials), "--log", log, "--verbose", "0"],

@@ -84,7 +84,7 @@ def test_from_json_requires_every_field():
 
 
 @pytest.mark.parametrize("spec, named", [
-    ("cuda", "'cuda'"), ("llvm -mcpu=pentium4", "-mcpu=pentium4"), ("llvm -num-cores=x", "-num-cores='x'"),
+    ("opencl", "'opencl'"), ("llvm -mcpu=pentium4", "-mcpu=pentium4"), ("llvm -num-cores=x", "-num-cores='x'"),
     ("llvm -keys=cpu", "'-keys=cpu'"), ("llvm -num-cores", "'-num-cores'"), ("llvm -mtriple=riscv64", "riscv64"),
 ])
 def test_bad_target_string_names_the_option(spec, named):

@@ -4,7 +4,8 @@ Map of the package, lowest layer first (a package imports only from layers below
 tests/test_layers.py checks it, docs/architecture.md draws it):
   errors.py   the exception hierarchy every layer raises
   tables.py   rich tables printed whole to a file or a pipe, or as plain text for a message
-  target.py   the CPU description (ISA, vector width, cores, caches)
+  target/     the machine descriptions: the CPU's (ISA, vector width, cores, caches) and an
+              NVIDIA GPU's (arch, SMs, per-block limits, L2)
   te/         the tensor-expression language (placeholder, compute, reduce_axis), index
               arithmetic (te/arith.py) and ComputeDAG, with its NumPy reference evaluation
   ops/        a library of operators written in te (matmul, conv2d, softmax, ...)
@@ -26,14 +27,14 @@ tests/test_layers.py checks it, docs/architecture.md draws it):
 import importlib
 
 from . import te
-from .build import build  # bound now: importing the module tilecraft.build later would shadow a lazy name
-from .errors import BuildError, LoweringError, ScheduleError, TargetError, TeError, TilecraftError
+from .build import build, emulate_gpu  # bound now: importing the module tilecraft.build later would shadow a lazy name
+from .errors import BuildError, GpuLimitError, LoweringError, ScheduleError, TargetError, TeError, TilecraftError
 
 # The rest of the API is imported on first use (PEP 562): a measuring worker, which needs
 # only NumPy and the runtime, then starts in half the time, and the command line too.
 _MODULES = {"frontend": ".frontend", "workloads": ".tune.workloads"}
 _NAMES = {  # public name -> the module that defines it
-    "lower": ".ir.lower", "Schedule": ".schedule", "Trace": ".schedule", "Target": ".target",
+    "lower": ".ir.lower", "Schedule": ".schedule", "Trace": ".schedule", "Target": ".target", "CudaTarget": ".target",
     "ComputeDAG": ".te.dag", "Database": ".database", "RecordToFile": ".database",
     "load_best_record": ".database", "load_records": ".database", "LocalBuilder": ".measure",
     "LocalRunner": ".measure", "MeasureErrorKind": ".measure", "LightGBMModel": ".search.cost_model",
@@ -43,9 +44,10 @@ _NAMES = {  # public name -> the module that defines it
     "SearchTask": ".tune.task", "TuningOptions": ".tune.task", "register_workload": ".tune.task",
     "CompiledModel": ".model", "compile_model": ".model", "extract_tasks": ".model", "load_model": ".model",
     "print_tasks": ".model", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
+    "CudaModule": ".runtime.cuda", "cuda_available": ".runtime.cuda",
 }
 
-__all__ = ["te", "build", "BuildError", "LoweringError", "ScheduleError", "TargetError", "TeError", "TilecraftError",
+__all__ = ["te", "build", "emulate_gpu", "BuildError", "GpuLimitError", "LoweringError", "ScheduleError", "TargetError", "TeError", "TilecraftError",
            *_MODULES, *_NAMES]
 
 

@@ -1,25 +1,35 @@
-"""``build``: a schedule becomes a native kernel callable with NumPy arrays."""
+"""``build``: a schedule becomes a native kernel callable with NumPy arrays (or, for a CUDA
+target, with device arrays too); ``emulate_gpu`` runs a GPU schedule on the CPU."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .codegen.c import generate_c
+from .codegen.cuda import generate_cuda
+from .codegen.gpu_verify import verify_gpu
+from .ir.emulate import emulate_on_cpu
 from .ir.lower import lower
 from .ir.nodes import LoweredFunc
 from .runtime.compiler import compile_c
+from .runtime.cuda import CudaModule, LaunchSpec
+from .runtime.cuda_compiler import compile_cuda
 from .runtime.module import ArgSpec, Module, PackSpec
-from .target import Target
+from .target import CudaTarget, Target
 
 
-def build(sch, target: Target | str | None = None, name: str = "default_function",
-          cache_dir: Path | None = None) -> Module:
+def build(sch, target: Target | CudaTarget | str | None = None, name: str = "default_function",
+          cache_dir: Path | None = None):
     """Lower, generate C, compile (cached by content) and load the kernel of ``sch``.
 
     The schedule is lowered to a loop nest (``lower``), emitted as C with OpenMP and SIMD
     for the target, compiled by gcc into a shared library kept in a cache keyed by the
     source, the flags and the compiler version (building the same kernel again costs no
     compilation), and loaded. The kernel takes the DAG's tensors in argument order.
+
+    For a CUDA target (``"cuda"``, ``"cuda -arch=sm_90"``) the loop nest is checked
+    against the target's limits (``GpuLimitError``), emitted as one CUDA C kernel and
+    compiled by nvcc into a cubin; no GPU is needed until the kernel is called.
 
     Args:
         sch: The schedule to build.
@@ -28,11 +38,13 @@ def build(sch, target: Target | str | None = None, name: str = "default_function
         cache_dir: The kernel cache directory; None for ``~/.cache/tilecraft/kernels``.
 
     Returns:
-        The kernel as a ``Module``, callable with NumPy arrays.
+        The kernel as a ``Module`` callable with NumPy arrays, or for a CUDA target a
+        ``CudaModule`` callable with NumPy arrays or device arrays (PyTorch, CuPy).
 
     Raises:
         TargetError: If ``target`` cannot be understood.
         LoweringError: If the schedule cannot be lowered to a loop nest.
+        GpuLimitError: If a GPU schedule exceeds its target's limits.
         BuildError: If no C compiler is found or it rejects the source (the message keeps
             the compiler's output and the path of the source); ``BuildTimeoutError`` if it
             runs past 60 seconds.
@@ -45,12 +57,61 @@ def build(sch, target: Target | str | None = None, name: str = "default_function
             func(a, b, out=c)               # or written into given arrays
             print(func.source)              # the C source
     """
-    target = target if isinstance(target, Target) else Target(target)
+    target = target if isinstance(target, (Target, CudaTarget)) else Target(target)
+    if isinstance(target, CudaTarget):
+        return _build_cuda(sch, target, name, cache_dir)
     func = lower(sch, name)
     source = generate_c(func, target)
     lib = compile_c(source, target, cache_dir)
     args, packs = entry_signature(func)
     return Module(lib, source, name, args, packs)
+
+
+def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> CudaModule:
+    func = lower(sch, name)
+    launch = verify_gpu(func, target)
+    source, _ = generate_cuda(func, target)
+    cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
+    args, _ = entry_signature(func)
+    return CudaModule(cubin, source, name, args, LaunchSpec(launch.grid, launch.block))
+
+
+def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
+                cache_dir: Path | None = None) -> Module:
+    """A GPU schedule's kernel run on this CPU, serially, as the GPU would distribute it.
+
+    The loop nest is verified against ``target`` as ``build`` does, then blocks run one
+    after another and each block's threads in turn, phase by phase between barriers, with
+    per-thread local buffers (``tilecraft/ir/emulate.py``). It checks a GPU schedule's
+    values against NumPy where there is no GPU; races and missing barriers it cannot see.
+
+    Args:
+        sch: A schedule with loops bound to GPU axes.
+        target: The CUDA target whose limits apply.
+        name: The kernel's name.
+        cache_dir: The kernel cache directory.
+
+    Returns:
+        A CPU ``Module`` computing what the GPU kernel computes.
+
+    Raises:
+        GpuLimitError: If the schedule exceeds the target's limits.
+        LoweringError: If the schedule cannot be lowered (a barrier under a condition).
+
+    Example:
+        ::
+
+            c = tc.emulate_gpu(sch)(a, b)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+    """
+    target = target if isinstance(target, CudaTarget) else CudaTarget(target)
+    func = lower(sch, name)
+    launch = verify_gpu(func, target)
+    cpu = emulate_on_cpu(func, launch.block)
+    host = Target.host()
+    source = generate_c(cpu, host)
+    args, packs = entry_signature(cpu)
+    return Module(compile_c(source, host, cache_dir), source, name, args, packs)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

@@ -27,3 +27,8 @@ class BuildError(TilecraftError):
 
 class BuildTimeoutError(BuildError):
     """The C compiler ran longer than the allowed time and was stopped."""
+
+
+class GpuLimitError(ScheduleError):
+    """A GPU schedule that its target cannot run: too many threads or too much shared
+    memory per block, a block loop inside a thread loop, an over-wide vector."""

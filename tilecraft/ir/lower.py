@@ -19,7 +19,7 @@ from ..te.arith import bounds, simplify
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute)
 from ..te.tensor import Tensor
-from .nodes import Allocate, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
+from .nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
 
 _IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}
 _KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
@@ -62,7 +62,7 @@ class _Lowering:
             mins, shape = b.root_min[:ndim], b.root_extent[:ndim]
         else:
             mins, shape = self.inference.region_written_inside(stage.name, loop)
-        scope = "local" if loop is not None else "global"
+        scope = "shared" if stage.scope == "shared" else "local" if loop is not None else "global"
         buffer = Buffer(tensor.name, tuple(shape), tensor.dtype, scope)
         self.buffers[tensor] = buffer
         self.offsets[tensor] = tuple(mins)
@@ -143,19 +143,25 @@ class _Lowering:
 
     def _plain_nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
-            kind = _KIND[stage.loop(leaf).annotation]
+            kind = _for_kind(stage.loop(leaf).annotation)
             body = For(b.loop_var[leaf], b.loop_extent[leaf], "serial" if kind == "parallel" else kind, body)
         return body
 
     def _nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
             loop = stage.loop(leaf)
-            before = [self.stage_nest(s) for s in self._attached(stage, leaf, reverse=False)]
-            after = [self.stage_nest(s) for s in self._attached(stage, leaf, reverse=True)]
+            before = [self._attached_nest(s) for s in self._attached(stage, leaf, reverse=False)]
+            after = [self._attached_nest(s) for s in self._attached(stage, leaf, reverse=True)]
             inner = self._allocate(leaf, seq(before + [body] + after))
             unroll = dict(loop.pragmas).get("pragma_auto_unroll_max_step", 0)
-            body = For(b.loop_var[leaf], b.loop_extent[leaf], _KIND[loop.annotation], inner, unroll)
+            body = For(b.loop_var[leaf], b.loop_extent[leaf], _for_kind(loop.annotation), inner, unroll)
         return body
+
+    def _attached_nest(self, stage: Stage) -> Stmt:
+        """A stage's nest; one that fills shared memory between barriers, so that no thread
+        overwrites what another still reads, nor reads before all have written."""
+        nest = self.stage_nest(stage)
+        return seq([Barrier(), nest, Barrier()]) if stage.scope == "shared" else nest
 
     def _attached(self, stage: Stage, leaf: int, reverse: bool) -> list[Stage]:
         return [s for s in self.state.stages
@@ -224,6 +230,10 @@ def lower(sch, name: str = "default_function") -> LoweredFunc:
     from ..schedule.postproc import apply_block_annotations
 
     return _Lowering(apply_block_annotations(sch), name).run()
+
+
+def _for_kind(annotation: str) -> str:
+    return _KIND.get(annotation, annotation)  # a GPU axis names itself
 
 
 def _combine(combiner: str, acc: Expr, value: Expr) -> Expr:

@@ -30,7 +30,7 @@ class Buffer:
 class For:
     var: Var
     extent: int
-    kind: str  # serial | parallel | vectorize | unroll
+    kind: str  # serial | parallel | vectorize | unroll | a GPU axis (blockIdx.x, threadIdx.y, vthread.x, ...)
     body: Stmt
     unroll_max_step: int = 0  # unroll the loops inside whose iteration count is at most this
 
@@ -59,7 +59,13 @@ class Allocate:
     body: Stmt
 
 
-Stmt = Union[For, Store, IfThenElse, Seq, Allocate]
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """All threads of a GPU block wait here until each has arrived (``__syncthreads()``):
+    what they stored to shared memory before it is visible to all after it."""
+
+
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +97,7 @@ class LoweredFunc:
 def seq(stmts) -> Stmt:
     flat: list[Stmt] = []
     for s in stmts:
-        if isinstance(s, Seq):
-            flat.extend(s.stmts)
-        elif s is not None:
-            flat.append(s)
+        for t in s.stmts if isinstance(s, Seq) else () if s is None else (s,):
+            if not (isinstance(t, Barrier) and flat and isinstance(flat[-1], Barrier)):  # one wait is enough
+                flat.append(t)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))

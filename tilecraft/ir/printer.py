@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..te.printer import expr_to_str
-from .nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from .nodes import Allocate, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
 
 
 def print_func(func: LoweredFunc) -> str:
@@ -34,3 +34,5 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
     elif isinstance(s, Allocate):
         lines.append(f"{pad}allocate {s.buffer.name}: {s.buffer.dtype}{list(s.buffer.shape)} ({s.buffer.scope})")
         _print(s.body, depth, lines)
+    elif isinstance(s, Barrier):
+        lines.append(f"{pad}barrier()  # every thread of the block waits here")

@@ -111,10 +111,19 @@ class BoundInference:
         axes = stage.op.axis + stage.op.reduce_axis
         return {iv.var: binary("add", m, b.root_value[r]) for iv, m, r in zip(axes, b.root_min, stage.roots)}
 
-    def _varying(self, name: str, loop_id: int) -> dict[Var, int]:
+    def _varying(self, name: str, loop_id: int, relax_threads: bool = False) -> dict[Var, int]:
+        """The loops around block ``name`` inside ``loop_id``; with ``relax_threads``, also
+        the GPU thread loops outside it, whose iterations run at once (what one thread
+        stores in shared memory, all the block's threads read)."""
         path = self._path_vars(name)
         ids = [p[0] for p in path]
-        return {var: extent for _, var, extent in path[ids.index(loop_id) + 1:]}
+        inside = ids.index(loop_id) + 1
+        return {var: extent for n, (loop, var, extent) in enumerate(path)
+                if n >= inside or (relax_threads and self._is_thread_loop(loop))}
+
+    def _is_thread_loop(self, loop_id: int) -> bool:
+        annotation = self.state.stage_of_loop(loop_id).loop(loop_id).annotation
+        return annotation.startswith(("threadIdx", "vthread"))
 
     def _producer_region(self, stage: Stage):
         """The union of what the consumers read inside the attach loop, each over its own inner loops."""
@@ -122,7 +131,7 @@ class BoundInference:
         uses = []  # (indices of a read, its consumer's axes as loop expressions, the consumer's inner loops)
         for consumer in self.state.consumers_of(stage.name):
             index = self.root_index(consumer, self.of(consumer.name))
-            varying = self._varying(consumer.name, stage.attach.loop)
+            varying = self._varying(consumer.name, stage.attach.loop, relax_threads=stage.scope == "shared")
             walk(consumer.op.body, lambda n: uses.append((n.indices, index, varying)) if isinstance(n, TensorRead)
                  and n.tensor is stage.tensor else None)
         ranges = self.ranges()

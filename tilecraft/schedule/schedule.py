@@ -30,6 +30,13 @@ UNROLL_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
 # parallel: fuse up to this many outer loops and run them in parallel; vectorize: the
 # innermost spatial loop; the unroll pragma: on the block's outermost loop
 BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step")
+THREAD_AXES = tuple(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx", "vthread") for axis in "xyz")
+# local: registers or a small array at the loop the block ends up under; shared: a GPU
+# block's shared memory, filled by its threads together; global: a whole tensor
+STORAGE_SCOPES = ("local", "shared", "global")
+_REDUCTION_BINDING = {"blockIdx": "GPU blocks cannot combine their partial results",
+                      "vthread": "virtual threads keep separate accumulators",
+                      "threadIdx": "cross-thread reduction is not supported yet"}
 
 
 class BlockRV:
@@ -377,6 +384,9 @@ class Schedule:
 
     def _annotate_loop(self, kind: str, loop: LoopRV) -> None:
         stage, target = self._loop(loop)
+        if target.annotation in THREAD_AXES:
+            raise ScheduleError(f"cannot {kind} loop {target.name} of block {stage.name}: it is bound to "
+                                f"{target.annotation}; a loop is bound or annotated once")
         if kind in ("parallel", "vectorize") and target.kind != "spatial":
             raise ScheduleError(
                 f"cannot {kind} loop {target.name} of block {stage.name}: it is a reduction loop, whose "
@@ -419,6 +429,52 @@ class Schedule:
             ScheduleError: If ``loop`` no longer exists.
         """
         self._annotate_loop("unroll", loop)
+
+    def bind(self, loop: LoopRV, thread_axis: str) -> None:
+        """Run a loop's iterations on a GPU axis: blocks of the grid (``blockIdx.x/y/z``),
+        threads of a block (``threadIdx.x/y/z``), or virtual threads (``vthread.x/y/z``:
+        iterations interleaved in one thread, which spreads a thread's tile apart).
+
+        As in TVM, loops of different blocks bound to the same ``threadIdx`` axis are the
+        same hardware threads: a producer computed inside a consumer's thread loops and
+        cached in shared memory (``cache_read(..., "shared")``) is fetched by the block's
+        threads together when its own loops are bound to the same axes. The block's size on
+        an axis is the largest extent bound to it; loops bound with a smaller extent are
+        guarded.
+
+        Args:
+            loop: A spatial loop (a reduction loop cannot be bound: rfactor it first).
+            thread_axis: One of ``THREAD_AXES``.
+
+        Raises:
+            ScheduleError: If the axis is unknown, the loop is bound or annotated already,
+                another loop of the block is bound to the same axis, or the loop is a
+                reduction loop.
+
+        Example:
+            ::
+
+                i0, i1 = sch.split(i, [None, 128])
+                sch.bind(i0, "blockIdx.x")
+                sch.bind(i1, "threadIdx.x")
+        """
+        if thread_axis not in THREAD_AXES:
+            raise ScheduleError(f"bind: unknown thread axis {thread_axis!r}; use one of {', '.join(THREAD_AXES)}")
+        stage, target = self._loop(loop)
+        if target.annotation:
+            raise ScheduleError(f"bind: loop {target.name} of block {stage.name} is already "
+                                f"{_describe_annotation(target.annotation)}; a loop is bound or annotated once")
+        taken = next((l for l in stage.loops if l.id in stage.leaves and l.annotation == thread_axis), None)
+        if taken is not None:
+            raise ScheduleError(f"bind: block {stage.name} already binds {thread_axis} to loop {taken.name}; "
+                                "fuse the loops first to run them on one axis")
+        if target.kind != "spatial":
+            why = _REDUCTION_BINDING[thread_axis.split(".")[0]]
+            raise ScheduleError(f"bind: loop {target.name} of block {stage.name} is a reduction loop and cannot be "
+                                f"bound to {thread_axis}: {why}; bind a spatial loop, or rfactor the reduction and "
+                                "bind the factored block's spatial loop")
+        self.state = self.state.with_stage(stage.with_loop(replace(target, annotation=thread_axis)))
+        self._record("bind", {"loop": loop, "thread_axis": thread_axis})
 
     def annotate(self, block_or_loop: BlockRV | LoopRV, ann_key: str, ann_val: int) -> None:
         """Attach an annotation to a loop or a block, as MetaSchedule's annotations.
@@ -739,8 +795,8 @@ class Schedule:
         Args:
             block: The block whose output to cache.
             write_buffer_index: Which buffer the block writes; must be 0 (a block writes one).
-            storage_scope: ``"local"`` (a buffer placed at the loop the block ends up under)
-                or ``"global"``.
+            storage_scope: ``"local"`` (a buffer placed at the loop the block ends up under:
+                registers on a GPU), ``"shared"`` (a GPU block's shared memory) or ``"global"``.
 
         Returns:
             A handle to the new copy block.
@@ -752,8 +808,9 @@ class Schedule:
         stage = self._stage(block)
         if write_buffer_index != 0:
             raise ScheduleError(f"cache_write: block {stage.name} writes one buffer; write_buffer_index must be 0")
-        if storage_scope not in ("local", "global"):
-            raise ScheduleError(f"cache_write: storage_scope {storage_scope!r} is not supported on CPU; use 'local'")
+        if storage_scope not in STORAGE_SCOPES:
+            raise ScheduleError(f"cache_write: storage_scope {storage_scope!r} is unknown; use one of "
+                                f"{', '.join(STORAGE_SCOPES)}")
         name = f"{stage.name}_{storage_scope}"
         self._check_new_name(name)
         cache = Tensor(ComputeOp(name, stage.op.axis, stage.op.body, stage.op.dtype, stage.op.attrs))
@@ -785,16 +842,21 @@ class Schedule:
             block: The reading block.
             read_buffer_index: Which of the block's inputs, counted in the order the block
                 first reads them.
-            storage_scope: The copy's scope, ``"local"`` or ``"global"``.
+            storage_scope: The copy's scope: ``"local"``, ``"shared"`` (a GPU block's shared
+                memory, holding what all the block's threads read at the copy's place) or
+                ``"global"``.
 
         Returns:
             A handle to the new copy block.
 
         Raises:
-            ScheduleError: If ``read_buffer_index`` is out of range or a block of the new
-                name exists already.
+            ScheduleError: If ``read_buffer_index`` is out of range, ``storage_scope`` is
+                unknown, or a block of the new name exists already.
         """
         stage = self._stage(block)
+        if storage_scope not in STORAGE_SCOPES:
+            raise ScheduleError(f"cache_read: storage_scope {storage_scope!r} is unknown; use one of "
+                                f"{', '.join(STORAGE_SCOPES)}")
         reads = stage.op.input_tensors
         if not 0 <= read_buffer_index < len(reads):
             raise ScheduleError(f"cache_read: block {stage.name} reads {len(reads)} buffers "
@@ -1117,3 +1179,7 @@ def _move_attachments(state: State, stage_name: str, old_loop: int, new_loop: in
         if other.attach and other.attach.stage == stage_name and other.attach.loop == old_loop:
             state = state.with_stage(replace(other, attach=replace(other.attach, loop=new_loop)))
     return state
+
+
+def _describe_annotation(annotation: str) -> str:
+    return f"bound to {annotation}" if annotation in THREAD_AXES else f"annotated {annotation}"

@@ -4,7 +4,8 @@ The search needs a few facts about the machine (vector width, cores, cache sizes
 the compiler needs its ``-march``. A ``Target`` holds exactly those facts, detected from
 the host or parsed from a TVM-like string (``"llvm -mcpu=skylake-avx512 -num-cores=4"``)
 so that schedules tuned elsewhere can name the machine they were tuned for. Anything a
-string leaves out is taken from the host.
+string leaves out is taken from the host. ``Target("cuda ...")`` builds a ``CudaTarget``
+instead (target/cuda.py), so one entry point names either kind of machine.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import TargetError
+from ..errors import TargetError
+from .cuda import CudaTarget
 
 ISAS = ("avx512", "avx2", "neon", "scalar")
 _VECTOR_BYTES = {"avx512": 64, "avx2": 32, "neon": 16, "scalar": 0}
@@ -39,6 +41,9 @@ _CPU0_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 class Target:
     """A CPU target. ``Target(spec=None, **fields)``: ``spec`` is a string, a dict of
     fields, another Target, or None for the host; keyword fields override the spec.
+
+    A spec of kind ``cuda`` (``"cuda -arch=sm_90"``, ``{"kind": "cuda"}``, a ``CudaTarget``)
+    gives a ``CudaTarget`` instead, which is not a ``Target``.
 
     A string is TVM-like: a kind (``llvm``, or its aliases ``c`` and ``cpu``) and options
     ``-name=value`` naming fields (``-num-cores=4``, ``-isa=avx2``) or TVM's ``-mcpu``
@@ -71,6 +76,7 @@ class Target:
             tc.Target()                                      # this machine
             tc.Target("llvm -mcpu=core-avx2 -num-cores=4")   # a Haswell-class 4-core CPU
             tc.Target(tc.Target.host(), num_cores=1)         # this machine, one core
+            tc.Target("cuda -arch=sm_90")                    # an H100: a tc.CudaTarget
     """
 
     kind: str
@@ -82,6 +88,12 @@ class Target:
     l2_bytes: int
     l3_bytes: int
     march: str
+
+    def __new__(cls, spec: str | Mapping[str, Any] | Target | CudaTarget | None = None, **overrides: Any) -> Any:
+        # A CudaTarget is no Target, so Python then skips Target.__init__.
+        if cls is Target and _kind_of(spec, overrides) == "cuda":
+            return CudaTarget(spec, **overrides)
+        return object.__new__(cls)
 
     def __init__(self, spec: str | Mapping[str, Any] | Target | None = None, **overrides: Any) -> None:
         if spec is None:
@@ -122,12 +134,14 @@ class Target:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Target:
-        """The target ``to_json`` wrote.
+    def from_json(cls, data: Mapping[str, Any]) -> Target | CudaTarget:
+        """The target ``to_json`` wrote (a ``CudaTarget`` for kind ``cuda``).
 
         Raises:
             TargetError: If a field is missing or invalid.
         """
+        if data.get("kind") == "cuda":
+            return CudaTarget.from_json(data)
         missing = [name for name in _FIELD_NAMES if name not in data]
         if missing:
             raise TargetError(f"target JSON lacks {', '.join(missing)}; write it with Target.to_json()")
@@ -161,6 +175,15 @@ _STRING_OPTIONS = {f"-{name.replace('_', '-')}": name
 def _set_fields(target: Target, values: Mapping[str, Any]) -> None:
     for name in _FIELD_NAMES:
         object.__setattr__(target, name, values[name])
+
+
+def _kind_of(spec: Any, overrides: Mapping[str, Any]) -> Any:
+    """The kind a ``Target(spec, **overrides)`` call names, before anything is checked."""
+    if "kind" in overrides:
+        return overrides["kind"]
+    if isinstance(spec, str):
+        return (spec.split() or [""])[0]
+    return spec.get("kind") if isinstance(spec, Mapping) else getattr(spec, "kind", None)
 
 
 def _parse_string(spec: str) -> dict[str, Any]:

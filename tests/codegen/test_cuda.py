@@ -1,0 +1,226 @@
+"""GPU schedules without a GPU: their values in the CPU emulation, their CUDA C through nvcc.
+
+Every schedule here is checked against the NumPy evaluation of its DAG by running the
+lowered GPU loop nest on the CPU the way the GPU distributes it (``tc.emulate_gpu``), and
+its CUDA source is compiled for sm_90 by nvcc where nvcc is installed (CI has it). A
+property test draws random GPU schedules (tilings, bindings, register and shared-memory
+caches, virtual threads, vector copies) of a matmul and an element-wise chain. On a GPU
+machine the same schedules also run as kernels and are compared with NumPy too.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft import te
+from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def matmul(n: int, l: int, m: int) -> tc.ComputeDAG:
+    A = te.placeholder((n, l), name="A")
+    B = te.placeholder((l, m), name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return tc.ComputeDAG([A, B, C])
+
+
+def add_relu(n: int, m: int) -> tc.ComputeDAG:
+    A = te.placeholder((n, m), name="A")
+    B = te.placeholder((m,), name="B")
+    S = te.compute((n, m), lambda i, j: A[i, j] + B[j], name="S")
+    R = te.compute((n, m), lambda i, j: te.max(S[i, j], te.const(0.0)), name="R")
+    return tc.ComputeDAG([A, B, R])
+
+
+def check(sch: tc.Schedule, seed: int = 0) -> None:
+    """The emulated kernel equals NumPy; with nvcc, the CUDA source compiles for sm_90."""
+    inputs = sch.dag.random_inputs(np.random.default_rng(seed))
+    expected = sch.dag.evaluate_numpy(inputs)
+    got = tc.emulate_gpu(sch, "cuda -arch=sm_90")(*inputs)
+    got = got if isinstance(got, tuple) else (got,)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"trace:\n{sch}")
+    if shutil.which("nvcc"):
+        kernel = tc.build(sch, "cuda" if tc.cuda_available() else "cuda -arch=sm_90")
+        if tc.cuda_available():  # on a GPU machine the kernel itself runs too
+            got = kernel(*inputs)
+            got = got if isinstance(got, tuple) else (got,)
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"on the GPU; trace:\n{sch}")
+
+
+def tiled_matmul(n: int, l: int, m: int, threads=(8, 8), tile=(2, 2), k_step=4, shared=True, vthread=1):
+    sch = tc.Schedule(matmul(n, l, m))
+    c = sch.get_block("C")
+    acc = sch.cache_write(c, 0, "local")
+    i, j = sch.get_loops(acc)
+    bi, ti, ii = sch.split(i, [None, threads[0], tile[0]])
+    bj, vj, tj, jj = sch.split(j, [None, vthread, threads[1], tile[1]])
+    sch.reorder(bi, bj, vj, ti, tj, ii, jj)
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(bj, "blockIdx.x")
+    sch.bind(vj, "vthread.x")
+    sch.bind(ti, "threadIdx.y")
+    sch.bind(tj, "threadIdx.x")
+    sch.compute_at(c, tj)
+    ci, cj, k = sch.get_loops(c)[-3:]
+    ko, ki = sch.split(k, [None, k_step])
+    sch.reorder(ko, ki, ci, cj)
+    if shared:
+        for index in (0, 1):
+            cached = sch.cache_read(c, index, "shared")
+            sch.compute_at(cached, ko)
+            fused = sch.fuse(*sch.get_loops(cached)[-2:])
+            _, ty, tx = sch.split(fused, [None, threads[0], threads[1]])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+    return sch
+
+
+def test_elementwise_bound_to_blocks_and_threads():
+    sch = tc.Schedule(add_relu(37, 50))
+    sch.compute_inline(sch.get_block("S"))
+    i, j = sch.get_loops(sch.get_block("R"))
+    fused = sch.fuse(i, j)
+    bx, tx = sch.split(fused, [None, 128])  # 1850 = 14 x 128 + 58: the last block is guarded
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    check(sch)
+    source = tc.build(sch, "cuda").source if shutil.which("nvcc") else ""
+    assert not source or ("blockIdx.x" in source and "__launch_bounds__(128, 4)" in source)
+
+
+@pytest.mark.parametrize("shape", [(64, 32, 64), (40, 24, 36)])
+def test_tiled_matmul_with_shared_memory(shape):
+    check(tiled_matmul(*shape))
+
+
+def test_matmul_with_virtual_threads_and_registers_only():
+    check(tiled_matmul(32, 16, 64, vthread=2, shared=False))
+    check(tiled_matmul(32, 16, 64, vthread=2, shared=True))
+
+
+def test_example_schedule_matches_numpy():
+    """The hand-scheduled matmul of examples/cuda_matmul.py, at a size the emulation runs quickly."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "cuda_matmul.py"
+    spec = importlib.util.spec_from_file_location("cuda_matmul", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    sch = example.schedule(256)
+    check(sch)
+    if shutil.which("nvcc"):
+        source = tc.build(sch, "cuda").source
+        assert "__shared__" in source and "__syncthreads();" in source and "float4" in source
+
+
+def test_lowered_gpu_nest_shows_bindings_barriers_and_scopes():
+    text = str(tc.lower(tiled_matmul(64, 32, 64)))
+    assert "threadIdx.x" in text and "blockIdx.y" in text
+    assert "(shared)" in text and "barrier()" in text
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_binding_mistakes_are_schedule_errors():
+    sch = tc.Schedule(matmul(32, 32, 32))
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    sch.bind(i, "blockIdx.x")
+    with pytest.raises(ScheduleError, match="already bound to blockIdx.x"):
+        sch.bind(i, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="already binds blockIdx.x to loop i"):
+        sch.bind(j, "blockIdx.x")
+    with pytest.raises(ScheduleError, match="reduction loop and cannot be bound to blockIdx.y.*rfactor"):
+        sch.bind(k, "blockIdx.y")
+    with pytest.raises(ScheduleError, match="unknown thread axis 'threadIdx.w'"):
+        sch.bind(j, "threadIdx.w")
+    with pytest.raises(ScheduleError, match="bound to blockIdx.x"):
+        sch.parallel(i)
+    with pytest.raises(ScheduleError, match="storage_scope 'texture' is unknown"):
+        sch.cache_read(sch.get_block("C"), 0, "texture")
+
+
+def test_verifier_names_the_limit_the_value_and_the_loop():
+    sch = tc.Schedule(add_relu(64, 64))
+    sch.compute_inline(sch.get_block("S"))
+    i, j = sch.get_loops(sch.get_block("R"))
+    sch.bind(i, "threadIdx.y")
+    sch.bind(j, "threadIdx.x")
+    sch.build_target = None
+    with pytest.raises(GpuLimitError, match="64 x 64 x 1 = 4096 threads exceeds the target's 1024"):
+        tc.emulate_gpu(sch)
+
+    unbound = tc.Schedule(add_relu(8, 8))
+    with pytest.raises(GpuLimitError, match="no loop is bound to blockIdx or threadIdx"):
+        tc.emulate_gpu(unbound)
+
+    big = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
+    with pytest.raises(GpuLimitError, match="bytes of shared memory .*A_shared.*above the target's 49152"):
+        tc.emulate_gpu(big)
+
+
+def test_barrier_under_a_partial_thread_loop_is_refused():
+    """Shared-memory stages need every thread at the barrier: a consumer whose thread loop is
+    narrower than the block (here 4 of 8 threads on x) cannot hold one."""
+    sch = tc.Schedule(matmul(16, 16, 16))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    ti, ii = sch.split(i, [8, None])
+    tj, jj = sch.split(j, [4, None])
+    sch.reorder(ti, tj, k, ii, jj)
+    sch.bind(ti, "threadIdx.y")
+    sch.bind(tj, "threadIdx.x")
+    cached = sch.cache_read(c, 0, "shared")
+    sch.compute_at(cached, k)
+    rows = sch.get_loops(cached)[-2]
+    ty, tx = sch.split(rows, [None, 8])
+    sch.bind(tx, "threadIdx.x")
+    with pytest.raises(LoweringError, match="barrier lies inside loop .* fewer than the block's 8 threads"):
+        tc.emulate_gpu(sch)
+
+
+def test_cpu_build_refuses_gpu_schedules_with_the_fix():
+    sch = tiled_matmul(64, 32, 64)
+    with pytest.raises(LoweringError, match="GPU axis: build the schedule for a CUDA target"):
+        tc.build(sch)
+
+
+# ----------------------------------------------------------------------------- property test
+
+
+def random_gpu_schedule(rng: np.random.Generator) -> tc.Schedule:
+    """A valid GPU schedule of a small matmul or element-wise chain, of odd or even shapes."""
+    if rng.random() < 0.3:
+        n, m = (int(x) for x in rng.integers(3, 70, size=2))
+        sch = tc.Schedule(add_relu(n, m))
+        if rng.random() < 0.5:
+            sch.compute_inline(sch.get_block("S"))
+        out = sch.get_block("R")
+        i, j = sch.get_loops(out)
+        threads = int(rng.choice([32, 64, 128]))
+        bx, tx = sch.split(sch.fuse(i, j), [None, threads])
+        sch.bind(bx, "blockIdx.x")
+        sch.bind(tx, "threadIdx.x")
+        if sch.state.stage("S").attach is None and any(s.name == "S" for s in sch.state.stages):
+            sch.compute_at(sch.get_block("S"), tx)
+        return sch
+    n, l, m = (int(x) for x in rng.choice([8, 12, 16, 20, 24, 32, 33], size=3))
+    threads = (int(rng.choice([2, 4, 8])), int(rng.choice([2, 4, 8])))
+    tile = (int(rng.choice([1, 2, 3])), int(rng.choice([1, 2, 4])))
+    return tiled_matmul(n, l, m, threads, tile, k_step=int(rng.choice([1, 2, 4, 5])),
+                        shared=bool(rng.random() < 0.7), vthread=int(rng.choice([1, 1, 2])))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_gpu_schedules_match_numpy(seed):
+    rng = np.random.default_rng(seed)
+    check(random_gpu_schedule(rng), seed)

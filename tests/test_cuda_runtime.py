@@ -1,0 +1,344 @@
+"""The CUDA runtime: nvcc to a cached cubin, the checks of a call's arrays (all before any
+driver call, so they run without a GPU), and, where a GPU and cuda-bindings are found,
+calls and timings with NumPy arrays and PyTorch tensors."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
+from tilecraft.runtime import ArgSpec, ProfileResult
+from tilecraft.runtime import cuda_compiler
+from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available
+from tilecraft.runtime.cuda_compiler import compile_cuda
+
+N = 1000
+ADD = """
+extern "C" __global__ void vector_add(const float* __restrict__ a, const float* __restrict__ b,
+                                      float* __restrict__ c) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < 1000) c[i] = a[i] + b[i];
+}
+"""
+ADD_ARGS = [ArgSpec("a", (N,), "float32", False), ArgSpec("b", (N,), "float32", False),
+            ArgSpec("c", (N,), "float32", True)]
+ADD_LAUNCH = LaunchSpec((4, 1, 1), (256, 1, 1))
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+needs_gpu = pytest.mark.skipif(shutil.which("nvcc") is None or not cuda_available(),
+                               reason="needs nvcc, cuda-bindings (pip install -e '.[cuda]') and an NVIDIA GPU")
+
+
+class FakeGpuArray:
+    """A GPU array as PyTorch and CuPy present one, at a made-up address: checks only, never launched."""
+
+    def __init__(self, shape, dtype="float32", device=0, strides=None, address=0x7F0000000000):
+        self.interface = {"shape": shape, "typestr": np.dtype(dtype).str, "data": (address, False),
+                          "strides": strides, "version": 3}
+        self.device = device
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.interface
+
+    def __dlpack_device__(self):
+        return (2, self.device)
+
+
+class FakeDlpackArray:
+    """An array that speaks DLPack only, on device type ``kind`` (2 CUDA, 1 CPU)."""
+
+    def __init__(self, kind, device):
+        self.where = (kind, device)
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("the check must refuse it before asking for the data")
+
+    def __dlpack_device__(self):
+        return self.where
+
+
+def add_module(cubin=b"not loaded in these tests"):
+    return CudaModule(cubin, ADD, "vector_add", ADD_ARGS, ADD_LAUNCH)
+
+
+def host_inputs():
+    return np.arange(N, dtype=np.float32), np.full(N, 0.5, dtype=np.float32)
+
+
+# nvcc and the cache
+
+
+@needs_nvcc
+def test_compile_cuda_makes_a_cubin(tmp_path):
+    cubin = compile_cuda(ADD, cache_dir=tmp_path)
+    assert cubin.startswith(b"\x7fELF")  # a cubin is an ELF file
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cu", ".cubin"]  # no temporaries left
+
+
+@needs_nvcc
+def test_same_cuda_source_is_compiled_once(tmp_path, monkeypatch):
+    first = compile_cuda(ADD, cache_dir=tmp_path)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("nvcc ran again")
+
+    monkeypatch.setattr(cuda_compiler, "_run_compiler", fail)
+    assert compile_cuda(ADD, cache_dir=tmp_path) == first
+    with pytest.raises(AssertionError, match="nvcc ran again"):
+        compile_cuda(ADD, arch="sm_80", cache_dir=tmp_path)  # other flags, another key
+
+
+@needs_nvcc
+def test_cuda_compile_error_quotes_the_offending_line(tmp_path):
+    source = 'extern "C" __global__ void k(float* a) {\n    a[0] = 1.0f;\n    a[1] = not_declared;\n}\n'
+    with pytest.raises(BuildError) as info:
+        compile_cuda(source, cache_dir=tmp_path)
+    message = str(info.value)
+    assert "not_declared" in message and "error" in message
+    assert "line 3: a[1] = not_declared;" in message
+    assert "line 2" not in message
+
+
+@needs_nvcc
+def test_cuda_compile_past_its_timeout_is_stopped(tmp_path):
+    with pytest.raises(BuildTimeoutError, match="timeout_secs"):
+        compile_cuda(ADD + "// a source not cached yet\n", cache_dir=tmp_path, timeout_secs=0.01)
+
+
+def test_missing_nvcc_is_named_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match="nvcc.*not found on PATH.*CUDA toolkit"):
+        compile_cuda(ADD, cache_dir=tmp_path)
+
+
+def test_error_lines_are_quoted_with_their_numbers():
+    message = "k.cu(2): error: bad\nk.cu(9): warning: far\nk.cu(3): catastrophic error: worse"
+    assert cuda_compiler.quote_error_lines(message, "a\n  b\nc\n") == "The offending source lines:\n  line 2: b\n  line 3: c\n"
+    assert cuda_compiler.quote_error_lines("no line numbers", "a\n") == ""
+
+
+# metadata
+
+
+def test_launch_spec_and_module_metadata_round_trip_through_json():
+    import json
+
+    launch = LaunchSpec((8, 2, 1), (128, 2, 1), shared_bytes=64 << 10)
+    assert LaunchSpec.from_json(json.loads(json.dumps(launch.to_json()))) == launch
+    module = CudaModule(b"\x7fELF...", ADD, "vector_add", ADD_ARGS, launch)
+    metadata = json.loads(json.dumps(module.to_json()))
+    assert "cubin" not in metadata
+    again = CudaModule.from_artifact(module.cubin, metadata, source=ADD)
+    assert (again.entry, again.args, again.launch, again.cubin, again.source) == \
+        (module.entry, module.args, module.launch, module.cubin, module.source)
+    assert "vector_add" in repr(again) and "(8, 2, 1)" in repr(again)
+
+
+def test_bad_launch_specs_and_metadata_are_refused():
+    with pytest.raises(ValueError, match="block"):
+        LaunchSpec((1, 1, 1), (0, 1, 1))
+    with pytest.raises(ValueError, match="grid"):
+        LaunchSpec((1, 1), (32, 1, 1))
+    with pytest.raises(ValueError, match="shared_bytes"):
+        LaunchSpec((1, 1, 1), (32, 1, 1), shared_bytes=-1)
+    with pytest.raises(ValueError, match="lacks 'launch'"):
+        CudaModule.from_artifact(b"", {"entry": "k", "args": []})
+
+
+def test_cuda_available_answers_without_raising():
+    assert cuda_available() in (True, False)
+
+
+# the checks of a call's arrays: all before any driver call
+
+
+def test_numpy_arguments_of_the_wrong_dtype_or_shape_are_named():
+    module, (a, b) = add_module(), host_inputs()
+    with pytest.raises(ValueError, match=r"input 'b' has dtype float64, expected float32"):
+        module(a, b.astype(np.float64))
+    with pytest.raises(ValueError, match=r"input 'a' has shape \(999,\), expected \(1000,\)"):
+        module(a[:999], b)
+    with pytest.raises(ValueError, match="output 'c' must be C-contiguous and writeable"):
+        module(a, b, out=np.empty(2 * N, np.float32)[::2])
+    with pytest.raises(TypeError, match=r"takes its inputs \(a, b\).*got 1 array"):
+        module(a)
+
+
+def test_numpy_inputs_that_are_not_contiguous_are_copied():
+    a = np.arange(2 * N, dtype=np.float32)[::2]
+    binding = bind_arrays("vector_add", ADD_ARGS, [a, a])
+    assert binding.arrays[0].flags.c_contiguous and np.array_equal(binding.arrays[0], a)
+    assert not binding.on_device and binding.returns_outputs
+
+
+def test_mixing_numpy_and_gpu_arrays_is_refused():
+    with pytest.raises(TilecraftError, match="'a' is a NumPy array but 'b' is on the GPU"):
+        add_module()(host_inputs()[0], FakeGpuArray((N,)))
+
+
+def test_gpu_arrays_give_their_addresses_and_device():
+    binding = bind_arrays("vector_add", ADD_ARGS, [FakeGpuArray((N,), device=1, address=16 * k) for k in (1, 2, 3)])
+    assert binding.on_device and binding.device == 1 and not binding.returns_outputs
+    assert binding.pointers == {0: 16, 1: 32, 2: 48}
+
+
+def test_gpu_arrays_of_the_wrong_dtype_shape_or_layout_are_named():
+    good = FakeGpuArray((N,))
+    with pytest.raises(ValueError, match="input 'a' has dtype float16, expected float32"):
+        bind_arrays("vector_add", ADD_ARGS, [FakeGpuArray((N,), "float16"), good])
+    with pytest.raises(ValueError, match=r"input 'b' has shape \(10, 100\), expected \(1000,\)"):
+        bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((10, 100))])
+    with pytest.raises(ValueError, match="input 'b' is not C-contiguous"):
+        bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((N,), strides=(8,))])
+    assert bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((N,), strides=(4,))]).on_device
+
+
+def test_a_gpu_array_on_another_gpu_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"input 'b' is on cuda:1 but the kernel runs on cuda:0; move it with "
+                                         r"\.to\('cuda:0'\)"):
+        bind_arrays("vector_add", ADD_ARGS, [FakeGpuArray((N,)), FakeDlpackArray(2, 1)])
+    with pytest.raises(ValueError, match="'a' is on cuda:1 but the kernel runs on cuda:0"):
+        bind_arrays("vector_add", ADD_ARGS, [FakeDlpackArray(2, 1), FakeGpuArray((N,))], device=0)
+
+
+def test_an_array_in_host_memory_behind_dlpack_is_refused():
+    with pytest.raises(ValueError, match="input 'a' is in the CPU, not on a GPU"):
+        add_module()(FakeDlpackArray(1, 0), FakeGpuArray((N,)))
+
+
+def test_a_dlpack_only_gpu_array_is_refused_with_the_fix():
+    with pytest.raises(TypeError, match=r"offers DLPack only.*torch\.from_dlpack"):
+        bind_arrays("vector_add", ADD_ARGS, [FakeDlpackArray(2, 0), FakeGpuArray((N,))])
+
+
+def test_something_that_is_no_array_is_named():
+    with pytest.raises(TypeError, match="input 'a' is a list; pass a numpy.ndarray or a GPU array"):
+        add_module()(list(range(N)), host_inputs()[1])
+
+
+def test_a_torch_cpu_tensor_is_refused_before_any_driver_call():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="input 'a' is in the CPU"):
+        add_module()(torch.zeros(N), torch.zeros(N))
+
+
+# on a GPU
+
+
+def device_arch() -> str:
+    from cuda.bindings import driver
+
+    attribute = driver.CUdevice_attribute
+    driver.cuInit(0)
+    _, device = driver.cuDeviceGet(0)
+    major = driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device)[1]
+    minor = driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device)[1]
+    return f"sm_{major}{minor}"
+
+
+@pytest.fixture(scope="module")
+def gpu_add(tmp_path_factory):
+    cubin = compile_cuda(ADD, arch=device_arch(), cache_dir=tmp_path_factory.mktemp("cubins"))
+    return add_module(cubin)
+
+
+@needs_gpu
+def test_numpy_arrays_in_numpy_arrays_out(gpu_add):
+    a, b = host_inputs()
+    np.testing.assert_array_equal(gpu_add(a, b), a + b)
+    c = np.zeros(N, np.float32)
+    assert gpu_add(a, b, out=c) is c and np.array_equal(c, a + b)
+    c[:] = 0
+    assert gpu_add(a[::-1], b, c) is None  # every argument positionally; a copy of the reversed input
+    np.testing.assert_array_equal(c, a[::-1] + b)
+
+
+@needs_gpu
+def test_torch_tensors_in_a_torch_tensor_out_without_copies(gpu_add):
+    torch = pytest.importorskip("torch")
+    a, b = (torch.from_numpy(x).cuda() for x in host_inputs())
+    c = gpu_add(a, b)
+    assert isinstance(c, torch.Tensor) and c.device == a.device and c.dtype == torch.float32
+    torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+    given = torch.zeros(N, device="cuda")
+    pointer = given.data_ptr()
+    assert gpu_add(a, b, out=given) is given and given.data_ptr() == pointer
+    torch.testing.assert_close(given, a + b, rtol=0, atol=0)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # launched on the caller's current stream
+        on_stream = gpu_add(a, b)
+    stream.synchronize()
+    torch.testing.assert_close(on_stream, a + b, rtol=0, atol=0)
+
+
+@needs_gpu
+def test_cupy_arrays_in_a_cupy_array_out(gpu_add):
+    cupy = pytest.importorskip("cupy")
+    a, b = (cupy.asarray(x) for x in host_inputs())
+    c = gpu_add(a, b)
+    assert isinstance(c, cupy.ndarray)
+    np.testing.assert_array_equal(cupy.asnumpy(c), cupy.asnumpy(a + b))
+
+
+@needs_gpu
+def test_time_evaluator_returns_positive_seconds(gpu_add):
+    for flush_l2 in (True, False):
+        result = gpu_add.time_evaluator(number=5, repeat=2, flush_l2=flush_l2)(*host_inputs())
+        assert isinstance(result, ProfileResult) and len(result.results) == 2
+        assert all(0 < cost < 1e-2 for cost in result.results)
+
+
+@needs_gpu
+def test_time_evaluator_times_torch_tensors(gpu_add):
+    torch = pytest.importorskip("torch")
+    a, b = (torch.from_numpy(x).cuda() for x in host_inputs())
+    c = torch.empty(N, device="cuda")
+    assert gpu_add.time_evaluator(number=3, repeat=1)(a, b, out=c).min > 0
+    torch.testing.assert_close(c, a + b, rtol=0, atol=0)
+
+
+@needs_gpu
+def test_a_block_larger_than_the_kernel_allows_is_refused_before_launch(gpu_add):
+    module = CudaModule(gpu_add.cubin, ADD, "vector_add", ADD_ARGS, LaunchSpec((1, 1, 1), (2048, 1, 1)))
+    with pytest.raises(TilecraftError, match=r"'vector_add' cannot run blocks of \(2048, 1, 1\).*at most 1024"):
+        module(*host_inputs())
+
+
+@needs_gpu
+def test_a_failed_launch_names_the_kernel_its_launch_and_the_driver_error(gpu_add):
+    module = CudaModule(gpu_add.cubin, ADD, "vector_add", ADD_ARGS, LaunchSpec((1, 70000, 1), (256, 1, 1)))
+    with pytest.raises(TilecraftError, match=r"'vector_add' failed on cuda:0: CUDA_ERROR_INVALID_VALUE "
+                                             r"\(grid \(1, 70000, 1\), block \(256, 1, 1\), 0 bytes"):
+        module(*host_inputs())  # grid y is at most 65535: refused at launch, and the context stays usable
+
+
+SHARED = """
+extern "C" __global__ void through_shared(const float* __restrict__ a, float* __restrict__ b) {
+    extern __shared__ float staged[];  // 25,000 floats: 100,000 bytes, over the 48 KiB default
+    for (int i = threadIdx.x; i < 25000; i += blockDim.x) staged[i] = a[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < 25000; i += blockDim.x) b[i] = 2.0f * staged[24999 - i];
+}
+"""
+SHARED_ARGS = [ArgSpec("a", (25000,), "float32", False), ArgSpec("b", (25000,), "float32", True)]
+
+
+@needs_gpu
+def test_dynamic_shared_memory_over_48_kib_is_opted_in(tmp_path):
+    cubin = compile_cuda(SHARED, arch=device_arch(), cache_dir=tmp_path)
+    module = CudaModule(cubin, SHARED, "through_shared", SHARED_ARGS, LaunchSpec((1, 1, 1), (256, 1, 1), 100_000))
+    a = np.arange(25000, dtype=np.float32)
+    np.testing.assert_array_equal(module(a), 2 * a[::-1])
+    too_much = CudaModule(cubin, SHARED, "through_shared", SHARED_ARGS, LaunchSpec((1, 1, 1), (256, 1, 1), 1 << 20))
+    with pytest.raises(TilecraftError, match="asks for 1048576 bytes of dynamic shared memory"):
+        too_much(a)
+
+
+@needs_gpu
+def test_a_cubin_for_another_architecture_is_refused_with_the_fix(tmp_path):
+    other = "sm_90" if device_arch().startswith("sm_8") else "sm_80"  # a cubin runs on its major version only
+    module = add_module(compile_cuda(ADD, arch=other, cache_dir=tmp_path))
+    with pytest.raises(TilecraftError, match="cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU.*nvcc_arch"):
+        module(*host_inputs())

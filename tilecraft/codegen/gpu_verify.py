@@ -1,0 +1,103 @@
+"""The GPU verifier: a lowered kernel checked against its target's limits before any build.
+
+As MetaSchedule's ``VerifyGPUCode``: a candidate that would fail to launch (too many
+threads, too much shared memory) or that the backend cannot emit (a block loop inside a
+thread loop, an over-wide vector) never costs a compilation or a launch. Each error names
+the limit, the value and the loop or buffer that exceeds it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import GpuLimitError
+from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt
+from ..te.dtype import bytes_of
+from .cuda import GPU_AXES, Launch, bound_loops, launch_of, vector_bytes
+
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def verify_gpu(func: LoweredFunc, target) -> Launch:
+    """The launch of ``func`` if it fits ``target`` (a ``CudaTarget``).
+
+    Raises:
+        GpuLimitError: Naming the first limit exceeded.
+    """
+    loops = bound_loops(func.body)
+    if not any(loop.kind.startswith(("blockIdx", "threadIdx")) for loop in loops):
+        raise GpuLimitError("no loop is bound to blockIdx or threadIdx, so the kernel would run on one GPU thread: "
+                            "bind the outer loops of the output block (sch.bind(loop, 'blockIdx.x'), ...)")
+    launch = launch_of(func)
+    for axis, size, limit in zip("xyz", launch.block, MAX_BLOCK):
+        if size > limit:
+            raise GpuLimitError(f"threadIdx.{axis} has {size} threads, above the limit of {limit}: "
+                                f"{_loops_on(loops, 'threadIdx.' + axis)}")
+    for axis, size, limit in zip("xyz", launch.grid, MAX_GRID):
+        if size > limit:
+            raise GpuLimitError(f"blockIdx.{axis} has {size} blocks, above the limit of {limit}")
+    if launch.threads > target.max_threads_per_block:
+        raise GpuLimitError(f"a block of {' x '.join(map(str, launch.block))} = {launch.threads} threads exceeds the "
+                            f"target's {target.max_threads_per_block} threads per block: "
+                            f"{_loops_on(loops, 'threadIdx')}; split them smaller")
+    for loop in loops:
+        if loop.kind.startswith("vthread") and loop.extent > target.max_vthread:
+            raise GpuLimitError(f"loop {loop.var.name} bound to {loop.kind} has extent {loop.extent}, above the "
+                                f"limit of {target.max_vthread} virtual threads")
+    shared = _shared_buffers(func.body)
+    used = sum(math.prod(b.shape) * bytes_of(b.dtype) for b in shared)
+    if used > target.max_shared_memory_per_block:
+        listed = ", ".join(f"{b.name}{list(b.shape)}" for b in shared)
+        raise GpuLimitError(f"the block uses {used} bytes of shared memory ({listed}), above the target's "
+                            f"{target.max_shared_memory_per_block} bytes per block: make the tiles cached in "
+                            "shared memory smaller")
+    _check_nest(func.body, (), target)
+    return launch
+
+
+def _loops_on(loops: list[For], prefix: str) -> str:
+    return "loops " + ", ".join(f"{l.var.name} ({l.kind}, extent {l.extent})" for l in loops if l.kind.startswith(prefix))
+
+
+def _shared_buffers(s: Stmt) -> list:
+    found = []
+    stack = [s]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Allocate):
+            if node.buffer.scope == "shared" and node.buffer not in found:
+                found.append(node.buffer)
+            stack.append(node.body)
+        elif isinstance(node, For):
+            stack.append(node.body)
+        elif isinstance(node, Seq):
+            stack.extend(node.stmts)
+        elif isinstance(node, IfThenElse):
+            stack.append(node.then)
+    return found
+
+
+def _check_nest(s: Stmt, outer: tuple[For, ...], target) -> None:
+    """Block loops outermost; vector widths within the target's."""
+    if isinstance(s, For):
+        if s.kind.startswith("blockIdx"):
+            inner = next((l for l in outer if not l.kind.startswith("blockIdx")), None)
+            if inner is not None:
+                raise GpuLimitError(f"loop {s.var.name} bound to {s.kind} lies inside loop {inner.var.name} "
+                                    f"({inner.kind}): loops bound to blockIdx must be the outermost")
+        if s.kind == "vectorize" and vector_bytes(s) > target.max_vector_bytes:
+            raise GpuLimitError(f"vectorized loop {s.var.name} moves {vector_bytes(s)} bytes at once, above the "
+                                f"target's {target.max_vector_bytes}: split it to at most "
+                                f"{target.max_vector_bytes} bytes")
+        if s.kind not in ("serial", "unroll", "vectorize") and not s.kind.startswith(GPU_AXES):
+            raise GpuLimitError(f"loop {s.var.name} is {s.kind}, a CPU annotation: on a GPU bind it to blockIdx or "
+                                "threadIdx instead")
+        _check_nest(s.body, outer + (s,), target)
+    elif isinstance(s, Seq):
+        for child in s.stmts:
+            _check_nest(child, outer, target)
+    elif isinstance(s, IfThenElse):
+        _check_nest(s.then, outer, target)
+    elif isinstance(s, Allocate):
+        _check_nest(s.body, outer, target)

@@ -1,0 +1,171 @@
+"""A GPU loop nest run on the CPU, one thread after another, as MCUDA runs CUDA on CPUs.
+
+On machines without a GPU this is how GPU schedules are checked against the NumPy oracle.
+The emulation keeps the kernel's distribution of work rather than reading its bound loops
+as plain loops: each block runs its threads in turn, every loop bound to ``threadIdx``
+takes the index of the thread running it (skipping threads beyond its extent), the kernel
+body is cut into phases at its barriers (each phase runs for all threads before the next
+begins), and a thread's local buffers live across phases as one copy per thread. So a
+shared-memory tile that the threads fill together is filled only where the real threads
+would fill it. What it cannot see is what serial execution hides: races, a missing
+barrier, misaligned vector accesses; the GPU tests run under compute-sanitizer for those.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import LoweringError
+from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, substitute
+from .nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, seq
+
+_THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def emulate_on_cpu(func: LoweredFunc, block: tuple[int, int, int]) -> LoweredFunc:
+    """The CPU loop nest that computes what ``func`` computes when launched with ``block``
+    threads a block (x, y, z): block loops serial, threads serialized phase by phase."""
+    threads = {axis: Var(f"tc_{axis.replace('.', '_')}") for axis in _THREAD_AXES}
+    return LoweredFunc(func.name, func.args, _Emulation(threads, block).block_level(func.body), func.outputs,
+                       func.packs, func.user_args)
+
+
+class _Emulation:
+    def __init__(self, threads: dict[str, Var], block: tuple[int, int, int]):
+        self.threads, self.block = threads, dict(zip(_THREAD_AXES, block))
+
+    def block_level(self, s: Stmt) -> Stmt:
+        """Outside the thread phases: block loops become serial loops."""
+        if isinstance(s, For) and s.kind.startswith("blockIdx"):
+            return For(s.var, s.extent, "serial", self.block_level(s.body))
+        return self.phases(s)
+
+    def phases(self, s: Stmt) -> Stmt:
+        """``s`` run by every thread of the block, phase by phase."""
+        if not _has_barrier(s):
+            return self.all_threads(s)
+        if isinstance(s, Seq):
+            out, run = [], []
+            for child in s.stmts:
+                if _has_barrier(child):  # a barrier, or a statement holding one, ends a phase
+                    out += [self.all_threads(seq(run)) if run else None,
+                            None if isinstance(child, Barrier) else self.phases(child)]
+                    run = []
+                else:
+                    run.append(child)
+            return seq(out + [self.all_threads(seq(run)) if run else None])
+        if isinstance(s, For) and s.kind.startswith("threadIdx"):
+            if s.extent != self.block[s.kind]:
+                raise LoweringError(f"a barrier lies inside loop {s.var.name} bound to {s.kind} with extent "
+                                    f"{s.extent}, fewer than the block's {self.block[s.kind]} threads on that axis")
+            return self.phases(_substitute_stmt(s.body, {s.var: self.threads[s.kind]}))
+        if isinstance(s, For):  # every thread runs this loop alike, so its phases interleave per iteration
+            return For(s.var, s.extent, "serial", self.phases(s.body))
+        if isinstance(s, Allocate) and s.buffer.scope == "local":  # a per-thread array that lives across phases
+            expanded = Buffer(s.buffer.name, (self.count,) + s.buffer.shape, s.buffer.dtype, "local")
+            return Allocate(expanded, self.phases(_expand(s.body, s.buffer, expanded, self.thread_id())))
+        if isinstance(s, Allocate):  # shared memory: one array a block
+            local = _as_local(s.buffer)
+            return Allocate(local, self.phases(_rebuffer(s.body, s.buffer, local)))
+        raise LoweringError("a barrier lies under a condition, which threads may take differently; "
+                            "barriers must be reached by every thread of a block")
+
+    @property
+    def count(self) -> int:
+        return math.prod(self.block.values())
+
+    def thread_id(self) -> Expr:
+        x, y, z = (self.threads[a] for a in _THREAD_AXES)
+        bx, by = self.block["threadIdx.x"], self.block["threadIdx.y"]
+        return binary("add", x, binary("mul", binary("add", y, binary("mul", z, const(by))), const(bx)))
+
+    def all_threads(self, s: Stmt) -> Stmt:
+        body = self.one_thread(s)
+        for axis in _THREAD_AXES:
+            body = For(self.threads[axis], self.block[axis], "serial", body)
+        return body
+
+    def one_thread(self, s: Stmt) -> Stmt:
+        """What one thread runs of a phase: its own iterations of each thread loop."""
+        if isinstance(s, For) and s.kind.startswith("threadIdx"):
+            thread = self.threads[s.kind]
+            body = self.one_thread(_substitute_stmt(s.body, {s.var: thread}))
+            return body if s.extent == self.block[s.kind] else IfThenElse(thread < s.extent, body)
+        if isinstance(s, For):
+            kind = s.kind if s.kind in ("serial", "unroll") else "serial"
+            return For(s.var, s.extent, kind, self.one_thread(s.body), s.unroll_max_step)
+        if isinstance(s, Seq):
+            return seq([self.one_thread(c) for c in s.stmts])
+        if isinstance(s, IfThenElse):
+            return IfThenElse(s.cond, self.one_thread(s.then))
+        if isinstance(s, Allocate):
+            local = _as_local(s.buffer)
+            return Allocate(local, self.one_thread(_rebuffer(s.body, s.buffer, local)))
+        return s
+
+
+def _has_barrier(s: Stmt) -> bool:
+    if isinstance(s, Barrier):
+        return True
+    if isinstance(s, Seq):
+        return any(_has_barrier(c) for c in s.stmts)
+    if isinstance(s, (For, Allocate)):
+        return _has_barrier(s.body)
+    if isinstance(s, IfThenElse):
+        return _has_barrier(s.then)
+    return False
+
+
+def _as_local(buffer: Buffer) -> Buffer:
+    return buffer if buffer.scope == "local" else Buffer(buffer.name, buffer.shape, buffer.dtype, "local")
+
+
+def _map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b) -> Stmt:
+    """``s`` with every expression passed through ``expr_fn`` and every stored buffer through ``buffer_fn``."""
+    if isinstance(s, Store):
+        return Store(buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices), expr_fn(s.value))
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _map_stmt(s.body, expr_fn, buffer_fn), s.unroll_max_step)
+    if isinstance(s, Seq):
+        return Seq(tuple(_map_stmt(c, expr_fn, buffer_fn) for c in s.stmts))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(expr_fn(s.cond), _map_stmt(s.then, expr_fn, buffer_fn))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _map_stmt(s.body, expr_fn, buffer_fn))
+    return s
+
+
+def _substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    return _map_stmt(s, lambda e: substitute(e, mapping))
+
+
+def _rewrite_reads(old: Buffer, new: Buffer, prefix: tuple[Expr, ...]):
+    def rewrite(e: Expr) -> Expr:
+        if isinstance(e, TensorRead) and e.tensor is old:
+            return TensorRead(new, prefix + tuple(rewrite(i) for i in e.indices))
+        return map_children(e, rewrite)
+
+    return rewrite
+
+
+def _rebuffer(s: Stmt, old: Buffer, new: Buffer) -> Stmt:
+    """``s`` using ``new`` wherever it used ``old`` (the same shape)."""
+    return _map_stmt(s, _rewrite_reads(old, new, ()), lambda b: new if b is old else b)
+
+
+def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:
+    """``s`` using thread ``thread``'s row of ``new`` wherever it used ``old``."""
+    rewrite = _rewrite_reads(old, new, (thread,))
+    if isinstance(s, Store) and s.buffer is old:
+        return Store(new, (thread,) + tuple(rewrite(i) for i in s.indices), rewrite(s.value))
+    if isinstance(s, Store):
+        return _map_stmt(s, rewrite)
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _expand(s.body, old, new, thread), s.unroll_max_step)
+    if isinstance(s, Seq):
+        return Seq(tuple(_expand(c, old, new, thread) for c in s.stmts))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(rewrite(s.cond), _expand(s.then, old, new, thread))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _expand(s.body, old, new, thread))
+    return s

@@ -1,0 +1,497 @@
+"""A compiled CUDA kernel as a Python callable, over NumPy arrays or GPU arrays.
+
+The map:
+
+- ``LaunchSpec``: grid, block and dynamic shared memory of a launch; JSON.
+- ``CudaModule``: a cubin, its entry, its ``ArgSpec``s and its ``LaunchSpec``; loaded on the
+  first call, then called (``module(*arrays)``) or timed (``module.time_evaluator()``).
+  A build travels as the cubin's bytes plus ``to_json()`` (``from_artifact`` reads them).
+- ``bind_arrays``: the check of a call's arrays, a pure function, so every user mistake is
+  caught (and tested) before the driver is touched, on machines without a GPU.
+- ``cuda_available``: whether kernels can run here; it never raises, for test skips.
+- ``_Kernel``: the entry loaded on one GPU through the driver API: launch, synchronize, time.
+
+Why the driver API (``cuda-bindings``, an optional extra) and not CuPy or PyTorch: it is a
+thin layer that loads a cubin built elsewhere, and it is what those libraries sit on, so
+the kernel runs in the GPU's primary context, where their pointers are valid.
+
+Two ways to call. NumPy arrays are copied to the GPU and back, and the call waits for the
+kernel: slow, but simple for tests and for checking results. GPU arrays (PyTorch tensors,
+CuPy arrays: anything with ``__cuda_array_interface__``) are passed by pointer, new
+outputs are made by the same library, and the kernel is launched on that library's current
+stream without waiting, as one of its own operations would be; an error inside the kernel
+then surfaces at the next synchronization. An illegal address or a trap leaves the GPU's
+context unusable for the rest of the process, so a tuner runs candidates in a worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+import sys
+import weakref
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import TargetError, TilecraftError
+from .module import ArgSpec
+from .timer import ProfileResult
+
+L2_FLUSH_BYTES = 256 << 20  # Triton's do_bench; over twice the largest L2 (H100: 50 MiB, H200: 60 MiB)
+_STATIC_SHARED_LIMIT = 48 << 10  # more dynamic shared memory needs the kernel's opt-in attribute
+_CUDA, _DEVICE_NAMES = 2, {1: "the CPU", 3: "pinned host memory", 13: "CUDA managed memory"}  # DLPack device types
+_HINTS = {"CUDA_ERROR_NO_BINARY_FOR_GPU": " (the cubin was built for another GPU architecture: compile it for "
+                                          "this GPU's, CudaTarget.device().nvcc_arch)"}
+_INSTALL = "pip install -e '.[cuda]' (or pip install 'cuda-bindings>=13.0'; it needs an NVIDIA driver >= 580)"
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """How a kernel is launched: ``grid`` blocks of ``block`` threads (x, y, z), each block
+    with ``shared_bytes`` of dynamic shared memory (``extern __shared__``)."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("grid", "block"):
+            value = _ints(getattr(self, name))
+            if value is None or len(value) != 3 or min(value) < 1:
+                raise ValueError(f"LaunchSpec {name}={getattr(self, name)!r} must be three positive ints (x, y, z)")
+            object.__setattr__(self, name, value)
+        shared_bytes = _ints([self.shared_bytes])
+        if shared_bytes is None or shared_bytes[0] < 0:
+            raise ValueError(f"LaunchSpec shared_bytes={self.shared_bytes!r} must be an int >= 0")
+        object.__setattr__(self, "shared_bytes", shared_bytes[0])
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return math.prod(self.block)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
+        return cls(tuple(data["grid"]), tuple(data["block"]), int(data.get("shared_bytes", 0)))
+
+
+def _ints(values: Any) -> tuple[int, ...] | None:
+    """``values`` as Python ints (NumPy's count too), or None if one is not an integer."""
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A call's arrays, checked by ``bind_arrays``. ``arrays`` maps the index of each given
+    argument to its array (NumPy inputs made C-contiguous); ``pointers`` the address of each
+    GPU array (empty for NumPy arrays); ``device`` is the GPU the call runs on;
+    ``returns_outputs`` is False when every argument was passed positionally."""
+
+    arrays: dict[int, Any]
+    pointers: dict[int, int]
+    device: int
+    returns_outputs: bool
+
+    @property
+    def on_device(self) -> bool:
+        return bool(self.pointers)
+
+
+def bind_arrays(entry: str, args: Sequence[ArgSpec], arrays: Sequence[Any], out: Any = None,
+                device: int | None = None) -> Binding:
+    """Check a call's arrays against ``args``, touching no driver. ``device`` is the GPU the
+    kernel is loaded on; None (not loaded yet) takes the first GPU array's, else GPU 0.
+
+    Raises:
+        TypeError: If the number of arrays fits neither form, or one is no array.
+        ValueError: If an array has the wrong shape, dtype or layout, or is on another device.
+        TilecraftError: If NumPy arrays and GPU arrays are mixed.
+    """
+    inputs = [i for i, spec in enumerate(args) if not spec.is_output]
+    outputs = [i for i, spec in enumerate(args) if spec.is_output]
+    out_arrays = () if out is None else tuple(out) if isinstance(out, (list, tuple)) else (out,)
+    if len(arrays) == len(args) and out is None:
+        given, returns_outputs = dict(enumerate(arrays)), False
+    elif len(arrays) == len(inputs) and len(out_arrays) in (0, len(outputs)):
+        given, returns_outputs = {**dict(zip(inputs, arrays)), **dict(zip(outputs, out_arrays))}, True
+    else:
+        raise TypeError(f"{entry} takes its inputs ({', '.join(args[i].name for i in inputs)}), with out= for "
+                        f"its outputs ({', '.join(args[i].name for i in outputs)}) or not, or all its arguments; "
+                        f"got {len(arrays)} array(s)" + (f" and {len(out_arrays)} in out=" if out is not None else ""))
+    checked, pointers = {}, {}
+    for index, array in given.items():
+        if isinstance(array, np.ndarray):
+            checked[index] = _host_array(entry, args[index], array)
+        else:
+            array_device, pointers[index] = _device_pointer(entry, args[index], array, device)
+            device = array_device if device is None else device
+            checked[index] = array
+    if pointers and len(pointers) != len(given):
+        host = next(args[i].name for i in given if i not in pointers)
+        gpu = next(args[i].name for i in pointers)
+        raise TilecraftError(f"{entry}: {host!r} is a NumPy array but {gpu!r} is on the GPU; pass every argument "
+                             f"as a NumPy array (copied to the GPU and back) or every one as a GPU array")
+    return Binding(checked, pointers, device or 0, returns_outputs)
+
+
+def _host_array(entry: str, spec: ArgSpec, array: np.ndarray) -> np.ndarray:
+    role = "output" if spec.is_output else "input"
+    if array.dtype != np.dtype(spec.dtype):
+        raise ValueError(f"{entry}: {role} {spec.name!r} has dtype {array.dtype}, expected {spec.dtype}; "
+                         f"pass x.astype({spec.dtype!r})")
+    if array.shape != spec.shape:
+        raise ValueError(f"{entry}: {role} {spec.name!r} has shape {array.shape}, expected {spec.shape}")
+    if spec.is_output and not (array.flags.c_contiguous and array.flags.writeable):
+        raise ValueError(f"{entry}: output {spec.name!r} must be C-contiguous and writeable; pass "
+                         f"np.empty({spec.shape}, dtype={spec.dtype!r})")
+    return np.ascontiguousarray(array)
+
+
+def _device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -> tuple[int, int]:
+    """The GPU and the data address of a GPU array, once checked as ``spec``."""
+    role = "output" if spec.is_output else "input"
+    face = getattr(array, "__cuda_array_interface__", None)
+    where = getattr(array, "__dlpack_device__", None)
+    if face is None and where is None:
+        raise TypeError(f"{entry}: {role} {spec.name!r} is a {type(array).__name__}; pass a numpy.ndarray or a "
+                        f"GPU array (a PyTorch CUDA tensor, a CuPy array)")
+    kind, index = (int(v) for v in where()) if where is not None else (_CUDA, device or 0)
+    if kind != _CUDA:
+        raise ValueError(f"{entry}: {role} {spec.name!r} is in {_DEVICE_NAMES.get(kind, f'DLPack device {kind}')}, "
+                         f"not on a GPU; move it with .to('cuda:{device or 0}'), or pass NumPy arrays for every argument")
+    if device is not None and index != device:
+        raise ValueError(f"{entry}: {role} {spec.name!r} is on cuda:{index} but the kernel runs on cuda:{device}; "
+                         f"move it with .to('cuda:{device}')")
+    if face is None:
+        raise TypeError(f"{entry}: {role} {spec.name!r} ({type(array).__name__}) offers DLPack only, and tilecraft "
+                        f"reads GPU addresses from __cuda_array_interface__; wrap it without a copy with "
+                        f"torch.from_dlpack(x) or cupy.from_dlpack(x)")
+    shape, dtype = tuple(face["shape"]), np.dtype(face["typestr"])
+    if dtype != np.dtype(spec.dtype):
+        raise ValueError(f"{entry}: {role} {spec.name!r} has dtype {dtype.name}, expected {spec.dtype}")
+    if shape != spec.shape:
+        raise ValueError(f"{entry}: {role} {spec.name!r} has shape {shape}, expected {spec.shape}")
+    if not _is_c_contiguous(shape, face.get("strides"), dtype.itemsize):
+        raise ValueError(f"{entry}: {role} {spec.name!r} is not C-contiguous; pass x.contiguous() (PyTorch) or "
+                         f"cupy.ascontiguousarray(x)")
+    if spec.is_output and face["data"][1]:
+        raise ValueError(f"{entry}: output {spec.name!r} is read-only; pass a writeable array")
+    return index, int(face["data"][0])
+
+
+def _is_c_contiguous(shape: tuple[int, ...], strides: Sequence[int] | None, itemsize: int) -> bool:
+    """Whether byte ``strides`` (None means C-contiguous) lay ``shape`` out densely in C order;
+    an extent-1 axis may have any stride."""
+    expected = itemsize
+    for extent, stride in reversed(list(zip(shape, strides or ()))):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def cuda_available() -> bool:
+    """Whether ``cuda-bindings`` is installed and the driver sees a GPU; never raises."""
+    try:
+        from cuda.bindings import driver
+
+        status, count = driver.cuInit(0)[0], driver.cuDeviceGetCount()
+        return status == 0 and count[0] == 0 and count[1] > 0
+    except Exception:  # ImportError, or RuntimeError when libcuda.so.1 cannot be loaded
+        return False
+
+
+class CudaModule:
+    """A compiled CUDA kernel, called with NumPy arrays or GPU arrays.
+
+    The kernel takes one pointer per argument, in ``args`` order. ``module(*inputs)``
+    returns new outputs (one, or a tuple); ``module(*inputs, out=outputs)`` writes into
+    given ones and returns them; ``module(*all_arguments)`` returns None. Arrays are all
+    NumPy (copied to the GPU and back; the call waits) or all GPU arrays (passed by
+    pointer; launched on their library's current stream, without waiting; new outputs made
+    by that library, PyTorch or CuPy). The cubin is loaded on the first call, on GPU 0 or
+    the GPU of the first GPU array, in that GPU's primary context, and stays there.
+
+    Args:
+        cubin: The kernel's machine code (``compile_cuda``).
+        source: Its CUDA C source, kept for reading.
+        entry: The kernel's name (``extern "C" __global__``).
+        args: Its arguments, in order.
+        launch: Its grid, block and dynamic shared memory.
+
+    Raises:
+        ValueError: If argument names repeat.
+
+    A call raises ``TypeError`` / ``ValueError`` / ``TilecraftError`` naming the argument at
+    fault (``bind_arrays``), ``TargetError`` when cuda-bindings or the driver is missing, and
+    ``TilecraftError`` when the block is larger than the kernel allows or the launch fails.
+    """
+
+    def __init__(self, cubin: bytes, source: str, entry: str, args: Sequence[ArgSpec], launch: LaunchSpec) -> None:
+        self.cubin = bytes(cubin)
+        self.source = source
+        self.entry = entry
+        self.args = tuple(args)
+        self.launch = launch
+        names = [arg.name for arg in self.args]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{entry}: argument names {names} repeat; give each argument its own name")
+        self._kernel: _Kernel | None = None
+
+    def __repr__(self) -> str:
+        launch = self.launch
+        return (f"CudaModule({self.entry!r}, args=({', '.join(arg.name for arg in self.args)}), grid={launch.grid}, "
+                f"block={launch.block}, shared_bytes={launch.shared_bytes})")
+
+    def to_json(self) -> dict[str, Any]:
+        """The metadata that travels beside the cubin: entry, arguments and launch."""
+        return {"entry": self.entry, "launch": self.launch.to_json(),
+                "args": [{"name": a.name, "shape": list(a.shape), "dtype": a.dtype, "is_output": a.is_output}
+                         for a in self.args]}
+
+    @classmethod
+    def from_artifact(cls, cubin: bytes, metadata: Mapping[str, Any], source: str = "") -> CudaModule:
+        """The module of a cubin and the ``to_json()`` written beside it.
+
+        Raises:
+            ValueError: If the metadata lacks a field.
+        """
+        try:
+            args = [ArgSpec(a["name"], tuple(a["shape"]), a["dtype"], bool(a["is_output"])) for a in metadata["args"]]
+            return cls(cubin, source, metadata["entry"], args, LaunchSpec.from_json(metadata["launch"]))
+        except KeyError as missing:
+            raise ValueError(f"CUDA kernel metadata lacks {missing}; write it with CudaModule.to_json()") from None
+
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        """Run the kernel once; see the class docstring for the forms of a call."""
+        args, stream, result = self._prepare(arrays, out)
+        with self._staged(args, stream) as pointers:
+            self._kernel.launch(pointers, stream)
+        return result
+
+    def time_evaluator(self, number: int = 10, repeat: int = 3, flush_l2: bool = True):
+        """A function that times the kernel with CUDA events.
+
+        ``f(*arrays, out=None)`` takes arrays as a call does (NumPy arrays are copied to the
+        GPU once) and returns a ``ProfileResult`` of seconds per launch, one entry per
+        repeat, each the mean of ``number`` launches, after one untimed warm-up launch.
+        With ``flush_l2``, a 256 MiB buffer is zeroed before each launch, outside the timed
+        events, so that every launch starts with a cold L2 as Triton's ``do_bench`` does;
+        without it, the ``number`` launches run back to back between one pair of events.
+
+        Raises:
+            ValueError: ``f`` raises it for ``number`` or ``repeat`` below 1.
+        """
+
+        def evaluate(*arrays: Any, out: Any = None) -> ProfileResult:
+            if number < 1 or repeat < 1:
+                raise ValueError(f"time_evaluator: number={number} and repeat={repeat} must be >= 1")
+            args, stream, _ = self._prepare(arrays, out)
+            with self._staged(args, stream) as pointers:
+                return self._kernel.time(pointers, stream, number, repeat, flush_l2)
+
+        return evaluate
+
+    def _prepare(self, arrays: Sequence[Any], out: Any) -> tuple[list[Any], int, Any]:
+        """Every argument in order (GPU addresses, or NumPy arrays), outputs made where not
+        given; the stream to launch on; what the call returns. The first call loads the kernel."""
+        binding = bind_arrays(self.entry, self.args, arrays, out, None if self._kernel is None else self._kernel.device)
+        if self._kernel is None:
+            self._kernel = _Kernel(self.cubin, self.entry, self.launch, binding.device)
+        missing = [i for i in range(len(self.args)) if i not in binding.arrays]
+        specs = [self.args[i] for i in missing]
+        if binding.on_device:
+            library = type(binding.arrays[next(iter(binding.pointers))]).__module__.partition(".")[0]
+            made, stream = _gpu_arrays_and_stream(library, binding.device, specs)
+        else:
+            made, stream = [np.empty(spec.shape, spec.dtype) for spec in specs], 0
+        every = {**binding.arrays, **dict(zip(missing, made))}
+        outputs = tuple(every[i] for i, spec in enumerate(self.args) if spec.is_output)
+        result = (outputs[0] if len(outputs) == 1 else outputs) if binding.returns_outputs else None
+        if binding.on_device:
+            every = {**binding.pointers, **{i: int(array.__cuda_array_interface__["data"][0])
+                                            for i, array in zip(missing, made)}}
+        return [every[i] for i in range(len(self.args))], stream, result
+
+    @contextlib.contextmanager
+    def _staged(self, arrays: list[Any], stream: int):
+        """The GPU address of every argument, in order, with the kernel's context current.
+        ``arrays`` are GPU addresses (used as they are) or NumPy arrays: those are copied
+        to GPU buffers here, and on leaving, the kernel is waited for, outputs are copied
+        back and the buffers freed."""
+        cu, kernel = _driver(), self._kernel
+        with kernel.current():
+            if all(isinstance(value, int) for value in arrays):
+                yield arrays
+                return
+            buffers = []
+            try:
+                for array in arrays:  # outputs too: a kernel that writes part of one leaves the rest as given
+                    buffers.append(_call(cu.cuMemAlloc, max(array.nbytes, 1)))
+                    _call(cu.cuMemcpyHtoD, buffers[-1], array.ctypes.data, array.nbytes)
+                yield [int(buffer) for buffer in buffers]
+                kernel.synchronize(stream)
+                for spec, array, buffer in zip(self.args, arrays, buffers):
+                    if spec.is_output:
+                        _call(cu.cuMemcpyDtoH, array.ctypes.data, buffer, array.nbytes)
+            finally:
+                for buffer in buffers:
+                    cu.cuMemFree(buffer)
+
+
+def _gpu_arrays_and_stream(library: str, device: int, specs: Sequence[ArgSpec]) -> tuple[list, int]:
+    """New arrays for ``specs`` made by ``library`` on GPU ``device``, and the library's
+    current stream there (0, the legacy default stream, for a library not known)."""
+    if library not in ("torch", "cupy"):
+        if specs:
+            raise TypeError(f"tilecraft makes new GPU outputs with PyTorch or CuPy only, not {library}; pass "
+                            f"outputs ({', '.join(spec.name for spec in specs)}) with out=")
+        return [], 0
+    module = sys.modules[library]  # imported, since the call was given its arrays
+    if library == "torch":
+        made = [module.empty(s.shape, dtype=getattr(module, s.dtype), device=f"cuda:{device}") for s in specs]
+        return made, module.cuda.current_stream(device).cuda_stream
+    with module.cuda.Device(device):
+        return [module.empty(s.shape, dtype=s.dtype) for s in specs], module.cuda.get_current_stream().ptr
+
+
+def _driver():
+    """``cuda.bindings.driver``, imported where it is used: tilecraft runs without it."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        raise TargetError(f"running CUDA kernels needs NVIDIA's cuda-bindings package: {_INSTALL}") from None
+    return driver
+
+
+def _call(function: Any, *args: Any) -> Any:
+    """``function(*args)``'s value: a driver call returns ``(CUresult, value...)``; an error
+    status raises a TilecraftError that names the call and the error."""
+    status, *values = function(*args)
+    if status != 0:
+        name = _error_name(status)
+        raise TilecraftError(f"the CUDA driver call {function.__name__} failed: {name}{_HINTS.get(name, '')}")
+    return values[0] if len(values) == 1 else None
+
+
+def _error_name(status: Any) -> str:
+    _, name = _driver().cuGetErrorName(status)
+    return name.decode() if name else str(status)
+
+
+class _Kernel:
+    """The entry of a cubin, loaded on one GPU in its primary context (the CUDA runtime's,
+    so PyTorch's and CuPy's pointers are valid in it); the module is unloaded and the
+    context released when this is garbage-collected."""
+
+    def __init__(self, cubin: bytes, entry: str, launch: LaunchSpec, device: int) -> None:
+        self.entry, self.spec, self.device = entry, launch, device
+        cu = _driver()
+
+        def attribute(name: str) -> int:
+            return _call(cu.cuFuncGetAttribute, getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}"),
+                         self.function)
+
+        try:
+            _call(cu.cuInit, 0)
+        except RuntimeError as error:  # cuda-bindings raises this when libcuda.so.1 is missing
+            raise TargetError(f"no NVIDIA driver was found ({error}); CUDA kernels run only on a machine with a "
+                              f"GPU and its driver") from None
+        handle = _call(cu.cuDeviceGet, device)
+        self.context = _call(cu.cuDevicePrimaryCtxRetain, handle)
+        with self.current():
+            module = _call(cu.cuModuleLoadData, cubin)
+            weakref.finalize(self, _unload, cu, handle, self.context, module).atexit = False
+            self.function = _call(cu.cuModuleGetFunction, module, entry.encode())
+            if launch.shared_bytes > _STATIC_SHARED_LIMIT:
+                static, limit = attribute("SHARED_SIZE_BYTES"), _call(
+                    cu.cuDeviceGetAttribute, cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                    handle)
+                if static + launch.shared_bytes > limit:
+                    raise TilecraftError(f"kernel {entry!r} asks for {launch.shared_bytes} bytes of dynamic shared "
+                                         f"memory beside {static} static; cuda:{device} allows {limit} per block")
+                _call(cu.cuFuncSetAttribute, self.function,
+                      cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
+            self.max_threads, self.registers = attribute("MAX_THREADS_PER_BLOCK"), attribute("NUM_REGS")
+        if launch.threads > self.max_threads:
+            raise TilecraftError(f"kernel {entry!r} cannot run blocks of {launch.block} ({launch.threads} threads): "
+                                 f"with {self.registers} registers per thread it allows at most {self.max_threads} "
+                                 f"threads per block; choose a smaller block")
+
+    @contextlib.contextmanager
+    def current(self):
+        """This GPU's context made current for the calling thread, and the thread's own restored after."""
+        cu = _driver()
+        _call(cu.cuCtxPushCurrent, self.context)
+        try:
+            yield
+        finally:
+            cu.cuCtxPopCurrent()
+
+    def launch(self, pointers: Sequence[int], stream: int, times: int = 1) -> None:
+        """Launch the kernel ``times`` times on ``stream``, its arguments packed once."""
+        # kernelParams is a void**: entry i holds the address of argument i's value.
+        values = np.array(pointers, dtype=np.uint64)
+        params = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
+        spec, launch_kernel, address = self.spec, _driver().cuLaunchKernel, params.ctypes.data  # params stays alive
+        for _ in range(times):
+            status, = launch_kernel(self.function, *spec.grid, *spec.block, spec.shared_bytes, stream, address, 0)
+            if status != 0:
+                raise self._failure(status)
+
+    def synchronize(self, stream: int) -> None:
+        """Wait for ``stream``; an error inside the kernel is reported here."""
+        status, = _driver().cuStreamSynchronize(stream)
+        if status != 0:
+            raise self._failure(status)
+
+    def _failure(self, status: Any) -> TilecraftError:
+        spec = self.spec
+        return TilecraftError(f"kernel {self.entry!r} failed on cuda:{self.device}: {_error_name(status)} (grid "
+                              f"{spec.grid}, block {spec.block}, {spec.shared_bytes} bytes of dynamic shared memory, "
+                              f"{self.registers} registers per thread)")
+
+    def time(self, pointers: Sequence[int], stream: int, number: int, repeat: int, flush_l2: bool) -> ProfileResult:
+        """Seconds per launch, one entry per repeat (see ``CudaModule.time_evaluator``)."""
+        cu = _driver()
+        flush, pairs = None, []
+        try:
+            flush = _call(cu.cuMemAlloc, L2_FLUSH_BYTES) if flush_l2 else None
+            # One event pair per launch when flushing (the flush stays outside), else one around all.
+            for _ in range(number if flush_l2 else 1):
+                pairs.append((_call(cu.cuEventCreate, 0), _call(cu.cuEventCreate, 0)))
+            self.launch(pointers, stream)  # warm-up: instruction cache, TLB, clocks
+            results = []
+            for _ in range(repeat):
+                for start, end in pairs:
+                    if flush is not None:
+                        _call(cu.cuMemsetD8Async, flush, 0, L2_FLUSH_BYTES, stream)
+                    _call(cu.cuEventRecord, start, stream)
+                    self.launch(pointers, stream, number // len(pairs))
+                    _call(cu.cuEventRecord, end, stream)
+                self.synchronize(stream)
+                total_ms = sum(_call(cu.cuEventElapsedTime, start, end) for start, end in pairs)
+                results.append(total_ms / 1e3 / number)
+        finally:
+            for event in (event for pair in pairs for event in pair):
+                cu.cuEventDestroy(event)
+            if flush is not None:
+                cu.cuMemFree(flush)
+        return ProfileResult(tuple(results))
+
+
+def _unload(cu: Any, handle: Any, context: Any, module: Any) -> None:
+    """Unload a kernel's module and release its GPU's primary context (a weakref finalizer)."""
+    if cu.cuCtxPushCurrent(context)[0] == 0:
+        cu.cuModuleUnload(module)
+        cu.cuCtxPopCurrent()
+    cu.cuDevicePrimaryCtxRelease(handle)

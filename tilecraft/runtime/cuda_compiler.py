@@ -1,0 +1,86 @@
+"""CUDA C source -> cubin, through nvcc and the same content-addressed cache as C kernels.
+
+A cubin is machine code for one architecture, ready for ``cuModuleLoadData`` on any host
+with a driver: the builder may run where there is no GPU, and only the runner needs one.
+As with ``compile_c``, each cubin is keyed by the hash of everything that affects it
+(source, flags, nvcc's version), kept beside its ``.cu`` file, and appears only by an
+atomic rename, so concurrent builders of one source are safe and a rebuild is free.
+
+nvcc reports errors as ``<file>(<line>): error: ...``; generated kernels are long and
+nobody has the file open, so the error message quotes the offending source lines too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from ..errors import BuildError, BuildTimeoutError
+from .compiler import _run_compiler, _write_atomically, default_cache_dir
+
+_ERROR_LINE = re.compile(r"\.cu\((\d+)\): (?:catastrophic )?error")
+
+
+def compile_cuda(source: str, arch: str = "sm_90", cache_dir: Path | None = None,
+                 timeout_secs: float = 60.0) -> bytes:
+    """The cubin of ``source`` for ``arch`` (nvcc's ``-arch``: ``"sm_90"``, ``"sm_90a"``),
+    compiled only if no cubin with the same key is cached.
+
+    Raises:
+        BuildError: If nvcc is not on PATH, or rejects the source (the message quotes
+            nvcc's errors and the source lines they point at).
+        BuildTimeoutError: If nvcc runs longer than ``timeout_secs``.
+    """
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise BuildError("nvcc, the CUDA compiler, was not found on PATH; install the CUDA toolkit and put "
+                         "its bin/ on PATH (e.g. export PATH=/usr/local/cuda/bin:$PATH)")
+    flags = ["-cubin", "-O3", f"-arch={arch}"]
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    key = hashlib.sha256("\0".join([source, " ".join(flags), _nvcc_version(nvcc)]).encode()).hexdigest()
+    cubin_path = cache_dir / f"{key}.cubin"
+    if cubin_path.exists():
+        return cubin_path.read_bytes()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cu_path = cache_dir / f"{key}.cu"
+    _write_atomically(cu_path, source.encode())
+    fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=".tmp.cubin")
+    os.close(fd)
+    tmp_path = Path(tmp_name)
+    try:
+        _run_compiler([nvcc, *flags, "-o", str(tmp_path), str(cu_path)], cu_path, timeout_secs)
+        tmp_path.replace(cubin_path)
+    except BuildTimeoutError:
+        raise BuildTimeoutError(f"nvcc took longer than {timeout_secs} s on {cu_path}; raise timeout_secs or "
+                                f"make the kernel smaller (less unrolling)") from None
+    except BuildError as error:
+        raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
+    finally:
+        tmp_path.unlink(missing_ok=True)
+    return cubin_path.read_bytes()
+
+
+def quote_error_lines(message: str, source: str) -> str:
+    """The source lines that nvcc's ``message`` reports errors on, each with its number."""
+    lines = source.splitlines()
+    numbers = sorted({int(n) for n in _ERROR_LINE.findall(message) if 0 < int(n) <= len(lines)})
+    if not numbers:
+        return ""
+    return "The offending source lines:\n" + "".join(f"  line {n}: {lines[n - 1].strip()}\n" for n in numbers)
+
+
+@functools.cache
+def _nvcc_version(nvcc: str) -> str:
+    """All of ``nvcc --version`` (its first line names no version): part of the cache key, so
+    a new toolkit rebuilds every cubin."""
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise BuildError(f"nvcc at {nvcc} did not answer `--version` ({error}); check that it runs, "
+                         f"or reinstall the CUDA toolkit") from None
