@@ -4,7 +4,8 @@ Every schedule here is checked against the NumPy evaluation of its DAG by runnin
 lowered GPU loop nest on the CPU the way the GPU distributes it (``tc.emulate_gpu``), and
 its CUDA source is compiled for sm_90 by nvcc where nvcc is installed (CI has it). A
 property test draws random GPU schedules (tilings, bindings, register and shared-memory
-caches, virtual threads, vector copies) of a matmul and an element-wise chain. On a GPU
+caches, virtual threads, vector copies, cross-thread reductions) of a matmul, a row
+reduction and an element-wise chain. On a GPU
 machine the same schedules also run as kernels and are compared with NumPy too.
 """
 
@@ -18,6 +19,7 @@ import pytest
 import tilecraft as tc
 from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
+from tilecraft.ops.nn import softmax
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -72,12 +74,13 @@ def tiled_matmul(n: int, l: int, m: int, threads=(8, 8), tile=(2, 2), k_step=4, 
     ci, cj, k = sch.get_loops(c)[-3:]
     ko, ki = sch.split(k, [None, k_step])
     sch.reorder(ko, ki, ci, cj)
-    if shared:
+    if shared:  # the fetch spreads over exactly the consumer's threads (a small shape may use fewer)
+        block = (min(threads[0], -(-n // tile[0])), min(threads[1], -(-m // (tile[1] * vthread))))
         for index in (0, 1):
             cached = sch.cache_read(c, index, "shared")
             sch.compute_at(cached, ko)
             fused = sch.fuse(*sch.get_loops(cached)[-2:])
-            _, ty, tx = sch.split(fused, [None, threads[0], threads[1]])
+            _, ty, tx = sch.split(fused, [None, *block])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
     return sch
@@ -128,6 +131,61 @@ def test_lowered_gpu_nest_shows_bindings_barriers_and_scopes():
     assert "(shared)" in text and "barrier()" in text
 
 
+def row_reduce(n: int, m: int, combiner: str) -> tc.ComputeDAG:
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    reduce = {"sum": te.sum, "max": te.max, "min": te.min}[combiner]
+    B = te.compute((n,), lambda i: reduce(A[i, k], axis=k), name="B")
+    return tc.ComputeDAG([A, B])
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max", "min"])
+@pytest.mark.parametrize("threads,rows", [(16, 1), (32, 1), (48, 1), (128, 1), (8, 4), (64, 2)])
+def test_cross_thread_reduction(combiner, threads, rows):
+    """A reduction loop bound to threadIdx.x: partials in registers, combined by warp shuffles
+    (and one shared slot a warp past 32 threads, or a slot a thread for other widths)."""
+    sch = tc.Schedule(row_reduce(6, 150, combiner))
+    i, k = sch.get_loops(sch.get_block("B"))
+    bi, ti = sch.split(i, [None, rows])
+    ko, kt = sch.split(k, [None, threads])
+    sch.bind(bi, "blockIdx.x")
+    sch.bind(ti, "threadIdx.y")
+    sch.bind(kt, "threadIdx.x")
+    check(sch)
+    if shutil.which("nvcc"):
+        source = tc.build(sch, "cuda").source
+        assert ("__shfl_xor_sync" in source) == (threads & (threads - 1) == 0)
+
+
+def test_softmax_rows_reduced_across_threads():
+    """Softmax with a block a row: the max and the sum reduced across the row's threads, every
+    thread keeping both in registers for the division."""
+    X = te.placeholder((6, 70), name="X")
+    sch = tc.Schedule([X, softmax(X)])
+    sch.compute_inline(sch.get_block("softmax_exp"))
+    i, j = sch.get_loops(sch.get_block("softmax"))
+    jo, jt = sch.split(j, [None, 32])
+    sch.bind(i, "blockIdx.x")
+    sch.bind(jt, "threadIdx.x")
+    for name in ("softmax_sum", "softmax_max"):
+        block = sch.get_block(name)
+        sch.compute_at(block, i)
+        _, kt = sch.split(sch.get_loops(block)[-1], [None, 32])
+        sch.bind(kt, "threadIdx.x")
+    assert "allreduce_max" in str(tc.lower(sch))
+    check(sch)
+
+
+def test_cross_thread_reduction_needs_its_spatial_loops_outside():
+    sch = tc.Schedule(matmul(8, 64, 8))
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    ko, kt = sch.split(k, [None, 32])
+    sch.reorder(i, ko, kt, j)
+    sch.bind(kt, "threadIdx.x")
+    with pytest.raises(LoweringError, match="spatial loops must all be outside .* loops j are inside"):
+        tc.lower(sch)
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -141,6 +199,8 @@ def test_binding_mistakes_are_schedule_errors():
         sch.bind(j, "blockIdx.x")
     with pytest.raises(ScheduleError, match="reduction loop and cannot be bound to blockIdx.y.*rfactor"):
         sch.bind(k, "blockIdx.y")
+    with pytest.raises(ScheduleError, match="along threadIdx.x only"):
+        sch.bind(k, "threadIdx.y")
     with pytest.raises(ScheduleError, match="unknown thread axis 'threadIdx.w'"):
         sch.bind(j, "threadIdx.w")
     with pytest.raises(ScheduleError, match="bound to blockIdx.x"):
@@ -198,7 +258,18 @@ def test_cpu_build_refuses_gpu_schedules_with_the_fix():
 
 
 def random_gpu_schedule(rng: np.random.Generator) -> tc.Schedule:
-    """A valid GPU schedule of a small matmul or element-wise chain, of odd or even shapes."""
+    """A valid GPU schedule of a small matmul, row reduction or element-wise chain, of odd or
+    even shapes."""
+    if rng.random() < 0.2:
+        n, m = (int(x) for x in rng.integers(2, 90, size=2))
+        sch = tc.Schedule(row_reduce(n, m, str(rng.choice(["sum", "max"]))))
+        i, k = sch.get_loops(sch.get_block("B"))
+        bi, ti = sch.split(i, [None, int(rng.choice([1, 2, 4]))])
+        _, kt = sch.split(k, [None, int(rng.choice([4, 24, 32, 64]))])
+        sch.bind(bi, "blockIdx.x")
+        sch.bind(ti, "threadIdx.y")
+        sch.bind(kt, "threadIdx.x")
+        return sch
     if rng.random() < 0.3:
         n, m = (int(x) for x in rng.integers(3, 70, size=2))
         sch = tc.Schedule(add_relu(n, m))
@@ -210,7 +281,7 @@ def random_gpu_schedule(rng: np.random.Generator) -> tc.Schedule:
         bx, tx = sch.split(sch.fuse(i, j), [None, threads])
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
-        if sch.state.stage("S").attach is None and any(s.name == "S" for s in sch.state.stages):
+        if any(s.name == "S" for s in sch.state.stages):  # not inlined: computed by each thread
             sch.compute_at(sch.get_block("S"), tx)
         return sch
     n, l, m = (int(x) for x in rng.choice([8, 12, 16, 20, 24, 32, 33], size=3))
@@ -220,7 +291,7 @@ def random_gpu_schedule(rng: np.random.Generator) -> tc.Schedule:
                         shared=bool(rng.random() < 0.7), vthread=int(rng.choice([1, 1, 2])))
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(16))
 def test_random_gpu_schedules_match_numpy(seed):
     rng = np.random.default_rng(seed)
     check(random_gpu_schedule(rng), seed)

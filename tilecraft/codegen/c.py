@@ -21,7 +21,7 @@ from ..target import Target
 from ..te.dtype import C_TYPES, bytes_of, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
 from ..te.arith import bounds, simplify, to_linear
-from ..ir.nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from ..ir.nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
 from . import vector_math
 from .prefetch import flat_index, prefetches
 from .vector_math import VECTOR_DTYPES, vector_type
@@ -158,9 +158,9 @@ class _Emitter:
             self.allocate(s, unroll_budget)
         elif isinstance(s, For):
             self.loop(s, unroll_budget)
-        elif isinstance(s, Barrier):
-            raise LoweringError("the schedule caches a block in shared memory, a GPU scope: build it for a CUDA "
-                                "target, or use the 'local' scope on a CPU")
+        elif isinstance(s, (Barrier, ThreadAllReduce)):
+            raise LoweringError("the schedule caches a block in shared memory or reduces across GPU threads: build "
+                                "it for a CUDA target, or use the 'local' scope on a CPU")
         else:
             raise LoweringError(f"C code generation has no rule for the statement {type(s).__name__}; "
                                 "this is a tilecraft bug: please report it with the schedule's trace")

@@ -15,25 +15,16 @@ import math
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..ir.nodes import Allocate, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store
+from ..ir.nodes import Allocate, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store, ThreadAllReduce, walk_stmts
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
 from ..te.expr import TensorRead, const, substitute
-from .c import _Emitter, _nest_size, _stride
+from .c import _PRELUDE as C_PRELUDE
+from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
 
-_PRELUDE = """\
-#include <math.h>
-#include <stdint.h>
-
-__device__ __forceinline__ int64_t tc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }
-__device__ __forceinline__ int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return r + ((r != 0) && ((r < 0) != (b < 0))) * b; }
-#define TC_MINMAX(T, S) \\
-  __device__ __forceinline__ T tc_max_##S(T a, T b) { return a > b ? a : b; } \\
-  __device__ __forceinline__ T tc_min_##S(T a, T b) { return a < b ? a : b; }
-TC_MINMAX(float, f32) TC_MINMAX(double, f64) TC_MINMAX(int32_t, i32) TC_MINMAX(int64_t, i64)
-TC_MINMAX(int8_t, i8) TC_MINMAX(uint8_t, u8) TC_MINMAX(bool, b)
-"""
+# The C backend's helpers, as device functions
+_PRELUDE = C_PRELUDE.replace("static inline", "__device__ __forceinline__")
 
 GPU_AXES = ("blockIdx", "threadIdx", "vthread")
 # nvcc may give a thread up to 255 registers; asking it for at most 128 (through the minimum
@@ -68,21 +59,7 @@ def launch_of(func: LoweredFunc) -> Launch:
 
 def bound_loops(s: Stmt) -> list[For]:
     """Every loop bound to a GPU axis, outermost first."""
-    found: list[For] = []
-    stack = [s]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, For):
-            if node.kind.startswith(GPU_AXES):
-                found.append(node)
-            stack.append(node.body)
-        elif isinstance(node, Seq):
-            stack.extend(reversed(node.stmts))
-        elif isinstance(node, IfThenElse):
-            stack.append(node.then)
-        elif isinstance(node, Allocate):
-            stack.append(node.body)
-    return found
+    return [n for n in walk_stmts(s) if isinstance(n, For) and n.kind.startswith(GPU_AXES)]
 
 
 class _CudaEmitter(_Emitter):
@@ -93,15 +70,68 @@ class _CudaEmitter(_Emitter):
 
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
         if isinstance(s, Barrier):
-            if self.partial_threads:
-                loop = self.partial_threads[-1]
-                raise LoweringError(
-                    f"a barrier lies inside loop {loop.var.name} bound to {loop.kind} with extent {loop.extent}, "
-                    f"fewer than the block's {self._axis_size(loop.kind)} threads on that axis: the other threads "
-                    "would never reach it; bind loops of one extent to each thread axis around shared-memory stages")
+            self._check_uniform("a barrier")
             self.out.line("__syncthreads();")
             return
+        if isinstance(s, ThreadAllReduce):
+            self.all_reduce(s)
+            return
         super().stmt(s, unroll_budget)
+
+    def all_reduce(self, s: ThreadAllReduce) -> None:
+        """Warp shuffles within a warp's share of a row; across warps (a row of 64 to 1024
+        threads), through one shared slot a warp; other row lengths through a slot a thread."""
+        self._check_uniform("the cross-thread reduction into " + s.buffer.name)
+        ctype = C_TYPES[s.buffer.dtype]
+        suffix = _SUFFIX[s.buffer.dtype]
+        combine = {"sum": "({a} + {b})", "max": f"tc_max_{suffix}({{a}}, {{b}})",
+                   "min": f"tc_min_{suffix}({{a}}, {{b}})"}[s.combiner]
+        width, rows = self.launch.block[0], self.launch.block[1] * self.launch.block[2]
+        power_of_two = width & (width - 1) == 0
+        red, buf = self.name(object(), "tc_red"), self.name(object(), "tc_red_buf")
+        target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
+        with self.out.block(""):
+            self.out.line(f"{ctype} {red} = {self.expr(s.value)};")
+            row = "(threadIdx.y + blockDim.y * threadIdx.z)"
+            if power_of_two:
+                mask = self.lane_mask()
+                for offset in _halvings(min(width, 32)):
+                    shuffled = f"__shfl_xor_sync({mask}, {red}, {offset}, {min(width, 32)})"
+                    self.out.line(f"{red} = {combine.format(a=red, b=shuffled)};")
+            if power_of_two and width <= 32:
+                self.out.line(f"{target} = {red};")
+                return
+            slots, per_row = (width * rows // 32, width // 32) if power_of_two else (width * rows, width)
+            self.out.line(f"__shared__ {ctype} {buf}[{slots}];")
+            if power_of_two:
+                self.out.line(f"if (threadIdx.x % 32 == 0) {buf}[(threadIdx.x + {width} * {row}) / 32] = {red};")
+            else:
+                self.out.line(f"{buf}[threadIdx.x + {width} * {row}] = {red};")
+            self.out.line("__syncthreads();")
+            first = f"{per_row} * {row}"
+            self.out.line(f"{red} = {buf}[{first}];")
+            with self.out.block(f"for (int32_t tc_w = 1; tc_w < {per_row}; ++tc_w)"):
+                self.out.line(f"{red} = {combine.format(a=red, b=f'{buf}[{first} + tc_w]')};")
+            self.out.line("__syncthreads();")
+            self.out.line(f"{target} = {red};")
+
+    def lane_mask(self) -> str:
+        """The lanes of this thread's warp that exist: all 32, but in the last warp of a block
+        whose size is no multiple of 32 (a shuffle must name exactly the lanes taking part)."""
+        threads = self.launch.threads
+        if threads % 32 == 0:
+            return "0xffffffffu"
+        tid = "(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z))"
+        return f"({tid} / 32 == {threads // 32} ? {hex((1 << threads % 32) - 1)}u : 0xffffffffu)"
+
+    def _check_uniform(self, what: str) -> None:
+        """Barriers and shuffles must be reached by every thread of the block."""
+        if self.partial_threads:
+            loop = self.partial_threads[-1]
+            raise LoweringError(
+                f"{what} lies inside loop {loop.var.name} bound to {loop.kind} with extent {loop.extent}, fewer "
+                f"than the block's {self._axis_size(loop.kind)} threads on that axis: the other threads would never "
+                "reach it; bind loops of one extent to each thread axis around it")
 
     def allocate(self, s: Allocate, unroll_budget: int) -> None:
         b = s.buffer
@@ -200,6 +230,11 @@ class _CudaEmitter(_Emitter):
         with self.out.block(f"{head}({', '.join(params)})"):
             self.stmt(f.body)
         return _PRELUDE + "\n" + body.text()
+
+
+def _halvings(width: int) -> list[int]:
+    """The shuffle distances of a butterfly over ``width`` lanes: width/2, width/4, ..., 1."""
+    return [1 << n for n in reversed(range(width.bit_length() - 1))]
 
 
 def generate_cuda(func: LoweredFunc, target) -> tuple[str, Launch]:

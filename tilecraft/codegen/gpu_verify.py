@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GpuLimitError
-from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt
+from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, walk_stmts
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, vector_bytes
 
@@ -61,21 +61,7 @@ def _loops_on(loops: list[For], prefix: str) -> str:
 
 
 def _shared_buffers(s: Stmt) -> list:
-    found = []
-    stack = [s]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Allocate):
-            if node.buffer.scope == "shared" and node.buffer not in found:
-                found.append(node.buffer)
-            stack.append(node.body)
-        elif isinstance(node, For):
-            stack.append(node.body)
-        elif isinstance(node, Seq):
-            stack.extend(node.stmts)
-        elif isinstance(node, IfThenElse):
-            stack.append(node.then)
-    return found
+    return list(dict.fromkeys(n.buffer for n in walk_stmts(s) if isinstance(n, Allocate) and n.buffer.scope == "shared"))
 
 
 def _check_nest(s: Stmt, outer: tuple[For, ...], target) -> None:

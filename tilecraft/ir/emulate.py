@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 
 from ..errors import LoweringError
-from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, substitute
-from .nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, seq
+from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, reduction_identity, substitute
+from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce, seq,
+                    walk_stmts)
 
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -44,6 +45,8 @@ class _Emulation:
         """``s`` run by every thread of the block, phase by phase."""
         if not _has_barrier(s):
             return self.all_threads(s)
+        if isinstance(s, ThreadAllReduce):  # a phase of its own: each thread folds its row's partials
+            return self.all_threads(self.fold(s))
         if isinstance(s, Seq):
             out, run = [], []
             for child in s.stmts:
@@ -69,6 +72,14 @@ class _Emulation:
             return Allocate(local, self.phases(_rebuffer(s.body, s.buffer, local)))
         raise LoweringError("a barrier lies under a condition, which threads may take differently; "
                             "barriers must be reached by every thread of a block")
+
+    def fold(self, s: ThreadAllReduce) -> Stmt:
+        lane, x = Var("tc_lane"), self.threads["threadIdx.x"]
+        acc = TensorRead(s.buffer, s.indices)
+        other = substitute(s.value, {x: lane})  # the partial of the row's thread ``lane``
+        combined = binary("add" if s.combiner == "sum" else s.combiner, acc, other)
+        return seq([Store(s.buffer, s.indices, reduction_identity(s.combiner, s.buffer.dtype)),
+                    For(lane, self.block["threadIdx.x"], "serial", Store(s.buffer, s.indices, combined))])
 
     @property
     def count(self) -> int:
@@ -105,15 +116,7 @@ class _Emulation:
 
 
 def _has_barrier(s: Stmt) -> bool:
-    if isinstance(s, Barrier):
-        return True
-    if isinstance(s, Seq):
-        return any(_has_barrier(c) for c in s.stmts)
-    if isinstance(s, (For, Allocate)):
-        return _has_barrier(s.body)
-    if isinstance(s, IfThenElse):
-        return _has_barrier(s.then)
-    return False
+    return any(isinstance(n, (Barrier, ThreadAllReduce)) for n in walk_stmts(s))
 
 
 def _as_local(buffer: Buffer) -> Buffer:
@@ -132,6 +135,8 @@ def _map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b) -> Stmt:
         return IfThenElse(expr_fn(s.cond), _map_stmt(s.then, expr_fn, buffer_fn))
     if isinstance(s, Allocate):
         return Allocate(s.buffer, _map_stmt(s.body, expr_fn, buffer_fn))
+    if isinstance(s, ThreadAllReduce):
+        return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices))
     return s
 
 
@@ -158,6 +163,11 @@ def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:
     rewrite = _rewrite_reads(old, new, (thread,))
     if isinstance(s, Store) and s.buffer is old:
         return Store(new, (thread,) + tuple(rewrite(i) for i in s.indices), rewrite(s.value))
+    if isinstance(s, ThreadAllReduce):
+        indices = tuple(rewrite(i) for i in s.indices)
+        if s.buffer is old:
+            return ThreadAllReduce(s.combiner, rewrite(s.value), new, (thread,) + indices)
+        return ThreadAllReduce(s.combiner, rewrite(s.value), s.buffer, indices)
     if isinstance(s, Store):
         return _map_stmt(s, rewrite)
     if isinstance(s, For):

@@ -13,13 +13,16 @@ Passes, in order:
 from __future__ import annotations
 
 import math
+
+from ..errors import LoweringError
 from ..schedule.bound import BoundInference, StageBounds, loop_path
 from ..schedule.state import Stage, common_prefix
 from ..te.arith import bounds, simplify
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute)
 from ..te.tensor import Tensor
-from .nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store, seq
+from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
+                    ThreadAllReduce, seq)
 
 _IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}
 _KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
@@ -103,6 +106,8 @@ class _Lowering:
             if not (isinstance(where, Const) and where.value):
                 all_guards.append(where)
             init = Store(target.tensor, target.indices, reduction_identity(body.combiner, op.dtype))
+            if any(stage.loop(l).annotation == "threadIdx.x" and stage.loop(l).kind != "spatial" for l in stage.leaves):
+                return self._cross_thread_nest(stage, b, target, body.combiner, source, all_guards, spatial_guards)
             return self._reduction_nest(stage, b, _guard(update, all_guards), _guard(init, spatial_guards))
         value = self.rewrite_reads(substitute(body, axis_index))
         store = Store(target.tensor, target.indices, _cast_to(value, op.dtype))
@@ -140,6 +145,31 @@ class _Lowering:
         init_nest = self._plain_nest(stage, b, init_leaves, init)
         update_nest = self._nest(stage, b, leaves[split_at:], update)
         return self._nest(stage, b, leaves[:split_at], seq([init_nest, update_nest]))
+
+    def _cross_thread_nest(self, stage: Stage, b: StageBounds, target: TensorRead, combiner: str, source: Expr,
+                           all_guards: list[Expr], spatial_guards: list[Expr]) -> Stmt:
+        """A reduction whose loop is bound to ``threadIdx.x``: each thread accumulates a partial
+        in a register over its share of the reduction loops, the row of threads combines the
+        partials (``ThreadAllReduce``), and the result is stored, by every thread alike."""
+        leaves = list(stage.leaves)
+        first_reduce = next(n for n, l in enumerate(leaves) if stage.loop(l).kind != "spatial")
+        inner_spatial = [stage.loop(l).name for l in leaves[first_reduce:] if stage.loop(l).kind == "spatial"]
+        if inner_spatial or stage.init_loop is not None:
+            raise LoweringError(
+                f"block {stage.name} reduces across threads (a reduction loop bound to threadIdx.x), so its "
+                f"spatial loops must all be outside its reduction loops and its init not decomposed; "
+                f"{'loops ' + ', '.join(inner_spatial) + ' are' if inner_spatial else 'the init is'} inside: "
+                "reorder the spatial loops outward")
+        dtype = stage.op.dtype
+        partial = Buffer(f"{stage.name}_partial", (1,), dtype, "local")
+        result = Buffer(f"{stage.name}_reduced", (1,), dtype, "local")
+        here = (const(0),)
+        accumulate = Store(partial, here, _combine(combiner, TensorRead(partial, here), source))
+        body = seq([Store(partial, here, reduction_identity(combiner, dtype)),
+                    self._nest(stage, b, leaves[first_reduce:], _guard(accumulate, all_guards)),
+                    ThreadAllReduce(combiner, TensorRead(partial, here), result, here),
+                    _guard(Store(target.tensor, target.indices, TensorRead(result, here)), spatial_guards)])
+        return self._nest(stage, b, leaves[:first_reduce], Allocate(partial, Allocate(result, body)))
 
     def _plain_nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):

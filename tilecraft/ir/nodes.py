@@ -65,7 +65,20 @@ class Barrier:
     what they stored to shared memory before it is visible to all after it."""
 
 
-Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier]
+@dataclass(frozen=True, slots=True)
+class ThreadAllReduce:
+    """``buffer[indices]`` = ``value`` combined over every thread of this thread's row of
+    ``threadIdx.x`` (the threads sharing its ``threadIdx.y`` and ``.z``), in each of them:
+    the end of a reduction whose loop is bound to ``threadIdx.x``, each thread holding a
+    partial. Every thread of the block must reach it, as a barrier."""
+
+    combiner: str  # sum | max | min
+    value: Expr
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+
+
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +114,15 @@ def seq(stmts) -> Stmt:
             if not (isinstance(t, Barrier) and flat and isinstance(flat[-1], Barrier)):  # one wait is enough
                 flat.append(t)
     return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def walk_stmts(s: Stmt):
+    """Every statement of ``s``, ``s`` first, then its children in order, depth first."""
+    yield s
+    if isinstance(s, Seq):
+        for child in s.stmts:
+            yield from walk_stmts(child)
+    elif isinstance(s, (For, Allocate)):
+        yield from walk_stmts(s.body)
+    elif isinstance(s, IfThenElse):
+        yield from walk_stmts(s.then)

@@ -36,7 +36,7 @@ THREAD_AXES = tuple(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx", "vthr
 STORAGE_SCOPES = ("local", "shared", "global")
 _REDUCTION_BINDING = {"blockIdx": "GPU blocks cannot combine their partial results",
                       "vthread": "virtual threads keep separate accumulators",
-                      "threadIdx": "cross-thread reduction is not supported yet"}
+                      "threadIdx": "threads combine a reduction's partials along threadIdx.x only; bind it to x"}
 
 
 class BlockRV:
@@ -443,13 +443,15 @@ class Schedule:
         guarded.
 
         Args:
-            loop: A spatial loop (a reduction loop cannot be bound: rfactor it first).
+            loop: A spatial loop, or a reduction loop bound to ``threadIdx.x``: a
+                cross-thread reduction, where each thread of a row accumulates a partial
+                over the other reduction loops and the row combines them (warp shuffles).
             thread_axis: One of ``THREAD_AXES``.
 
         Raises:
             ScheduleError: If the axis is unknown, the loop is bound or annotated already,
-                another loop of the block is bound to the same axis, or the loop is a
-                reduction loop.
+                another loop of the block is bound to the same axis, or a reduction loop
+                is bound to another axis than ``threadIdx.x``.
 
         Example:
             ::
@@ -468,7 +470,7 @@ class Schedule:
         if taken is not None:
             raise ScheduleError(f"bind: block {stage.name} already binds {thread_axis} to loop {taken.name}; "
                                 "fuse the loops first to run them on one axis")
-        if target.kind != "spatial":
+        if target.kind != "spatial" and thread_axis != "threadIdx.x":
             why = _REDUCTION_BINDING[thread_axis.split(".")[0]]
             raise ScheduleError(f"bind: loop {target.name} of block {stage.name} is a reduction loop and cannot be "
                                 f"bound to {thread_axis}: {why}; bind a spatial loop, or rfactor the reduction and "
