@@ -4,19 +4,28 @@
     tilecraft best LOG [--workload KEY] [--target TARGET]     what a log holds, and the best schedules
     tilecraft report LOG [-o report.png] [--workload KEY]      best-so-far GFLOPS by trial and by time
     tilecraft tasks MODEL.onnx                                 the tuning tasks of a model, with FLOPs and weights
+    tilecraft tune-model MODEL.onnx [--trials N] [--log LOG]   tune all the tasks of a model, one shared budget
     tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
 
 Each command is one ``add_<name>_command(subparsers)`` function that declares its
 arguments and sets ``run``, the function that carries it out; ``COMMANDS`` lists them.
-A command returns its exit status. A user error (no such file, no records, a missing
-optional dependency) exits with status 2 and one line on standard error, never a
-traceback.
+A command returns its exit status.
+
+Errors a person reads: a mistake in the arguments is caught before any work starts and
+exits with status 2 and one line that names the argument and the fix, never a traceback.
+The checks of a single argument are argparse types (``_sizes``, ``_at_least``,
+``_duration``, ``_target``, ``_pattern``, ``_tuning_log``, ...), so argparse prints them
+as its own errors, after the usage; those that need more than one argument or the model
+(``--shape`` against the workload's signature, ``--tasks`` against the model's tasks)
+raise ``CommandError``, printed as one line. Any other ``TilecraftError`` or ``OSError``
+of a command (a failed build, no valid record) is one line with status 1; ``--debug``
+shows its traceback. Other exceptions are bugs and keep theirs.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import inspect
 import math
 import re
 import sys
@@ -25,13 +34,15 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .database import (NoValidRecordError, RecordToFile, TuningRecord, WorkloadSummary, canonical_target,
-                       iter_records, load_best_record, summarize, workload_label)
-from .errors import TilecraftError
+from .database import (NoValidRecordError, RecordFormatError, RecordToFile, TuningRecord, WorkloadSummary,
+                       canonical_target, iter_records, load_best_record, summarize, workload_label)
+from .errors import TargetError, TilecraftError
 from .measure import LocalRunner
 from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
 from .tables import print_table
+from .target import Target
+from .te.dtype import DTYPES
 from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
@@ -39,8 +50,9 @@ from .tune.task import WORKLOADS, SearchTask, TuningOptions
 PLOT_INSTALL_HINT = "pip install 'tilecraft[plot]'"
 
 
-class CommandError(TilecraftError):
-    """A command cannot run as asked; the message says why."""
+class CommandError(TilecraftError, argparse.ArgumentTypeError):
+    """A command cannot run as asked; the message says why. Raised by an argparse type, argparse
+    prints it as an error of the argument; raised by a command, ``main`` prints it (status 2)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,12 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.run(args)
         except (TilecraftError, OSError) as error:
+            if args.debug:
+                raise
             print(f"tilecraft {args.command}: error: {error}", file=sys.stderr)
-            return 2
+            return 2 if isinstance(error, CommandError) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tilecraft", description="Automatic scheduling of tensor programs.")
+    parser = argparse.ArgumentParser(
+        prog="tilecraft", description="Automatic scheduling of tensor programs.",
+        epilog="Exit status: 0 done, 1 the command failed, 2 a mistake in the arguments (one line says which "
+               "and how to fix it).")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error, for a bug report")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(subparsers)
@@ -74,13 +92,17 @@ def add_tune_command(subparsers: Any) -> None:
                     "or the nearest one of its ISA (see --no-transfer).")
     command.add_argument("workload", choices=sorted(WORKLOADS), metavar="WORKLOAD",
                          help=f"one of: {', '.join(sorted(WORKLOADS))}")
-    command.add_argument("--shape", required=True, help="the workload's integer arguments, comma-separated "
-                                                        "(matmul: N,L,M; conv2d: N,C,H,W,F,KH,KW,stride,pad)")
-    command.add_argument("--dtype", default="float32")
-    command.add_argument("--trials", type=int, default=1000, help="measurements to make (default 1000)")
-    command.add_argument("--per-round", type=int, default=64, help="measurements per search round (default 64)")
-    command.add_argument("--log", help="the JSON-lines log (default: WORKLOAD.json)")
-    command.add_argument("--target", help="target string (default: this machine)")
+    sizes = "; ".join(f"{name}: {_describe_sizes(name)}" for name in sorted(WORKLOADS))
+    command.add_argument("--shape", required=True, type=_sizes, metavar="N,N,...",
+                         help=f"the workload's sizes, comma-separated, those in brackets optional ({sizes})")
+    command.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
+                         help=f"the element type, one of {', '.join(DTYPES)} (default float32)")
+    command.add_argument("--trials", type=_at_least(1, "the number of measurements to make"), default=1000,
+                         help="measurements to make (default 1000)")
+    command.add_argument("--per-round", type=_at_least(1, "the measurements per search round"), default=64,
+                         help="measurements per search round (default 64)")
+    command.add_argument("--log", type=_tuning_log_to_append, help="the JSON-lines log (default: WORKLOAD.json)")
+    command.add_argument("--target", type=_target, help="target string (default: this machine)")
     _add_transfer_arguments(command, "in --log and ")
     _add_time_argument(command)
     _add_remeasure_argument(command)
@@ -89,38 +111,21 @@ def add_tune_command(subparsers: Any) -> None:
 
 
 def _add_time_argument(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--time", metavar="DURATION",
+    command.add_argument("--time", metavar="DURATION", type=_duration,
                          help="stop searching after this long, such as 90s, 10m or 1h30m, even if trials are left "
                               "(whichever comes first); the re-measurement at the end still runs")
 
 
-def _time_budget(args: argparse.Namespace) -> float | None:
-    """``--time`` in seconds; None without one."""
-    if args.time is None:
-        return None
-    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", args.time.strip())
-    seconds = sum(float(n) * unit for n, unit in zip(match.groups(), (3600, 60, 1)) if n) if match else 0.0
-    if not seconds > 0:
-        raise CommandError(f"--time {args.time!r}: give a duration such as 90s, 10m or 1h30m")
-    return seconds
-
-
 def _add_remeasure_argument(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--remeasure", type=int, default=5, metavar="K",
+    command.add_argument("--remeasure", type=_at_least(0, "the number of finalists to measure again (0: none)"),
+                         default=5, metavar="K",
                          help="when the search ends, measure its K fastest candidates and every sketch's fastest "
                               "again, interleaved, in a fresh worker; the best is the median of that (default 5; "
                               "0: the best single measurement)")
 
 
-def _remeasured(args: argparse.Namespace) -> int:
-    if args.remeasure < 0:
-        raise CommandError(f"--remeasure {args.remeasure}: give the number of finalists to measure again, or 0 "
-                           "for none")
-    return args.remeasure
-
-
 def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> None:
-    command.add_argument("--transfer", action="append", default=[], metavar="LOG",
+    command.add_argument("--transfer", action="append", default=[], metavar="LOG", type=_tuning_log,
                          help="a log of other workloads tuned on this target: the cost model learns a sample of "
                               "each one's records before the first measurement (repeat for more logs)")
     command.add_argument("--no-transfer", action="store_true",
@@ -129,25 +134,43 @@ def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> 
 
 
 def run_tune(args: argparse.Namespace) -> int:
-    try:
-        shape = [int(part) for part in args.shape.split(",") if part.strip()]
-    except ValueError:
-        raise CommandError(f"--shape {args.shape!r} must be integers separated by commas, e.g. 1024,1024,1024")
-    try:
-        task = SearchTask(func=args.workload, args=(*shape, args.dtype), target=args.target)
-    except TypeError as error:
-        raise CommandError(f"--shape {args.shape!r} does not fit workload {args.workload}: {error}") from None
-    log = Path(args.log or f"{args.workload}.json")
+    task = SearchTask(func=args.workload, args=_workload_args(args.workload, args.shape, args.dtype),
+                      target=args.target)
+    log = Path(args.log or _tuning_log_to_append(f"{args.workload}.json"))
     resume = str(log) if log.exists() else None
     options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
                             measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
-                            num_remeasured=_remeasured(args), time_budget_secs=_time_budget(args))
+                            num_remeasured=args.remeasure, time_budget_secs=args.time)
     model = _taught_model(task, resume, args)
     task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.cost * 1e3:.3f} ms{_how_measured(best)}; "
           f"see it with: tilecraft best {log}")
     return 0
+
+
+def _workload_args(workload: str, shape: tuple[int, ...], dtype: str) -> tuple:
+    """The arguments of a registered workload: the sizes of ``--shape``, the defaults of the
+    optional ones it leaves out, then the dtype."""
+    sizes = _size_parameters(workload)
+    required = sum(p.default is p.empty for p in sizes)
+    if not required <= len(shape) <= len(sizes):
+        takes = f"{required}" if required == len(sizes) else f"{required} to {len(sizes)}"
+        raise CommandError(f"--shape: {workload} takes {takes} sizes ({_describe_sizes(workload)}), got "
+                           f"{len(shape)}: {','.join(map(str, shape))}")
+    return (*shape, *(p.default for p in sizes[len(shape):]), dtype)
+
+
+def _size_parameters(workload: str) -> list[inspect.Parameter]:
+    """The parameters of a registered workload that ``--shape`` gives: all but its dtype."""
+    return [p for p in inspect.signature(WORKLOADS[workload]).parameters.values() if p.name != "dtype"]
+
+
+def _describe_sizes(workload: str) -> str:
+    """``N, L, M``; the optional ones in brackets: ``N, C, H, W, F, KH, KW[, stride, padding]``."""
+    sizes = _size_parameters(workload)
+    optional = ", ".join(p.name for p in sizes if p.default is not p.empty)
+    return ", ".join(p.name for p in sizes if p.default is p.empty) + (f"[, {optional}]" if optional else "")
 
 
 def _taught_model(task: SearchTask | list[SearchTask], resume: str | None,
@@ -343,7 +366,7 @@ def add_tasks_command(subparsers: Any) -> None:
 def run_tasks(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
-    tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
+    tasks, weights = extract_tasks(_onnx_model(args), args.target, dict(args.input_shape))
     print_tasks(tasks, weights)
     return 0
 
@@ -357,16 +380,22 @@ def add_tune_model_command(subparsers: Any) -> None:
                     "of what tilecraft's default database holds of operators on this target, or the nearest one of "
                     "its ISA (see --no-transfer). Then: tilecraft run-model MODEL --log LOG")
     _add_model_arguments(command)
-    command.add_argument("--trials", type=int, default=2000, help="measurements over all tasks (default 2000)")
-    command.add_argument("--per-round", type=int, default=64, help="measurements per round of a task (default 64)")
-    command.add_argument("--log", help="the JSON-lines log (default: the model's name with .json)")
-    command.add_argument("--warm-up", type=int, metavar="TRIALS",
+    command.add_argument("--trials", type=_at_least(1, "the number of measurements to make"), default=2000,
+                         help="measurements over all tasks (default 2000)")
+    command.add_argument("--per-round", type=_at_least(1, "the measurements per round of a task"), default=64,
+                         help="measurements per round of a task (default 64)")
+    command.add_argument("--log", type=_tuning_log_to_append,
+                         help="the JSON-lines log (default: the model's name with .json)")
+    command.add_argument("--warm-up", type=_at_least(1, "the measurements of each task's first round"),
+                         metavar="TRIALS",
                          help="measurements in each task's first round (default: --per-round, as Ansor); fewer "
                               "reach a whole tuned model sooner when it has many tasks")
     command.add_argument("--strategy", choices=STRATEGIES, default="gradient")
-    command.add_argument("--per-task-early-stopping", type=int, metavar="TRIALS",
+    command.add_argument("--per-task-early-stopping", type=_at_least(1, "the trials without improvement that stop "
+                                                                       "a task"), metavar="TRIALS",
                          help="stop tuning a task after this many trials without improvement")
-    command.add_argument("--tasks", metavar="REGEX", help="tune only the tasks whose description matches")
+    command.add_argument("--tasks", metavar="REGEX", type=_pattern,
+                         help="tune only the tasks whose description (as `tilecraft tasks` prints it) matches")
     command.add_argument("--cache-flush", action="store_true",
                          help="flush the caches before every timed call, as a layer whose weights come from memory "
                               "finds them inside a large model; keep such a log apart from a warm one and give it "
@@ -381,29 +410,22 @@ def add_tune_model_command(subparsers: Any) -> None:
 def run_tune_model(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
-    tasks, weights = extract_tasks(_model_path(args.model), args.target, _input_shapes(args.input_shape))
+    tasks, weights = extract_tasks(_onnx_model(args), args.target, dict(args.input_shape))
     if args.tasks is not None:
-        try:
-            pattern = re.compile(args.tasks)
-        except re.error as error:
-            raise TilecraftError(f"--tasks {args.tasks!r} is not a regular expression ({error}); match task "
-                                 "descriptions as `tilecraft tasks` prints them, say '1x7x7x'") from None
-        chosen = [n for n, task in enumerate(tasks) if pattern.search(task.desc)]
+        chosen = [n for n, task in enumerate(tasks) if args.tasks.search(task.desc)]
         if not chosen:
-            raise TilecraftError(f"--tasks {args.tasks!r} matches none of the model's tasks: "
-                                 + "; ".join(task.desc for task in tasks))
+            raise CommandError(f"--tasks {args.tasks.pattern!r} matches none of the model's tasks: "
+                               + "; ".join(task.desc for task in tasks))
         tasks, weights = [tasks[n] for n in chosen], [weights[n] for n in chosen]
+    log = Path(args.log or _tuning_log_to_append(Path(args.model).with_suffix(".json").name))
     if args.verbose:
         print_tasks(tasks, weights)
-    log = Path(args.log or Path(args.model).with_suffix(".json").name)
-    if args.warm_up is not None and args.warm_up < 1:
-        raise CommandError(f"--warm-up {args.warm_up}: give at least 1 measurement per task, or leave it out")
     scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None,
                               warm_up_trials=args.warm_up, cost_model=_taught_model(tasks, None, args))
     with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
-                                num_remeasured=_remeasured(args), time_budget_secs=_time_budget(args))
+                                num_remeasured=args.remeasure, time_budget_secs=args.time)
         latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
     print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
           f"run it with: tilecraft run-model {args.model} --log {log}")
@@ -417,10 +439,10 @@ def add_run_model_command(subparsers: Any) -> None:
                     "rest), or load a model saved with CompiledModel.save (a directory); run it on the given inputs "
                     "(random ones by default), print the outputs' shapes and first values and the latency.")
     _add_model_arguments(command)
-    command.add_argument("--log", action="append", metavar="LOG",
+    command.add_argument("--log", action="append", metavar="LOG", type=_tuning_log,
                          help="a tuning log to take schedules from; repeated, a kernel's schedule comes from the "
                               "first log with a record for it")
-    command.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy",
+    command.add_argument("--input", action="append", default=[], metavar="[NAME=]X.npy", type=_input_file,
                          help="an input array; NAME= may be left out for a model with one input (repeatable)")
     command.add_argument("--output", type=Path, help="save the output to this .npy (several: one file each)")
     command.add_argument("--profile", action="store_true",
@@ -431,16 +453,20 @@ def add_run_model_command(subparsers: Any) -> None:
 def run_run_model(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from .model.compiled import compile_model, load_model
+    from .model.compiled import ModelInputError, ModelLoadError, compile_model, load_model
     from .runtime.timer import time_callable
 
     path = Path(args.model)
-    if path.is_dir():
-        model = load_model(path)
-    else:
-        model = compile_model(_model_path(args.model), args.target, args.log, _input_shapes(args.input_shape))
+    try:
+        model = load_model(path) if path.is_dir() else compile_model(_onnx_model(args), args.target, args.log,
+                                                                     dict(args.input_shape))
+    except ModelLoadError as error:
+        raise CommandError(f"MODEL: {error}") from None
     inputs = _read_inputs(args.input, model.inputs)
-    outputs = model.run(inputs)
+    try:
+        outputs = model.run(inputs)
+    except ModelInputError as error:
+        raise CommandError(f"--input: {error}") from None
     for name, array in outputs.items():
         print(f"{name}: {array.dtype}{list(array.shape)} {np.array2string(array.reshape(-1)[:6], precision=4)}")
     result = time_callable(lambda: model.run(inputs), number=1, repeat=7, min_repeat_ms=20)
@@ -448,6 +474,7 @@ def run_run_model(args: argparse.Namespace) -> int:
     if args.profile:
         _print_profile(model.profile(inputs))
     if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         for name, array in outputs.items():
             file = args.output if len(outputs) == 1 else args.output.with_name(f"{args.output.stem}_{name}.npy")
             np.save(file, array, allow_pickle=False)
@@ -472,28 +499,33 @@ def _print_profile(times) -> None:
 
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("model", metavar="MODEL", help="an ONNX model file")
-    command.add_argument("--target", help="target string (default: this machine)")
-    command.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+    command.add_argument("--target", type=_target, help="target string (default: this machine)")
+    command.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", type=_input_shape,
                          help="the shape of an input with dynamic sizes (repeatable)")
 
 
-def _model_path(model: str) -> str:
+def _onnx_model(args: argparse.Namespace):
+    """The ONNX model of the file MODEL, read once; the error names a missing file or package, or
+    an ``--input-shape`` of no input."""
+    model = args.model
     if not Path(model).is_file():
-        raise CommandError(f"{model} does not exist" if not Path(model).exists() else f"{model} is not a file")
-    if importlib.util.find_spec("onnx") is None:
-        raise CommandError("reading an ONNX model needs the onnx package: pip install 'tilecraft[onnx]'")
-    return model
-
-
-def _input_shapes(given: list[str]) -> dict[str, tuple[int, ...]]:
-    shapes = {}
-    for item in given:
-        name, _, dims = item.partition("=")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.split(","))
-        except ValueError:
-            raise CommandError(f"--input-shape {item!r} must be NAME=D,D,... with integer sizes") from None
-    return shapes
+        raise CommandError(f"MODEL: {model} does not exist" if not Path(model).exists() else
+                           f"MODEL: {model} is not a file; give an ONNX model (.onnx)")
+    try:
+        import onnx
+    except ImportError:
+        raise CommandError("reading an ONNX model needs the onnx package: pip install 'tilecraft[onnx]'") from None
+    try:
+        loaded = onnx.load(model)
+    except Exception as error:  # protobuf's DecodeError or ParseError, by the format onnx infers from the suffix
+        raise CommandError(f"MODEL: {model} is not an ONNX model ({type(error).__name__}: {error}); give the "
+                           ".onnx file the model was exported to") from None
+    weights = {tensor.name for tensor in loaded.graph.initializer}
+    inputs = [value.name for value in loaded.graph.input if value.name not in weights]
+    for name, _ in args.input_shape:
+        if name not in inputs:
+            raise CommandError(f"--input-shape: {model} has no input {name}; its inputs are {', '.join(inputs)}")
+    return loaded
 
 
 def _read_inputs(given: list[str], inputs) -> dict:
@@ -511,7 +543,7 @@ def _read_inputs(given: list[str], inputs) -> dict:
             name, file = inputs[0].name, item
         try:
             arrays[name] = np.load(file, allow_pickle=False)
-        except ValueError as error:
+        except (ValueError, OSError, EOFError) as error:
             raise CommandError(f"--input {item}: {file} is not a NumPy .npy array ({error})") from None
     rng = np.random.default_rng(0)
     for value in inputs:
@@ -523,21 +555,21 @@ def _read_inputs(given: list[str], inputs) -> dict:
 # -- shared -----------------------------------------------------------------------------
 
 def _add_log_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("log", metavar="LOG", help="a tuning log (JSON lines, written by RecordToFile)")
+    command.add_argument("log", metavar="LOG", type=_tuning_log,
+                         help="a tuning log (JSON lines, written by RecordToFile)")
     command.add_argument("--workload", metavar="KEY",
                          help="only this workload: its key, or the name of a registered workload")
-    command.add_argument("--target", metavar="TARGET", help="only this target, e.g. 'llvm -isa=avx2'")
+    command.add_argument("--target", metavar="TARGET", type=_target, help="only this target, e.g. 'llvm -isa=avx2'")
 
 
 def _select(log: str, workload: str | None, target: str | None) -> list[WorkloadSummary]:
     """The summaries of the log's (workload, target) pairs that match the options; raises
     with the reason when there is none."""
     path = Path(log)
-    if not path.is_file():
-        raise CommandError(f"{log} does not exist" if not path.exists() else f"{log} is not a file")
     summaries = summarize(path)
     if not summaries:
-        raise CommandError(f"{log} holds no tuning records")
+        raise CommandError(f"LOG: {log} holds no tuning records; tune into it first (tilecraft tune)")
+    asked = " ".join(f"--{name} {value!r}" for name, value in (("workload", workload), ("target", target)) if value)
     target = canonical_target(target)
     chosen = [s for s in summaries if (workload is None or _matches(s.workload_key, s.workload, workload))
               and (target is None or s.target == target)]
@@ -546,13 +578,104 @@ def _select(log: str, workload: str | None, target: str | None) -> list[Workload
     keys = {s.workload_key for s in summaries if workload is None or _matches(s.workload_key, s.workload, workload)}
     if workload is not None and not keys:
         keys = {workload}  # not in the log at all: load_best_record names what the log has
-    load_best_record(path, sorted(keys)[0], target)  # raises NoValidRecordError with the reason
-    raise NoValidRecordError(f"{log} has no records of {workload} on {target}")  # (not reached)
+    try:
+        load_best_record(path, sorted(keys)[0], target)  # raises NoValidRecordError with the reason
+    except NoValidRecordError as error:
+        raise CommandError(f"{asked}: {error}") from None
+    raise CommandError(f"{asked}: {log} has no records of {workload} on {target}")  # (not reached)
 
 
 def _matches(workload_key: str, workload: dict | None, query: str) -> bool:
     return query == workload_key or (workload is not None and query in (workload.get("func"),
                                                                         workload_label(workload_key, workload)))
+
+
+# -- argparse types: each checks one argument; argparse names it in the error --------------
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise CommandError(f"{text!r}: give positive integers separated by commas, such as 512,512,512")
+    return sizes
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, eq, dims = text.partition("=")
+    if not (name and eq):
+        raise CommandError(f"{text!r}: give an input's name and its sizes, such as data=1,3,224,224")
+    return name, _sizes(dims)
+
+
+def _at_least(least: int, what: str) -> Callable[[str], int]:
+    """An argparse type: an integer no smaller than ``least``; ``what`` says what it counts."""
+    def count(text: str) -> int:
+        if not re.fullmatch(r"\s*[-+]?\d+\s*", text) or int(text) < least:
+            raise CommandError(f"{text}: give {what}, a whole number, {least} or more")
+        return int(text)
+    return count
+
+
+def _duration(text: str) -> float:
+    """Seconds from ``90s``, ``10m``, ``1h30m`` or a bare number of seconds."""
+    match = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", text.strip())
+    seconds = sum(float(n) * unit for n, unit in zip(match.groups(), (3600, 60, 1)) if n) if match else 0.0
+    if not seconds > 0:
+        raise CommandError(f"{text!r}: give a duration longer than 0, such as 90s, 10m, 1h30m or 45 (seconds)")
+    return seconds
+
+
+def _target(text: str) -> str:
+    try:
+        Target(text)
+    except TargetError as error:
+        raise CommandError(f"{text!r}: {error}") from None
+    return text
+
+
+def _pattern(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as error:
+        raise CommandError(f"{text!r} is not a regular expression ({error}); match task descriptions as "
+                           "`tilecraft tasks` prints them, such as '1x7x7x'") from None
+
+
+def _tuning_log(text: str) -> str:
+    """An argparse type: a tuning log to read. A file with lines but no record in any of them
+    (someone's other file) is refused; an empty one is a log with no records yet."""
+    path = Path(text)
+    if not path.is_file():
+        raise CommandError(f"{text} does not exist; give a tuning log, as `tilecraft tune` writes" if not
+                           path.exists() else f"{text} is not a file; give a tuning log (JSON lines)")
+    with warnings.catch_warnings(record=True) as skipped:
+        warnings.simplefilter("always")
+        try:
+            is_log = next(iter_records(path), None) is not None
+        except RecordFormatError as error:  # a newer record version, or a *.xz that is not xz
+            raise CommandError(str(error)) from None
+    if not is_log and skipped:
+        first = str(skipped[0].message).removeprefix(f"{path} ").removesuffix("; the line is skipped")
+        raise CommandError(f"{text} is not a tuning log: no line of it is a record ({first}); give a log that "
+                           "tilecraft tune wrote")
+    return text
+
+
+def _tuning_log_to_append(text: str) -> str:
+    """An argparse type: a log to append to, new or to resume; not *.xz (a log grows a line at a time)."""
+    if text.endswith(".xz"):
+        raise CommandError(f"{text}: a log is appended a line at a time and cannot be xz-compressed; name it "
+                           "without .xz (compress it when tuning is done)")
+    return _tuning_log(text) if Path(text).exists() else text
+
+
+def _input_file(text: str) -> str:
+    file = text.partition("=")[2] or text
+    if not Path(file).is_file():
+        raise CommandError(f"{file} does not exist; give a .npy file, as numpy.save writes")
+    return text
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
