@@ -37,7 +37,7 @@ from tables import numeric_table, print_table  # benchmarks/tables.py, beside th
 try:
     import torch
     import torch.nn.functional as F
-    torch.set_num_threads(2)
+    torch.set_num_threads(tc.Target.host().num_cores)  # as many threads as tilecraft's kernels
 except ImportError:
     torch = None
 
@@ -91,6 +91,8 @@ def layer_norm_numpy(x, g, b):
 WORKLOADS = {
     "matmul_512": ("matmul", (512, 512, 512), lambda a, b: a @ b, lambda a, b: a @ b),
     "matmul_1024": ("matmul", (1024, 1024, 1024), lambda a, b: a @ b, lambda a, b: a @ b),
+    # prime sizes: no tile or vector width divides them (issue 43's awkward shapes)
+    "matmul_997x1021x1009": ("matmul", (997, 1021, 1009), lambda a, b: a @ b, lambda a, b: a @ b),
     "conv2d_r50_3x3": ("conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1), conv_numpy(1, 1), conv_torch(1, 1)),
     "conv2d_r50_1x1": ("conv2d", (1, 256, 56, 56, 64, 1, 1, 1, 0), conv_numpy(1, 0), conv_torch(1, 0)),
     "conv2d_r50_3x3_s2": ("conv2d", (1, 128, 56, 56, 128, 3, 3, 2, 1), conv_numpy(2, 1), conv_torch(2, 1)),
@@ -103,6 +105,7 @@ WORKLOADS = {
     "dense_1x2048x1000": ("dense", (1, 2048, 1000), lambda x, w: x @ w.T, lambda x, w: F.linear(x, w)),
     "batch_matmul_12x128x64": ("batch_matmul", (12, 128, 64, 128), np.matmul, torch.bmm if torch else None),
     "softmax_128x768": ("softmax", (128, 768), softmax_numpy, lambda x: torch.softmax(x, dim=1)),
+    "softmax_2048x2000": ("softmax", (2048, 2000), softmax_numpy, lambda x: torch.softmax(x, dim=1)),
     "layer_norm_128x768": ("layer_norm", (128, 768), layer_norm_numpy,
                            lambda x, g, b: F.layer_norm(x, (x.shape[1],), g, b)),
 }

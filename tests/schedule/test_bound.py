@@ -4,6 +4,7 @@ extent; loops of a split iterate only as far as the region reaches."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import tilecraft as tc
@@ -90,6 +91,43 @@ def test_the_last_tile_of_a_non_dividing_split_is_shifted_back_into_the_tensor()
     assert b.root_extent == (4, 6)
     start = bounds(b.root_min[0], inference.ranges())
     assert start == (0, 10 - 4)  # every region lies inside the 10 rows
+
+
+def _tiled_prime_matmul(pack_b: bool):
+    """A 13x11x19 matmul accumulating 4x8 tiles in a local buffer inside its copy's tiles."""
+    A = te.placeholder((13, 11), name="A")
+    B = te.placeholder((11, 19), name="B")
+    k = te.reduce_axis((0, 11), name="k")
+    C = te.compute((13, 19), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C",
+                   attrs={"layout_free_placeholders": [B]})
+    sch = tc.Schedule([A, B, C])
+    c = sch.get_block("C")
+    copy = sch.cache_write(c, 0, "local")
+    if pack_b:  # B stored in tiles of 8 columns, padded to 24: reads past column 18 stay inside
+        sch.transform_layout(c, ("read", 1), lambda k, j: (j // 8, k, j % 8))
+    i, j = sch.get_loops(copy)
+    i0, i1 = sch.split(i, [None, 4])
+    j0, j1 = sch.split(j, [None, 8])
+    sch.reorder(i0, j0, i1, j1)
+    sch.compute_at(c, j0)
+    return sch
+
+
+@pytest.mark.parametrize("pack_b", [False, True])
+def test_a_last_tile_runs_past_the_end_where_its_reads_stay_inside_and_is_shifted_where_not(pack_b):
+    """Rows read A, which ends at row 12: the last row tile is shifted back. Columns read B:
+    unpacked it ends at column 18, so the tile is shifted; packed in whole tiles of 8 it
+    reaches 23, so the tile runs on past the end unguarded (a shifted tile of a packed
+    weight would read it by gathers) and the copy stores only what lies inside."""
+    sch = _tiled_prime_matmul(pack_b)
+    inference = _inference(sch.state)
+    b = inference.of("C")
+    assert b.padded == (frozenset({1}) if pack_b else frozenset())
+    ranges = inference.ranges()
+    assert bounds(b.root_min[0], ranges) == (0, 13 - 4)
+    assert bounds(b.root_min[1], ranges) == ((0, 16) if pack_b else (0, 19 - 8))
+    a, w = sch.dag.random_inputs()
+    np.testing.assert_allclose(tc.build(sch)(a, w), a @ w, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("b_shift, o_shift, columns", [(0, 1, 9), (1, 0, 9), (2, 0, 10), (1, 1, 8)])

@@ -123,7 +123,7 @@ class _Lowering:
                 guards.append((value < b.root_extent[n], iv.kind))
             index = binary("add", b.root_min[n], value)
             span = bounds(simplify(index, self.ranges), self.ranges)
-            if span is None or span[1] >= iv.extent:
+            if (span is None or span[1] >= iv.extent) and n not in b.padded:
                 guards.append((index < iv.extent, iv.kind))
         for loop_id, (value, extent) in b.inner_split.items():
             span = bounds(value, self.ranges)
