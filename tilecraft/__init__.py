@@ -16,7 +16,8 @@ tests/test_layers.py checks it, docs/architecture.md draws it):
   runtime/    compiler cache, ctypes Module called with NumPy arrays, timer
   frontend/   model importers: ONNX to a Graph
   build.py    schedule -> lowered IR -> C -> shared library -> Module
-  database/   the JSON-lines tuning log and "best over the whole history"
+  database/   the JSON-lines tuning log, the SQLite store many tuners share, and "best
+              over the whole history"
   measure/    building and timing candidates in isolated processes
   search/     sketch rules, decision spaces, features, cost models, evolutionary search
   tune/       SearchTask, TuningOptions, the tuning loop, the task scheduler, transfer
@@ -36,6 +37,7 @@ _MODULES = {"frontend": ".frontend", "workloads": ".tune.workloads"}
 _NAMES = {  # public name -> the module that defines it
     "lower": ".ir.lower", "Schedule": ".schedule", "Trace": ".schedule", "Target": ".target", "CudaTarget": ".target",
     "ComputeDAG": ".te.dag", "Database": ".database", "RecordToFile": ".database",
+    "RecordStore": ".database", "RecordToStore": ".database",
     "load_best_record": ".database", "load_records": ".database", "LocalBuilder": ".measure",
     "LocalRunner": ".measure", "MeasureErrorKind": ".measure", "LightGBMModel": ".search.cost_model",
     "RandomModel": ".search.cost_model", "XGBModel": ".search.cost_model",

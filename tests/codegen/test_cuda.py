@@ -295,3 +295,13 @@ def random_gpu_schedule(rng: np.random.Generator) -> tc.Schedule:
 def test_random_gpu_schedules_match_numpy(seed):
     rng = np.random.default_rng(seed)
     check(random_gpu_schedule(rng), seed)
+
+
+def test_two_blocks_at_the_root_are_refused_with_the_fix():
+    sch = tc.Schedule(add_relu(8, 64))
+    for name in ("S", "R"):
+        i, j = sch.get_loops(sch.get_block(name))
+        sch.bind(i, "blockIdx.x")
+        sch.bind(j, "threadIdx.x")
+    with pytest.raises(GpuLimitError, match="2 blocks at the root .* inline them"):
+        tc.emulate_gpu(sch)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GpuLimitError
-from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, walk_stmts
+from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, vector_bytes
 
@@ -29,6 +29,18 @@ def verify_gpu(func: LoweredFunc, target) -> Launch:
     if not any(loop.kind.startswith(("blockIdx", "threadIdx")) for loop in loops):
         raise GpuLimitError("no loop is bound to blockIdx or threadIdx, so the kernel would run on one GPU thread: "
                             "bind the outer loops of the output block (sch.bind(loop, 'blockIdx.x'), ...)")
+    body = func.body
+    while isinstance(body, Allocate):  # intermediates of the whole kernel
+        body = body.body
+    roots = list(body.stmts) if isinstance(body, Seq) else [body]
+    bound_roots = [r for r in roots if bound_loops(r)]
+    if len(roots) > 1:
+        names = ", ".join(sorted({store.buffer.name for root in roots for store in walk_stmts(root)
+                                  if isinstance(store, Store) and store.buffer.scope == "arg"}))
+        raise GpuLimitError(f"the schedule has {len(roots)} blocks at the root ({len(bound_roots)} bound to GPU axes), "
+                            f"writing {names}: a kernel runs one grid, and a block at the root would need the whole "
+                            "grid to finish before the next; inline them (compute_inline, reverse_compute_inline) or "
+                            "compute them at a loop of one block (compute_at)")
     launch = launch_of(func)
     for axis, size, limit in zip("xyz", launch.block, MAX_BLOCK):
         if size > limit:

@@ -5,7 +5,9 @@ vectorized and unrolled, before it knows whether a sampled compute location will
 the block or move it under another loop. As in MetaSchedule's RewriteParallelVectorizeUnroll,
 the sketch records intents on the block and this pass applies them just before lowering:
 parallel only at the root, vectorize only a spatial innermost loop, and the fusion of
-outer loops stopping at reduction loops, annotated loops and compute-at points.
+outer loops stopping at reduction loops, annotated loops and compute-at points. On a GPU,
+a copy into shared memory is spread over the block's threads (cooperative fetch) once the
+thread extents around it are known.
 """
 
 from __future__ import annotations
@@ -32,7 +34,30 @@ def apply_block_annotations(sch: Schedule) -> Schedule:
             sch.annotate(_rv(stage.leaves[0]), "pragma_auto_unroll_max_step", wanted["pragma_auto_unroll_max_step"])
         if wanted.get("meta_schedule.parallel") and stage.attach is None:
             _parallelize_outer(sch, sch.state.stage(name), wanted["meta_schedule.parallel"])
+        if wanted.get("meta_schedule.cooperative_fetch") and stage.attach is not None:
+            _cooperative_fetch(sch, sch.state.stage(name), wanted["meta_schedule.cooperative_fetch"])
     return sch
+
+
+def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
+    """Spread a copy into shared memory over the threads of the GPU block it runs in, as
+    MetaSchedule's RewriteCooperativeFetch: its loops fused, split by the thread extents
+    bound around it (read only now, once the tiles are known) and ``lanes`` elements a
+    vector, the pieces bound to the same thread axes."""
+    threads: dict[str, int] = {}
+    for loop_id in sch.loop_path(stage.name):
+        loop = sch.state.stage_of_loop(loop_id).loop(loop_id)
+        if loop.annotation.startswith("threadIdx"):
+            threads[loop.annotation] = max(threads.get(loop.annotation, 1), loop.extent)
+    axes = [axis for axis in ("threadIdx.z", "threadIdx.y", "threadIdx.x") if axis in threads]
+    leaves = [_rv(leaf) for leaf in stage.leaves]
+    fused = sch.fuse(*leaves) if len(leaves) > 1 else leaves[0]
+    vector = [lanes] if lanes > 1 else []
+    pieces = sch.split(fused, [None] + [threads[axis] for axis in axes] + vector)
+    for axis, piece in zip(axes, pieces[1:]):
+        sch.bind(piece, axis)
+    if vector:
+        sch.vectorize(pieces[-1])
 
 
 def _rv(loop_id: int) -> LoopRV:

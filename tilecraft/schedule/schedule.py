@@ -29,7 +29,8 @@ INLINE = -2
 UNROLL_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
 # parallel: fuse up to this many outer loops and run them in parallel; vectorize: the
 # innermost spatial loop; the unroll pragma: on the block's outermost loop
-BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step")
+BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step",
+                     "meta_schedule.cooperative_fetch")
 THREAD_AXES = tuple(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx", "vthread") for axis in "xyz")
 # local: registers or a small array at the loop the block ends up under; shared: a GPU
 # block's shared memory, filled by its threads together; global: a whole tensor
@@ -487,7 +488,9 @@ class Schedule:
         realizes once the block's final place is known (see ``postproc.py``):
         ``meta_schedule.parallel`` fuses up to ``ann_val`` outer loops and runs them in
         parallel (at the root only), ``meta_schedule.vectorize`` vectorizes the innermost
-        spatial loop, and ``pragma_auto_unroll_max_step`` goes on the block's outermost loop.
+        spatial loop, ``pragma_auto_unroll_max_step`` goes on the block's outermost loop,
+        and ``meta_schedule.cooperative_fetch`` spreads a block copied into GPU shared
+        memory over the threads bound around it, ``ann_val`` elements a vector.
         Annotating the same key again replaces the value.
 
         Args:

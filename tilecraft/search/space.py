@@ -273,15 +273,20 @@ def generate_sketches(dag: ComputeDAG, rules: list | None = None, target=None) -
     """The sketches of ``dag``: every draft of the sketch rules, annotated; deterministic
     for a given target (without one, the rules see the host's cores)."""
     from .annotation import annotate
+    from .gpu_rules import GPU_SKETCH_RULES, annotate_gpu
     from .sketch_rules import derive_drafts
 
     sketches: dict[str, Sketch] = {}
-    num_cores = (target or Target.host()).num_cores
+    gpu = getattr(target, "kind", "llvm") == "cuda"
+    if gpu:  # parallelism is counted in SMs, rules and annotation are the GPU's
+        num_cores, rules, annotate = target.sm_count, GPU_SKETCH_RULES if rules is None else rules, annotate_gpu
+    else:
+        num_cores = (target or Target.host()).num_cores
     for draft in derive_drafts(Schedule(dag, seed=0), num_cores, rules):
         trace = annotate(draft).trace
         name = " ".join(draft.steps) or "default"
         if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
             while name in sketches:
                 name += "'"
-            sketches[name] = analyze(dag, trace, name, target)
+            sketches[name] = analyze(dag, trace, name, None if gpu else target)
     return list(sketches.values())
