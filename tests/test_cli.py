@@ -207,7 +207,8 @@ def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, m
 
 def test_every_command_is_registered_and_one_is_required(capsys):
     assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command",
-                                              "add_tasks_command", "add_tune_model_command", "add_run_model_command"]
+                                              "add_tasks_command", "add_tune_model_command", "add_run_model_command",
+                                              "add_serve_command"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([])
     assert exit_info.value.code == 2

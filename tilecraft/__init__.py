@@ -40,6 +40,7 @@ _NAMES = {  # public name -> the module that defines it
     "RecordStore": ".database", "RecordToStore": ".database",
     "load_best_record": ".database", "load_records": ".database", "LocalBuilder": ".measure",
     "LocalRunner": ".measure", "MeasureErrorKind": ".measure", "LightGBMModel": ".search.cost_model",
+    "RPCRunner": ".measure", "DeviceServer": ".measure",
     "RandomModel": ".search.cost_model", "XGBModel": ".search.cost_model",
     "PreloadMeasuredStates": ".search.policy", "SketchPolicy": ".search.policy", "ScheduleFn": ".search.space",
     "DEFAULT_RECORDS": ".tune.transfer", "transfer_model": ".tune.transfer", "TaskScheduler": ".tune.scheduler",

@@ -6,6 +6,7 @@
     tilecraft tasks MODEL.onnx                                 the tuning tasks of a model, with FLOPs and weights
     tilecraft tune-model MODEL.onnx [--trials N] [--log LOG]   tune all the tasks of a model, one shared budget
     tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
+    tilecraft serve [--port 9190] [--secret-file FILE]          measure candidates for tuners elsewhere (RPCRunner)
 
 Each command is one ``add_<name>_command(subparsers)`` function that declares its
 arguments and sets ``run``, the function that carries it out; ``COMMANDS`` lists them.
@@ -497,6 +498,42 @@ def _print_profile(times) -> None:
     print_table(table)
 
 
+# -- tilecraft serve ------------------------------------------------------------------
+
+def add_serve_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "serve", help="measure candidates for tuners on other machines (tc.RPCRunner)",
+        description="Serve this machine as a measuring device: a tuner elsewhere connects with tc.RPCRunner, builds "
+                    "for the target printed here, and sends candidates, each checked and timed in an isolated "
+                    "worker. Clients must hold the secret. It listens on 127.0.0.1 unless --host says otherwise, "
+                    "and beyond loopback only with --secret-file. Ctrl-C stops it.")
+    command.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    command.add_argument("--port", type=_at_least(0, "a TCP port (0: any free one)"), default=9190, help="default 9190")
+    command.add_argument("--secret-file", help="a file holding the shared secret, 16 bytes or more (make one with "
+                                               "python -c 'import secrets; print(secrets.token_hex(32))' > FILE)")
+    command.add_argument("--key", default="cpu", help="the device's label, RPCRunner's key= (default cpu)")
+    command.add_argument("--target", type=_target, help="the target to report (default: this machine)")
+    command.add_argument("--certfile", help="serve TLS with this PEM certificate (clients pass ca_file=)")
+    command.add_argument("--keyfile", help="the certificate's private key, when not in --certfile")
+    command.set_defaults(run=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from .measure import DeviceServer
+    from .measure.rpc_protocol import secret_bytes
+
+    with DeviceServer(args.host, args.port, secret_bytes(None, args.secret_file), args.key, target=args.target,
+                      certfile=args.certfile, keyfile=args.keyfile, log=lambda line: print(line, flush=True)) as server:
+        print(f"tilecraft serve: device {server.key!r} on {args.host}:{server.port}"
+              f"{'' if server.secret else ' without a secret: any local user may run code as you'}\n"
+              f"target: {server.target}", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("tilecraft serve: stopped")
+    return 0
+
+
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("model", metavar="MODEL", help="an ONNX model file")
     command.add_argument("--target", type=_target, help="target string (default: this machine)")
@@ -684,7 +721,8 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 # The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
 COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command,
-                                               add_tasks_command, add_tune_model_command, add_run_model_command)
+                                               add_tasks_command, add_tune_model_command, add_run_model_command,
+                                               add_serve_command)
 
 
 if __name__ == "__main__":

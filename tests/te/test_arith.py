@@ -42,6 +42,21 @@ def test_a_division_by_a_factor_of_the_stride_keeps_the_quotient_of_the_outer_lo
     assert simplify((o * 16 + i) % 8, ranges) == Binary("floormod", i, const(8))
 
 
+def test_a_step_dividing_the_divisor_keeps_a_vector_contiguous_across_the_wrap():
+    """(4x + v) % 8 with v < 4 is 4 (x % 2) + v, and (4x + v) // 8 is x // 2: the lanes of a
+    vector of four stay contiguous in a fused index that wraps every eight elements."""
+    x, v = Var("x"), Var("v")
+    ranges = {x: 16, v: 4}
+    linear = to_linear((x * 4 + v) % 8, ranges)
+    assert linear.terms == {Binary("floormod", x, const(2)): 4, v: 1} and linear.const == 0
+    assert simplify((x * 4 + v) // 8, ranges) == Binary("floordiv", x, const(2))
+    for value in range(64):  # the rewritten forms agree with Python's arithmetic everywhere
+        point = {x: const(value // 4), v: const(value % 4)}
+        for op, expected in (("floordiv", value // 8), ("floormod", value % 8)):
+            rewritten = simplify(Binary(op, x * 4 + v, const(8)), ranges)
+            assert simplify(substitute(rewritten, point), {}) == const(expected)
+
+
 def test_a_constant_offset_inside_one_period_folds_into_the_quotient(o_i):
     o, i, ranges = o_i
     assert simplify((o * 16 + i + 32) // 16, ranges) == o + 2

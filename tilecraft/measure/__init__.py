@@ -6,6 +6,9 @@ LocalRunner -> MeasureResult``, as in Ansor's LocalBuilder and LocalRunner.
   runner.py   ``LocalRunner``: check against NumPy and time, one candidate at a time,
               in a worker process that is restarted when a kernel kills it or hangs
   worker.py   that worker (run as ``python -m tilecraft.measure.worker``)
+  rpc_protocol.py  the device server's wire protocol: HMAC-authenticated frames of JSON and bytes
+  server.py   ``DeviceServer`` (``tilecraft serve``): measures for tuners elsewhere, in that worker
+  rpc_runner.py  ``RPCRunner``: measures on device servers, as LocalRunner does here
 
 A bad candidate becomes a result with an error kind and a message; it never raises in
 the tuner, and never takes the tuner's process down with it.
@@ -13,7 +16,10 @@ the tuner, and never takes the tuner's process down with it.
 
 from .builder import Builder, LocalBuilder
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult
+from .rpc_protocol import AuthenticationError, RPCError
+from .rpc_runner import RPCRunner
 from .runner import LocalRunner, Runner
+from .server import DeviceServer
 
 __all__ = ["Builder", "LocalBuilder", "BuildResult", "MeasureErrorKind", "MeasureInput", "MeasureResult",
-           "LocalRunner", "Runner"]
+           "LocalRunner", "Runner", "RPCRunner", "DeviceServer", "RPCError", "AuthenticationError"]

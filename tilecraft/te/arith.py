@@ -93,10 +93,32 @@ def _div_mod(op: str, value: Linear, divisor: int, ranges: Ranges, dtype: str) -
         if op == "floordiv":
             return quotient.add(Linear({}, period))
         return rest.add(Linear({}, period * divisor), -1)
+    split = _split_by_step(rest, divisor, ranges, dtype)
+    if split is not None:  # rest = g*steps + small, 0 <= small < g, g | divisor
+        step, steps, small = split
+        if op == "floordiv":
+            return quotient.add(_div_mod(op, steps, divisor // step, ranges, dtype))
+        return _div_mod(op, steps, divisor // step, ranges, dtype).scale(step).add(small)
     atom = binary(op, rest.to_expr(dtype), const(divisor, dtype))
     if op == "floordiv":
         return quotient.add(Linear({atom: 1}))
     return Linear({atom: 1})
+
+
+def _split_by_step(value: Linear, divisor: int, ranges: Ranges, dtype: str):
+    """``value`` as ``step * steps + small`` with ``step`` a divisor of ``divisor`` above 1
+    and ``small`` in ``[0, step)``, the largest such step; None if there is none. Then
+    ``(4x + v) % 8`` with ``v < 4`` is ``4 * (x % 2) + v``: a vector of four lanes stays
+    contiguous in a fused index that wraps every eight elements."""
+    for step in range(divisor - 1, 1, -1):
+        if divisor % step:
+            continue
+        steps = Linear({a: c // step for a, c in value.terms.items() if c % step == 0})
+        small = Linear({a: c for a, c in value.terms.items() if c % step}, value.const)
+        span = bounds(small.to_expr(dtype), ranges) if small.terms else (small.const, small.const)
+        if steps.terms and span is not None and 0 <= span[0] and span[1] < step:
+            return step, steps, small
+    return None
 
 
 def simplify(expr: Expr, ranges: Ranges) -> Expr:

@@ -1,0 +1,292 @@
+"""The device server and RPCRunner on loopback: a tuning through them, and every way a
+peer can misbehave (wrong secret, altered, replayed, oversized or trickled frames, unknown
+requests, crashing kernels, a lost server) refused or recorded, the server still serving."""
+
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+import tilecraft as tc
+from tilecraft import te
+from tilecraft.database import load_records
+from tilecraft.measure import (AuthenticationError, BuildResult, DeviceServer, MeasureErrorKind, MeasureInput,
+                               RPCError, RPCRunner, rpc_protocol)
+from tilecraft.measure.rpc_protocol import client_handshake
+from tilecraft.runtime import ArgSpec, compile_c
+
+SECRET = secrets.token_hex(32).encode()
+KERNELS = r"""
+void add(const float* restrict a, const float* restrict b, float* restrict c) {
+  for (int i = 0; i < 64; ++i) c[i] = a[i] + b[i];
+}
+void write_null(const float* restrict a, const float* restrict b, float* restrict c) { *(volatile float*)0 = a[0]; }
+void spin(const float* restrict a, const float* restrict b, float* restrict c) { volatile int forever = 1; while (forever) {} }
+"""
+ARGS = (ArgSpec("A", (64,), "float32", False), ArgSpec("B", (64,), "float32", False),
+        ArgSpec("C", (64,), "float32", True))
+OPEN = {"kind": "open", "settings": {"timeout": 5, "number": 1, "repeat": 1, "min_repeat_ms": 0,
+                                     "enable_cpu_cache_flush": False, "stop_slow_candidates": False}}
+
+
+@pytest.fixture(scope="module")
+def server():
+    lines = []
+    with DeviceServer(port=0, secret=SECRET, log=lines.append).start() as serving:
+        serving.lines = lines
+        yield serving
+
+
+@pytest.fixture(scope="module")
+def runner(server):
+    with RPCRunner(port=server.port, secret=SECRET, timeout=5, number=2, min_repeat_ms=0) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="module")
+def kernel(runner, kernel_cache):
+    """``kernel(name)``: a candidate adding two 64-vectors, built for the server's target, whose entry is ``name``."""
+    A = te.placeholder((64,), name="A")
+    B = te.placeholder((64,), name="B")
+    dag = tc.ComputeDAG([A, B, te.compute((64,), lambda i: A[i] + B[i], name="C")])
+    lib_path = str(compile_c(KERNELS, tc.Target.host(), kernel_cache))
+    candidate = MeasureInput(dag, runner.target(), tc.Schedule(dag).trace)
+    return lambda name: (candidate, BuildResult(lib_path, KERNELS, name, ARGS, (), MeasureErrorKind.NONE, "", 0.0))
+
+
+def _run(runner, *candidates):
+    inputs, builds = zip(*candidates)
+    return runner.run(inputs, builds)
+
+
+class Recording:
+    """A socket that keeps every byte sent through it, and sends what ``alter`` makes of them."""
+
+    def __init__(self, sock, alter=lambda data: data):
+        self.sock, self.sent, self.alter = sock, [], alter
+
+    def sendall(self, data):
+        self.sent.append(bytes(data))
+        self.sock.sendall(self.alter(bytes(data)))
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def _session(server, alter=lambda data: data):
+    """A raw authenticated session: its channel, past the server's hello, and its recorded socket."""
+    recording = Recording(socket.create_connection(("127.0.0.1", server.port)), alter)
+    channel = client_handshake(recording, SECRET, timeout_secs=5.0)
+    assert channel.receive()[0]["kind"] == "hello"
+    return channel, recording
+
+
+def _logged(server, text: str) -> bool:
+    """Whether the server logs ``text`` within 5 s (it logs just after it closes the session)."""
+    deadline = time.monotonic() + 5.0
+    while not any(text in line for line in server.lines):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _closed_by_server(sock) -> bool:
+    sock.settimeout(5.0)
+    return sock.recv(1) == b""
+
+
+def test_a_tuning_through_the_server_records_the_device_that_measured(tmp_path, server, runner):
+    log = tmp_path / "matmul.json"
+    task = tc.SearchTask(func="matmul", args=(32, 32, 32), target=runner.target())
+    summary = task.tune(tc.TuningOptions(num_measure_trials=8, num_measures_per_round=8, runner=runner, verbose=0,
+                                         measure_callbacks=[tc.RecordToFile(log)], num_remeasured=1,
+                                         remeasure_repeats=2), search_policy=tc.SketchPolicy(task, tc.RandomModel()))
+    records = load_records(log)
+    assert summary.trials == 8 and summary.valid >= 1
+    assert {r.device for r in records} == {f"cpu@127.0.0.1:{server.port}"}
+    assert {r.phase for r in records} == {"search", "final"}
+    assert runner.target().march not in ("native", "") and str(task.target) == str(runner.target())
+
+
+def test_a_crashing_kernel_is_an_error_record_and_the_server_measures_the_next(runner, kernel):
+    crashed, good = _run(runner, kernel("write_null"), kernel("add"))
+    assert crashed.error_kind is MeasureErrorKind.WORKER_CRASH and "SIGSEGV" in crashed.error_msg
+    assert good.is_valid
+    assert crashed.device == good.device == f"cpu@127.0.0.1:{runner.addresses[0][1]}"
+
+
+@pytest.mark.slow
+def test_a_hanging_kernel_is_a_run_timeout_and_the_server_measures_the_next(server, kernel):
+    with RPCRunner(port=server.port, secret=SECRET, timeout=1, number=1, min_repeat_ms=0) as runner:
+        hung, good = _run(runner, kernel("spin"), kernel("add"))
+    assert hung.error_kind is MeasureErrorKind.RUN_TIMEOUT and good.is_valid
+
+
+def test_candidates_spread_over_several_servers(server, kernel):
+    with DeviceServer(port=0, secret=SECRET, target=kernel("add")[0].target).start() as second:
+        addresses = [("127.0.0.1", server.port), ("127.0.0.1", second.port)]
+        with RPCRunner(addresses=addresses, secret=SECRET, number=1, min_repeat_ms=0) as runner:
+            results = _run(runner, *[kernel("add")] * 6)
+    assert all(r.is_valid for r in results)
+    assert {r.device for r in results} == {f"cpu@127.0.0.1:{port}" for _, port in addresses}
+
+
+def test_a_wrong_secret_is_refused_and_the_server_serves_on(server, runner, kernel):
+    with pytest.raises(AuthenticationError, match=f"127.0.0.1:{server.port}.*secret"):
+        RPCRunner(port=server.port, secret=secrets.token_hex(32))
+    with pytest.raises(AuthenticationError):
+        RPCRunner(port=server.port)  # no secret at all
+    assert _run(runner, kernel("add"))[0].is_valid
+
+
+def test_the_secret_never_crosses_the_wire(server, kernel, monkeypatch):
+    recordings = []
+    connect = socket.create_connection
+
+    def recorded(*args, **kwargs):
+        recordings.append(Recording(connect(*args, **kwargs)))
+        return recordings[-1]
+
+    monkeypatch.setattr(rpc_protocol.socket, "create_connection", recorded)
+    with RPCRunner(port=server.port, secret=SECRET, timeout=5, number=1, min_repeat_ms=0) as runner:
+        assert _run(runner, kernel("add"))[0].is_valid
+    sent = b"".join(b"".join(r.sent) for r in recordings)
+    assert len(sent) > 1000 and SECRET not in sent and bytes.fromhex(SECRET.decode()) not in sent
+
+
+def test_an_altered_frame_is_refused_and_the_session_closed(server):
+    def flip_header_byte(data):
+        return data[:30] + bytes([data[30] ^ 1]) + data[31:] if len(data) > 40 else data
+
+    channel, recording = _session(server, flip_header_byte)
+    channel.send(OPEN)
+    assert _closed_by_server(recording.sock)
+    assert _logged(server, "MAC is wrong")
+
+
+def test_replayed_frames_are_refused_in_their_session_and_in_another(server):
+    channel, recording = _session(server)
+    channel.send({"kind": "ping"})
+    assert channel.receive()[0]["kind"] == "error"
+    recording.sock.sendall(recording.sent[-1])  # the same frame again
+    assert _closed_by_server(recording.sock)
+    assert _logged(server, "replayed")
+    _, other = _session(server)
+    other.sock.sendall(recording.sent[-1])  # a frame of the first session
+    assert _closed_by_server(other.sock)
+
+
+def test_an_oversized_frame_is_refused_before_it_is_read(server):
+    _, recording = _session(server)
+    recording.sock.sendall(struct.pack(">QIQ", 0, 2, 1 << 40))
+    assert _closed_by_server(recording.sock)
+    assert _logged(server, "over the caps")
+
+
+def test_an_unknown_request_is_answered_with_an_error_and_the_session_goes_on(server):
+    channel, _ = _session(server)
+    channel.send({"kind": "format_disk"})
+    reply, _ = channel.receive()
+    assert reply["kind"] == "error" and "unknown request 'format_disk'" in reply["message"]
+    channel.send({"kind": "measure", "reference": "0" * 64})
+    assert "before 'measure'" in channel.receive()[0]["message"]
+    channel.send(OPEN)
+    assert channel.receive()[0]["kind"] == "opened"
+    channel.close()
+
+
+def test_a_client_trickling_a_frame_is_cut_off_after_the_request_timeout():
+    with DeviceServer(port=0, secret=SECRET, request_timeout=0.5, target=tc.Target.host()).start() as server:
+        _, recording = _session(server)
+        recording.sock.sendall(b"\0\0\0")  # a frame begun, never finished
+        started = time.perf_counter()
+        assert _closed_by_server(recording.sock)
+        assert time.perf_counter() - started < 4.0
+
+
+def test_a_server_at_max_connections_refuses_one_more(kernel):
+    with DeviceServer(port=0, secret=SECRET, max_connections=1, target=kernel("add")[0].target).start() as server:
+        with RPCRunner(port=server.port, secret=SECRET):
+            with pytest.raises(RPCError, match="max_connections"):
+                RPCRunner(port=server.port, secret=SECRET)
+
+
+def test_listening_beyond_loopback_needs_a_secret_and_a_secret_needs_16_bytes():
+    with pytest.raises(RPCError, match="refusing to listen on '0.0.0.0' without a secret"):
+        DeviceServer(host="0.0.0.0", port=0)
+    with pytest.raises(RPCError, match="at least 16"):
+        DeviceServer(port=0, secret="hunter2")
+
+
+def test_an_unreachable_server_is_an_error_naming_its_address():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(RPCError, match=f"127.0.0.1:{port}.*tilecraft serve"):
+        RPCRunner(port=port, secret=SECRET)
+
+
+def test_a_runner_refuses_another_key_and_candidates_built_for_another_target(server, runner, kernel):
+    with pytest.raises(RPCError, match="serves the device 'cpu', not 'h100'"):
+        RPCRunner(key="h100", port=server.port, secret=SECRET)
+    candidate, build = kernel("add")
+    other = MeasureInput(candidate.dag, tc.Target(runner.target(), march="x86-64"), candidate.trace)
+    with pytest.raises(RPCError, match=r"target=runner.target\(\)"):
+        runner.run([other], [build])
+
+
+def test_a_lost_server_costs_the_candidate_in_flight_and_the_runner_reconnects(kernel, secret_file):
+    target = kernel("add")[0].target
+    with DeviceServer(port=0, secret=SECRET, target=target).start() as first:
+        port = first.port
+        runner = RPCRunner(port=port, secret_file=secret_file, timeout=5, number=1, min_repeat_ms=0)
+        assert _run(runner, kernel("add"))[0].is_valid
+    (lost,) = _run(runner, kernel("add"))
+    assert lost.error_kind is MeasureErrorKind.RUNTIME and f"cpu@127.0.0.1:{port} failed" in lost.error_msg
+    with DeviceServer(port=port, secret=SECRET, target=target).start():
+        assert _run(runner, kernel("add"))[0].is_valid
+    runner.close()
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    path = tmp_path / "secret"
+    path.write_bytes(SECRET + b"\n")
+    return path
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+def test_tls_wraps_the_sessions_and_a_client_without_the_ca_is_refused(tmp_path, kernel):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    with DeviceServer(port=0, secret=SECRET, certfile=str(cert), keyfile=str(key),
+                      target=kernel("add")[0].target).start() as server:
+        with RPCRunner(port=server.port, secret=SECRET, ca_file=cert, number=1, min_repeat_ms=0) as runner:
+            assert _run(runner, kernel("add"))[0].is_valid
+        with pytest.raises(RPCError):
+            RPCRunner(port=server.port, secret=SECRET)
+
+
+def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file):
+    serve = subprocess.Popen([sys.executable, "-m", "tilecraft.cli", "serve", "--port", "0", "--secret-file",
+                              str(secret_file), "--key", "cpu"], stdout=subprocess.PIPE, text=True)
+    try:
+        first, second = serve.stdout.readline(), serve.stdout.readline()
+        port = int(first.split(":")[-1])
+        assert first.startswith("tilecraft serve: device 'cpu' on 127.0.0.1:") and second.startswith("target: llvm")
+        with RPCRunner(port=port, secret_file=secret_file) as runner:
+            assert str(runner.target()) == second.removeprefix("target: ").strip()
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=10) == 0
+    finally:
+        serve.kill()
+        serve.wait()
