@@ -18,7 +18,7 @@ import numpy as np
 from ..database.best import for_learning
 from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TargetError
 from ..schedule.trace import Trace
 from .bandit import SKETCH_POLICIES
 from .cost_model import CostModel, XGBModel
@@ -67,6 +67,10 @@ class SketchPolicy:
                  params: SearchParams | None = None,
                  seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None,
                  sketch_policy: str = "uniform", mutation_policy: str = "fixed"):
+        if getattr(task.target, "kind", "llvm") == "cuda":
+            raise TargetError(f"tuning for {task.target.arch} is not built yet: the GPU sketches exist "
+                              "(tilecraft.search.space.generate_sketches(dag, target=...)) but not the GPU runner "
+                              "nor GPU features; schedule by hand and build with tc.build(sch, 'cuda')")
         self.task = task
         self.sketches = (space.generate(task.compute_dag, task.target) if space is not None
                          else generate_sketches(task.compute_dag, target=task.target))
