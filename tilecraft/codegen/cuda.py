@@ -191,6 +191,7 @@ class _CudaEmitter(_Emitter):
                 _stride(i, s.var, self.ranges) == 1 and self._aligned(i, s.var, s.extent)
                 for i in (store_index, load_index)):
             return False
+
         def at(index, lane: int) -> str:
             return self.expr(simplify(substitute(index, {s.var: const(lane)}), self.ranges))
 

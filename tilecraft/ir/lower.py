@@ -7,6 +7,8 @@ Passes, in order:
   3. build loop nests    every stage's loops, with the stages attached at each loop
                          nested inside it and a reduction's init placed before its
                          outermost reduction loop (or where decompose_reduction says);
+                         on a GPU, a stage filling shared memory fenced by barriers, and a
+                         reduction bound to threadIdx.x ending in a ThreadAllReduce;
   4. simplify            index arithmetic in canonical form, proven guards dropped.
 """
 

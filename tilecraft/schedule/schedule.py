@@ -434,7 +434,8 @@ class Schedule:
     def bind(self, loop: LoopRV, thread_axis: str) -> None:
         """Run a loop's iterations on a GPU axis: blocks of the grid (``blockIdx.x/y/z``),
         threads of a block (``threadIdx.x/y/z``), or virtual threads (``vthread.x/y/z``:
-        iterations interleaved in one thread, which spreads a thread's tile apart).
+        a thread's tile spread apart, its pieces run one after another by each thread, an
+        unrolled loop; TVM interleaves them statement by statement, tilecraft does not yet).
 
         As in TVM, loops of different blocks bound to the same ``threadIdx`` axis are the
         same hardware threads: a producer computed inside a consumer's thread loops and
