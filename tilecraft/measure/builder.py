@@ -1,10 +1,12 @@
-"""``LocalBuilder``: candidates become shared libraries, in parallel, without ever raising.
+"""``LocalBuilder``: candidates become shared libraries (or cubins), in parallel, without ever raising.
 
 Replaying a trace, lowering and generating C are Python and take milliseconds, so they
 run here, one candidate after another; compiling takes gcc tens to hundreds of
 milliseconds, in a subprocess, so a thread pool runs ``n_parallel`` compilations at
 once (threads suffice: the work is outside the interpreter). Whatever a candidate does
-wrong becomes a ``BuildResult`` with an error kind, in the candidate's place.
+wrong becomes a ``BuildResult`` with an error kind, in the candidate's place. For a CUDA
+target the lowered nest is first checked by the GPU verifier (a refusal is an
+INSTANTIATION error that costs no compilation), then emitted as CUDA C and built by nvcc.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from typing import Protocol, Sequence
 
 from ..build import entry_signature
 from ..codegen.c import generate_c
-from ..errors import BuildError, BuildTimeoutError
+from ..codegen.cuda import generate_cuda
+from ..codegen.gpu_verify import verify_gpu
+from ..errors import BuildError, BuildTimeoutError, GpuLimitError
 from ..ir.lower import lower
 from ..runtime.compiler import compile_c
+from ..runtime.cuda_compiler import compile_cuda_file
 from ..runtime.module import ArgSpec, PackSpec
 from .result import BuildResult, MeasureErrorKind, MeasureInput, error_line
 
@@ -40,6 +45,7 @@ class _Generated:
     args: tuple[ArgSpec, ...]
     packs: tuple[PackSpec, ...]
     time_cost: float  # seconds spent on it so far
+    launch: tuple | None = None  # CUDA: (grid, block)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +92,11 @@ class LocalBuilder:
         start = perf_counter()
         kind, message, lib_path = MeasureErrorKind.NONE, "", None
         try:
-            lib_path = str(compile_c(generated.source, candidate.target, self.cache_dir, self.timeout_secs))
+            if generated.launch is not None:
+                lib_path = str(compile_cuda_file(generated.source, candidate.target.nvcc_arch, self.cache_dir,
+                                                 self.timeout_secs))
+            else:
+                lib_path = str(compile_c(generated.source, candidate.target, self.cache_dir, self.timeout_secs))
         except BuildTimeoutError as error:
             kind, message = MeasureErrorKind.BUILD_TIMEOUT, str(error)
         except BuildError as error:
@@ -97,7 +107,7 @@ class LocalBuilder:
         if lib_path is None:
             return BuildResult.failed(kind, message, time_cost, generated.source, ENTRY_NAME)
         return BuildResult(lib_path, generated.source, ENTRY_NAME, generated.args, generated.packs,
-                           MeasureErrorKind.NONE, "", time_cost)
+                           MeasureErrorKind.NONE, "", time_cost, generated.launch)
 
 
 def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
@@ -115,9 +125,16 @@ def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
         func = lower(sch, ENTRY_NAME)
     except Exception as error:  # noqa: BLE001
         return failed(MeasureErrorKind.COMPILE, "lowering: ", error)
+    launch = None
+    if getattr(candidate.target, "kind", "llvm") == "cuda":
+        try:  # the verifier's refusals cost no compilation
+            checked = verify_gpu(func, candidate.target)
+            launch = (checked.grid, checked.block)
+        except GpuLimitError as error:
+            return failed(MeasureErrorKind.INSTANTIATION, "GPU verifier: ", error)
     try:
-        source = generate_c(func, candidate.target)
+        source = generate_c(func, candidate.target) if launch is None else generate_cuda(func, candidate.target)[0]
         args, packs = entry_signature(func)
     except Exception as error:  # noqa: BLE001
         return failed(MeasureErrorKind.COMPILE, "code generation: ", error)
-    return _Generated(source, args, packs, perf_counter() - start)
+    return _Generated(source, args, packs, perf_counter() - start, launch)

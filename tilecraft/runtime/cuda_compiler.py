@@ -29,8 +29,19 @@ _ERROR_LINE = re.compile(r"\.cu\((\d+)\): (?:catastrophic )?error")
 
 def compile_cuda(source: str, arch: str = "sm_90", cache_dir: Path | None = None,
                  timeout_secs: float = 60.0) -> bytes:
-    """The cubin of ``source`` for ``arch`` (nvcc's ``-arch``: ``"sm_90"``, ``"sm_90a"``),
-    compiled only if no cubin with the same key is cached.
+    """The cubin of ``source`` for ``arch``: ``compile_cuda_file``'s bytes.
+
+    Raises:
+        BuildError: As ``compile_cuda_file``.
+        BuildTimeoutError: As ``compile_cuda_file``.
+    """
+    return compile_cuda_file(source, arch, cache_dir, timeout_secs).read_bytes()
+
+
+def compile_cuda_file(source: str, arch: str = "sm_90", cache_dir: Path | None = None,
+                      timeout_secs: float = 60.0) -> Path:
+    """The path of the cubin of ``source`` for ``arch`` (nvcc's ``-arch``: ``"sm_90"``,
+    ``"sm_90a"``) in the kernel cache, compiled only if no cubin with the same key is cached.
 
     Raises:
         BuildError: If nvcc is not on PATH, or rejects the source (the message quotes
@@ -46,7 +57,7 @@ def compile_cuda(source: str, arch: str = "sm_90", cache_dir: Path | None = None
     key = hashlib.sha256("\0".join([source, " ".join(flags), _nvcc_version(nvcc)]).encode()).hexdigest()
     cubin_path = cache_dir / f"{key}.cubin"
     if cubin_path.exists():
-        return cubin_path.read_bytes()
+        return cubin_path
     cache_dir.mkdir(parents=True, exist_ok=True)
     cu_path = cache_dir / f"{key}.cu"
     _write_atomically(cu_path, source.encode())
@@ -63,7 +74,7 @@ def compile_cuda(source: str, arch: str = "sm_90", cache_dir: Path | None = None
         raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
     finally:
         tmp_path.unlink(missing_ok=True)
-    return cubin_path.read_bytes()
+    return cubin_path
 
 
 def quote_error_lines(message: str, source: str) -> str:

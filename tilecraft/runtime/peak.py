@@ -50,10 +50,13 @@ int tc_threads(void) {{
 
 
 @functools.lru_cache(maxsize=8)
-def peak_gflops(target: Target | None = None, seconds: float = 0.1) -> float:
+def peak_gflops(target: Target | None = None, seconds: float = 0.1) -> float | None:
     """fp32 GFLOPS of FMA chains on every core of ``target`` (the host by default): the
-    best of three runs of at least ``seconds`` each, or the best measured before."""
+    best of three runs of at least ``seconds`` each, or the best measured before; None
+    for a GPU."""
     target = target or Target.host()
+    if getattr(target, "kind", "llvm") == "cuda":  # a GPU's peak is not measured yet
+        return None
     lanes = target.vector_lanes("float32")
     lib = ctypes.CDLL(str(compile_c(_SOURCE.format(vector_bytes=4 * lanes, chains=CHAINS, lanes=lanes), target)))
     lib.tc_fma_peak.argtypes, lib.tc_fma_peak.restype = [ctypes.c_long], ctypes.c_float

@@ -18,7 +18,7 @@ import numpy as np
 from ..database.best import for_learning
 from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
-from ..errors import ScheduleError, TargetError
+from ..errors import ScheduleError
 from ..schedule.trace import Trace
 from .bandit import SKETCH_POLICIES
 from .cost_model import CostModel, XGBModel
@@ -67,10 +67,6 @@ class SketchPolicy:
                  params: SearchParams | None = None,
                  seed: int = 0, init_search_callbacks: Sequence = (), space: ScheduleFn | None = None,
                  sketch_policy: str = "uniform", mutation_policy: str = "fixed"):
-        if getattr(task.target, "kind", "llvm") == "cuda":
-            raise TargetError(f"tuning for {task.target.arch} is not built yet: the GPU sketches exist "
-                              "(tilecraft.search.space.generate_sketches(dag, target=...)) but not the GPU runner "
-                              "nor GPU features; schedule by hand and build with tc.build(sch, 'cuda')")
         self.task = task
         self.sketches = (space.generate(task.compute_dag, task.target) if space is not None
                          else generate_sketches(task.compute_dag, target=task.target))
@@ -80,7 +76,7 @@ class SketchPolicy:
         self.model = program_cost_model if program_cost_model is not None else XGBModel()
         self.params = params or SearchParams()
         self.rng = np.random.default_rng(seed)
-        self.min_parallel = JOBS_PER_CORE * task.target.num_cores
+        self.min_parallel = JOBS_PER_CORE * getattr(task.target, "num_cores", 1)  # CPU parallel loops only
         self.measured: set = set()
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []

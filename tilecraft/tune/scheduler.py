@@ -27,11 +27,11 @@ from rich.table import Table
 
 from ..database.best import rank
 from ..database.log import load_records
-from ..measure import LocalBuilder, LocalRunner
+from ..measure import LocalBuilder
 from ..search.shared_model import SharedCostModel
 from ..tables import print_table
 from .progress import ProgressReporter
-from .task import SearchTask, TuningOptions, TuningSummary, final_round, tune_round, use_policies
+from .task import SearchTask, TuningOptions, TuningSummary, default_runner, final_round, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
 
@@ -172,7 +172,7 @@ class TaskScheduler:
         """
         options = tuning_options or TuningOptions()
         builder = options.builder or LocalBuilder()
-        runner = options.runner or LocalRunner()
+        runner = options.runner or default_runner(self.states[0].task.target)
         reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model",
                                     time_budget_secs=options.time_budget_secs)
         started = time.perf_counter()

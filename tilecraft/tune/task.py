@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..database.log import load_best_record, load_records
-from ..errors import TilecraftError
+from ..errors import TargetError, TilecraftError
 from ..measure import LocalBuilder, LocalRunner, MeasureInput
 from ..runtime.peak import peak_gflops
 from ..schedule.trace import Trace
@@ -286,9 +286,23 @@ def use_policies(policy, options: TuningOptions) -> None:
     policy.use(options.sketch_policy, options.mutation_policy)
 
 
+def default_runner(target):
+    """A ``LocalRunner`` for a CPU target. A GPU runner does not exist yet: GPU candidates
+    are built (nvcc, no GPU needed) but a runner that times them must be given.
+
+    Raises:
+        TargetError: For a CUDA target.
+    """
+    if getattr(target, "kind", "llvm") == "cuda":
+        raise TargetError(f"tuning for {target.arch} needs a runner that times CUDA kernels, and tilecraft has "
+                          "none yet: pass TuningOptions(runner=...), or schedule by hand and build with "
+                          "tc.build(sch, 'cuda')")
+    return LocalRunner()
+
+
 def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
     builder = options.builder or LocalBuilder()
-    runner = options.runner or LocalRunner()
+    runner = options.runner or default_runner(task.target)
     summary = TuningSummary()
     started = time.perf_counter()
     since_best = 0
