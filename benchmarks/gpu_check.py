@@ -126,7 +126,8 @@ def main() -> None:
     report: dict = {"device": torch.cuda.get_device_name(0), "steps": []}
     print("device:", report["device"], flush=True)
     report["steps"].append(run("GPU tests", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                             "tests/codegen/test_cuda.py", "tests/test_cuda_runtime.py"], 120))
+                                             "tests/codegen/test_cuda.py", "tests/test_cuda_runtime.py",
+                                             "tests/tune/test_gpu_search.py", "tests/search/test_gpu_sketches.py"], 150))
     if not options.no_sanitizer:
         for tool in ("memcheck", "racecheck"):
             report["steps"].append(run(f"compute-sanitizer {tool}", ["compute-sanitizer", "--tool", tool,

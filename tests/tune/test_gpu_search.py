@@ -67,3 +67,24 @@ def test_a_cuda_task_tunes_with_gpu_sketches_and_its_best_matches_numpy(tmp_path
     a, b = task.compute_dag.random_inputs()
     np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(a, b), a @ b, rtol=1e-4, atol=1e-4)
     assert "__global__" in tc.build(sch, TARGET).source
+
+
+def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch):
+    monkeypatch.setattr("tilecraft.tune.task.cuda_available", lambda: False)
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=TARGET)
+    with pytest.raises(tc.TargetError, match="times CUDA kernels on a GPU, and none can run here.*tc.RPCRunner"):
+        task.tune(tc.TuningOptions(num_measure_trials=8))
+
+
+@pytest.mark.skipif(not tc.cuda_available(), reason="needs a GPU and cuda-bindings (pip install -e '.[cuda]')")
+def test_a_cuda_task_tunes_on_the_gpu_with_the_local_runner(tmp_path):
+    """On a GPU machine: the worker checks every candidate against NumPy on the GPU and times
+    it with CUDA events; the records name the GPU."""
+    task = tc.SearchTask(func="matmul", args=(256, 256, 256, "float32"), target=tc.Target("cuda"))
+    log = tmp_path / "gpu.json"
+    summary = task.tune(tc.TuningOptions(num_measure_trials=16, num_measures_per_round=8,
+                                         measure_callbacks=[tc.RecordToFile(log)]))
+    records = load_records(log)
+    assert summary.valid > 0 and all(r.device.endswith("/cuda:0") for r in records if r.device)
+    a, b = task.compute_dag.random_inputs()
+    np.testing.assert_allclose(tc.build(task.apply_best(log), task.target)(a, b), a @ b, rtol=1e-3, atol=1e-3)

@@ -192,9 +192,11 @@ class LocalRunner:
     def _measure(self, candidate: MeasureInput, build: BuildResult) -> MeasureResult:
         start = perf_counter()
 
+        device = self.device if build.launch is None else f"{self.device}/cuda:0"
+
         def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
             return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),
-                                 device=self.device)
+                                 device=device)
 
         try:
             reference = self._reference(candidate.dag)
@@ -235,7 +237,7 @@ class LocalRunner:
                 "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in build.packs],
                 "reference": str(reference), "number": self.number, "repeat": self.repeat,
                 "min_repeat_ms": self.min_repeat_ms, "flush": self.enable_cpu_cache_flush,
-                "evict_weights": self.evict_weights,
+                "evict_weights": self.evict_weights, "launch": build.launch,
                 "slow_call_secs": None if fastest is None else max(SLOW_FLOOR_SECS, SLOW_FACTOR * fastest)}
 
     def _ready_worker(self) -> _Worker | str:

@@ -14,6 +14,7 @@ parent can give the first call a limit of its own), and one reply:
            inputs and expected outputs by tensor name), number, repeat, min_repeat_ms, flush,
            evict_weights, slow_call_secs (a checking call at least this long is the
            measurement, one cost; null for none)
+           launch ([grid, block] of a CUDA kernel, whose lib_path is a cubin; null for a CPU one)
   reply:   {"error_kind": "none", "costs": [seconds per call, ...]} or
            {"error_kind": "wrong_answer" | "runtime", "error_msg": "..."}
 
@@ -72,6 +73,8 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
     stage = "loading the kernel"
     try:
         args = tuple(ArgSpec(name, tuple(shape), dtype, is_output) for name, shape, dtype, is_output in request["args"])
+        if request.get("launch"):
+            return _measure_cuda(request, args, _load_reference(request["reference"], references), reached)
         packs = tuple(PackSpec(index, name, tuple(shape)) for index, name, shape in request["packs"])
         module = Module(request["lib_path"], "", request["entry_name"], args, packs)
         stage = "reading the reference data"
@@ -105,6 +108,38 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
                                       evict_weights=request["evict_weights"])
         return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
     except Exception as error:  # noqa: BLE001 - every failure of a candidate is a reply
+        return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}
+
+
+def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference: dict[str, np.ndarray],
+                  reached: Callable[[str], object]) -> dict[str, Any]:
+    """A CUDA candidate (a cubin and its launch): checked on NumPy arrays copied to the GPU
+    and back, then timed with CUDA events after an L2 flush before every launch (Triton's
+    ``do_bench``), the inputs uploaded once. Its first call loads the cubin and copies the
+    data, so it neither stops nor times a slow candidate as a CPU kernel's first call does."""
+    from pathlib import Path
+
+    from ..runtime.cuda import CudaModule, LaunchSpec
+
+    stage = "loading the kernel"
+    try:
+        grid, block = request["launch"]
+        module = CudaModule(Path(request["lib_path"]).read_bytes(), "", request["entry_name"], args,
+                            LaunchSpec(tuple(grid), tuple(block)))
+        buffers = {arg.name: poisoned(reference[arg.name]) if arg.is_output else reference[arg.name].copy()
+                   for arg in args}
+        stage = "running the kernel"
+        reached("running")
+        module(*buffers.values())
+        stage = "checking the outputs"
+        for arg in args:
+            if arg.is_output and (message := compare(arg.name, buffers[arg.name], reference[arg.name])):
+                return {"error_kind": "wrong_answer", "error_msg": message}
+        reached("checked")
+        stage = "timing the kernel"
+        timer = module.time_evaluator(request["number"], request["repeat"], flush_l2=True)
+        return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
+    except Exception as error:  # noqa: BLE001 - a launch failure is the candidate's reply, not the worker's end
         return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}
 
 

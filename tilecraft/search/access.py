@@ -140,8 +140,9 @@ def transposed_axis(op: ComputeOp) -> int | None:
         return None
     axes = [iv.var for iv in op.axis]
     for read in reads_of(op):
-        if not all(isinstance(i, Var) and i in axes for i in read.indices) or len(set(read.indices)) != len(axes):
-            continue
+        if (not read.indices or not all(isinstance(i, Var) and i in axes for i in read.indices)
+                or len(set(read.indices)) != len(axes)):
+            continue  # a scalar read (a 0-d tensor) moves along no axis
         last = axes.index(read.indices[-1])
         if last < len(axes) - 2:
             return last

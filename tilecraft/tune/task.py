@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from ..database.log import load_best_record, load_records
 from ..errors import TargetError, TilecraftError
 from ..measure import LocalBuilder, LocalRunner, MeasureInput
+from ..runtime.cuda import cuda_available
 from ..runtime.peak import peak_gflops
 from ..schedule.trace import Trace
 from ..target import Target
@@ -287,16 +288,16 @@ def use_policies(policy, options: TuningOptions) -> None:
 
 
 def default_runner(target):
-    """A ``LocalRunner`` for a CPU target. A GPU runner does not exist yet: GPU candidates
-    are built (nvcc, no GPU needed) but a runner that times them must be given.
+    """A ``LocalRunner``: its worker runs CPU kernels, and CUDA kernels on GPU 0 (which must
+    be there: GPU candidates are built anywhere, but timed only where a GPU is).
 
     Raises:
-        TargetError: For a CUDA target.
+        TargetError: For a CUDA target on a machine where no GPU can run kernels.
     """
-    if getattr(target, "kind", "llvm") == "cuda":
-        raise TargetError(f"tuning for {target.arch} needs a runner that times CUDA kernels, and tilecraft has "
-                          "none yet: pass TuningOptions(runner=...), or schedule by hand and build with "
-                          "tc.build(sch, 'cuda')")
+    if getattr(target, "kind", "llvm") == "cuda" and not cuda_available():
+        raise TargetError(f"tuning for {target.arch} times CUDA kernels on a GPU, and none can run here (no GPU, "
+                          "or no cuda-bindings: pip install -e '.[cuda]'); tune on a machine with one, measure "
+                          "there with tc.RPCRunner, or schedule by hand and build with tc.build(sch, 'cuda')")
     return LocalRunner()
 
 
