@@ -296,8 +296,8 @@ def default_runner(target):
     """
     if getattr(target, "kind", "llvm") == "cuda" and not cuda_available():
         raise TargetError(f"tuning for {target.arch} times CUDA kernels on a GPU, and none can run here (no GPU, "
-                          "or no cuda-bindings: pip install -e '.[cuda]'); tune on a machine with one, measure "
-                          "there with tc.RPCRunner, or schedule by hand and build with tc.build(sch, 'cuda')")
+                          "or no cuda-bindings: pip install -e '.[cuda]'); tune on a machine with one, "
+                          "or schedule by hand and build with tc.build(sch, 'cuda')")
     return LocalRunner()
 
 

@@ -128,7 +128,8 @@ def transfer_model(logs: Iterable[str | os.PathLike], task: SearchTask | Sequenc
 def nearest_records(log: str | os.PathLike, target: Target) -> list[TuningRecord]:
     """Per workload, the records ``log`` holds for ``target``; for a workload it holds none
     of there, those of its nearest target with the same ISA and vector width (by cores and
-    cache sizes, in factors of two); none of a workload no such target measured."""
+    cache sizes, in factors of two), or for a GPU of the same arch (by SMs and L2); none of
+    a workload no such target measured."""
     by_workload: dict[str, dict[str, list[TuningRecord]]] = {}
     for record in load_records(log):
         by_workload.setdefault(record.workload_key, {}).setdefault(record.target, []).append(record)
@@ -137,16 +138,24 @@ def nearest_records(log: str | os.PathLike, target: Target) -> list[TuningRecord
         if own in by_target:
             lent += by_target[own]
             continue
-        alike = {name: t for name in by_target
-                 if (t := _parsed(name)) and (t.isa, t.vector_bytes) == (target.isa, target.vector_bytes)}
+        alike = {name: t for name in by_target if (t := _parsed(name)) and _alike(t, target)}
         if alike:
             lent += by_target[min(alike, key=lambda name: _distance(alike[name], target))]
     return lent
 
 
-def _distance(other: Target, target: Target) -> float:
-    return sum(abs(math.log2(getattr(other, size) / getattr(target, size)))
-               for size in ("num_cores", "l1_bytes", "l2_bytes", "l3_bytes"))
+def _alike(other, target) -> bool:
+    """CPUs of one ISA and vector width; GPUs of one arch."""
+    if other.kind != target.kind:
+        return False
+    if target.kind == "cuda":
+        return other.arch == target.arch
+    return (other.isa, other.vector_bytes) == (target.isa, target.vector_bytes)
+
+
+def _distance(other, target) -> float:
+    sizes = ("sm_count", "l2_bytes") if target.kind == "cuda" else ("num_cores", "l1_bytes", "l2_bytes", "l3_bytes")
+    return sum(abs(math.log2(getattr(other, size) / getattr(target, size))) for size in sizes)
 
 
 def _parsed(name: str) -> Target | None:
