@@ -1,9 +1,10 @@
 """The whole ONNX backend node-test suite through tilecraft's importer, reference runner and compiler.
 
-    python benchmarks/onnx_node_tests.py [--out benchmarks/results/onnx_node_tests.json]
+    python benchmarks/onnx_node_tests.py [--out benchmarks/results/onnx_node_tests.json] [--only REGEX]
 
 Prints how many cases pass, fail and are refused as unsupported (with the failing names and
-a count of refusals by reason), once through the NumPy reference runner and once through
+a count of refusals by reason; ``--only`` keeps the cases whose name matches a regular
+expression, ``--only 'test_(equal|less)'``), once through the NumPy reference runner and once through
 compiled native kernels (default schedules), and writes them as JSON. The cases and their
 judging are those of tests/frontend/node_cases.py; pytest runs the cases of the supported
 operators both ways.
@@ -37,11 +38,12 @@ def _reasons(message: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/onnx_node_tests.json"))
+    parser.add_argument("--only", default="", help="run only the cases whose name matches this regular expression")
     args = parser.parse_args()
     start = time.perf_counter()
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as cache:
         warnings.simplefilter("ignore")  # the generators overflow casts and divide by zero on purpose
-        cases = collect_cases(supported_only=False)
+        cases = [case for case in collect_cases(supported_only=False) if re.search(args.only, case.name)]
         results = {case.name: run_case(case) for case in cases}
         compiled = {case.name: run_case(case, compiled=True, cache_dir=cache) for case in cases
                     if results[case.name][0] != UNSUPPORTED}

@@ -102,3 +102,44 @@ def test_broadcast_to(rng):
     np.testing.assert_array_equal(run(ops.broadcast_to(X, (2, 3, 4)), {X: x}), np.broadcast_to(x, (2, 3, 4)))
     with pytest.raises(TeError, match="cannot be broadcast to"):
         ops.broadcast_to(X, (1, 1))
+
+
+def test_floor_mod_and_fmod_take_the_sign_of_divisor_and_dividend():
+    X, Y = te.placeholder((6,), name="X"), te.placeholder((6,), name="Y")
+    x = np.array([-4.5, 7.0, 5.0, 4.5, -3.0, 3.0], "float32")
+    y = np.array([2.0, -3.0, 8.0, -2.0, np.inf, -np.inf], "float32")
+    np.testing.assert_allclose(run(ops.binary(X, Y, "floor_mod"), {X: x, Y: y}), np.mod(x, y))
+    finite = np.where(np.isinf(y), 1.5, y).astype("float32")
+    np.testing.assert_allclose(run(ops.binary(X, Y, "fmod"), {X: x, Y: finite}), np.fmod(x, finite), rtol=1e-6)
+
+
+def test_where_broadcasts_its_three_operands(rng):
+    C, X = te.placeholder((3, 1), name="C", dtype="bool"), te.placeholder((4,), name="X")
+    Y = te.placeholder((), name="Y")
+    c, x, y = rng.random((3, 1)) > 0.5, rng.standard_normal(4).astype("float32"), np.array(2.0, "float32")
+    np.testing.assert_array_equal(run(ops.where(C, X, Y), {C: c, X: x, Y: y}), np.where(c, x, y))
+
+
+def test_unknown_element_wise_functions_are_named_with_the_known_ones():
+    X = te.placeholder((3,), name="X")
+    with pytest.raises(TeError, match=r"binary: unknown function 'hypot'; use one of maximum, minimum"):
+        ops.binary(X, X, "hypot")
+    with pytest.raises(TeError, match=r"unary: unknown function 'round'; use one of floor, ceil"):
+        ops.unary(X, "round")
+
+
+def test_argmax_takes_the_first_or_the_last_of_equal_values():
+    X = te.placeholder((2, 4), name="X")
+    x = np.array([[1, 3, 3, 0], [2, 2, -1, 2]], "float32")
+    np.testing.assert_array_equal(run(ops.argmax(X, axis=1, keepdims=False), {X: x}), [1, 0])
+    np.testing.assert_array_equal(run(ops.argmax(X, axis=1, select_last_index=True), {X: x}), [[2], [3]])
+    np.testing.assert_array_equal(run(ops.argmin(X, axis=0), {X: x}), [[0, 1, 1, 0]])
+
+
+def test_cumsum_exclusive_and_reverse(rng):
+    X = te.placeholder((3, 5), name="X")
+    x = rng.standard_normal((3, 5)).astype("float32")
+    np.testing.assert_allclose(run(ops.cumsum(X, axis=1), {X: x}), np.cumsum(x, 1), rtol=1e-5, atol=1e-6)
+    reverse_exclusive = np.flip(np.cumsum(np.flip(x, 0), 0), 0) - x
+    np.testing.assert_allclose(run(ops.cumsum(X, axis=0, exclusive=True, reverse=True), {X: x}), reverse_exclusive,
+                               rtol=1e-5, atol=1e-6)

@@ -59,7 +59,8 @@ def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | 
     model = model_or_path if isinstance(model_or_path, onnx.ModelProto) else onnx.load(os.fspath(model_or_path))
     opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
     _check_operators(model.graph, opsets, CONVERTERS)
-    importer = Importer()
+    importer = Importer(frozenset(name for node in model.graph.node for name in node.input) |
+                        {output.name for output in model.graph.output})
     for tensor in model.graph.initializer:
         importer.add_constant(tensor.name, checked_array(onnx.numpy_helper.to_array(tensor), tensor.name))
     shapes = dict(input_shapes or {})

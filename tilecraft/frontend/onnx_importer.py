@@ -52,10 +52,12 @@ class OnnxNode:
 
 
 class Importer(GraphBuilder):
-    """A GraphBuilder that also knows ONNX names: aliases (Identity, Dropout) and constant inputs."""
+    """A GraphBuilder that also knows ONNX names: aliases (Identity, Dropout), constant inputs, and ``read``, the
+    names that a node or the graph's outputs read (an optional output outside it is no reason to refuse a node)."""
 
-    def __init__(self) -> None:
+    def __init__(self, read: frozenset[str]) -> None:
         super().__init__()
+        self.read = read
         self.aliases: dict[str, str] = {}
         self._fresh: set[str] = set()
 

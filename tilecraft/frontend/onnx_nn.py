@@ -4,6 +4,10 @@ Convolution biases become an ``add`` of a [F, 1, 1] constant after the convoluti
 form ``passes.fold_batch_norm`` folds into; a constant right-hand side of Gemm and MatMul
 becomes a ``dense`` weight (layout-free, packable ahead of time); a batched MatMul is a
 ``batch_matmul`` between reshapes. Only 2-D (NCHW) convolutions and pools are supported.
+InstanceNormalization and GroupNormalization are a ``layer_norm`` of unit scale over each
+instance or group, then a per-channel scale and shift; RMSNormalization is element-wise
+nodes around a ``mean``; LRN's sum over neighbouring channels is an ``avg_pool2d`` that
+counts its padding, over the channels of a one-channel view.
 """
 
 from __future__ import annotations
@@ -57,11 +61,72 @@ def _layer_norm(ctx: Importer, node: OnnxNode) -> None:
 
 
 def _batch_norm(ctx: Importer, node: OnnxNode) -> None:
-    if node.attrs.get("training_mode", 0) or any(node.outputs[1:]):
+    training = node.attrs.get("training_mode", 0) if node.opset >= 14 else any(node.outputs[1:])  # 7-13: by outputs
+    if training or any(o in ctx.read for o in node.outputs[1:]):
         raise node.unsupported("training mode (the running statistics outputs)")
     if node.attrs.get("spatial", 1) != 1:
         raise node.unsupported("spatial=0")
     ctx.emit_for(node, "batch_norm", node.inputs[:5], {"epsilon": node.attrs.get("epsilon", 1e-5), "axis": 1})
+
+
+def _constant_like(ctx: Importer, x: str, value: float, shape: tuple[int, ...], hint: str) -> str:
+    return ctx.add_constant(ctx.fresh_value(hint), np.full(shape, value, ctx.values[x].dtype))
+
+
+def _normalized(ctx: Importer, node: OnnxNode, x: str, axis: int, epsilon: float) -> str:
+    """``x`` normalized to mean 0 and variance 1 over its dims from ``axis`` on (a layer_norm of unit scale)."""
+    inner = ctx.shape(x)[axis:]
+    params = [_constant_like(ctx, x, value, inner, f"{node.name}_{value}") for value in (1.0, 0.0)]
+    return ctx.emit("layer_norm", [x, *params], {"axis": tuple(range(axis, len(ctx.shape(x)))), "epsilon": epsilon},
+                    f"{node.name}_normalized")
+
+
+def _per_channel(ctx: Importer, node: OnnxNode, x: str, scale: str, bias: str) -> None:
+    """The node's output: ``x`` [N, C, ...] scaled and shifted by the [C] vectors ``scale`` and ``bias``."""
+    channels = (ctx.shape(x)[1],) + (1,) * (len(ctx.shape(x)) - 2)
+    scaled = ctx.emit("multiply", [x, ctx.reshape(scale, channels, f"{node.name}_scale")], {}, f"{node.name}_scaled")
+    ctx.emit("add", [scaled, ctx.reshape(bias, channels, f"{node.name}_bias")], {}, node.name, output=node.outputs[0])
+
+
+def _instance_norm(ctx: Importer, node: OnnxNode) -> None:
+    x = node.inputs[0]
+    _per_channel(ctx, node, _normalized(ctx, node, x, 2, node.attrs.get("epsilon", 1e-5)), *node.inputs[1:3])
+
+
+def _group_norm(ctx: Importer, node: OnnxNode) -> None:
+    x, scale, bias = node.inputs[:3]
+    shape, groups = ctx.shape(x), node.attrs["num_groups"]
+    grouped = ctx.reshape(x, (shape[0], groups, math.prod(shape[1:]) // groups), f"{node.name}_grouped")
+    out = ctx.reshape(_normalized(ctx, node, grouped, 2, node.attrs.get("epsilon", 1e-5)), shape, f"{node.name}_nd")
+    if ctx.shape(scale) != (shape[1],):  # opset 18: a scale and a bias per group, repeated for its channels
+        scale, bias = (ctx.reshape(ctx.emit("broadcast_to", [ctx.reshape(v, (groups, 1), f"{node.name}_{v}_g")],
+                                            {"shape": (groups, shape[1] // groups)}, f"{node.name}_{v}_repeat"),
+                                   (shape[1],), f"{node.name}_{v}_c") for v in (scale, bias))
+    _per_channel(ctx, node, out, scale, bias)
+
+
+def _rms_norm(ctx: Importer, node: OnnxNode) -> None:
+    x, rank = node.inputs[0], len(ctx.shape(node.inputs[0]))
+    axes = tuple(range(node.attrs.get("axis", -1) % rank, rank))
+    square = ctx.emit("multiply", [x, x], {}, f"{node.name}_square")
+    mean = ctx.emit("mean", [square], {"axis": axes, "keepdims": True}, f"{node.name}_mean")
+    shifted = ctx.emit("add", [mean, ctx.scalar(node.attrs.get("epsilon", 1e-5), mean)], {}, f"{node.name}_shifted")
+    normed = ctx.emit("divide", [x, ctx.emit("sqrt", [shifted], {}, f"{node.name}_rms")], {}, f"{node.name}_normed")
+    ctx.emit_for(node, "multiply", [normed, node.inputs[1]])
+
+
+def _lrn(ctx: Importer, node: OnnxNode) -> None:
+    """The sum of squares over ``size`` neighbouring channels as an average pool over [C, rest] of one channel."""
+    x, shape, size = node.inputs[0], ctx.shape(node.inputs[0]), node.attrs["size"]
+    alpha, beta, bias = (node.attrs.get(k, v) for k, v in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    square = ctx.emit("multiply", [x, x], {}, f"{node.name}_square")
+    square = ctx.reshape(square, (shape[0], 1, shape[1], math.prod(shape[2:])), f"{node.name}_channels")
+    window = ctx.emit("avg_pool2d", [square], {"kernel": (size, 1), "stride": (1, 1), "padding": (
+        (size - 1) // 2, 0, size // 2, 0), "count_include_pad": True}, f"{node.name}_window")
+    scaled = ctx.emit("multiply", [ctx.reshape(window, shape, f"{node.name}_nd"), ctx.scalar(alpha, x)], {},
+                      f"{node.name}_alpha")
+    shifted = ctx.emit("add", [scaled, ctx.scalar(bias, x)], {}, f"{node.name}_bias")
+    ctx.emit_for(node, "divide", [x, ctx.emit("power", [shifted, ctx.scalar(beta, x)], {}, f"{node.name}_beta")])
 
 
 def _window_pads(node: OnnxNode, sizes, kernel, strides, dilations) -> tuple[int, int, int, int]:
@@ -134,7 +199,7 @@ def _conv_transpose(ctx: Importer, node: OnnxNode) -> None:
 def _pool(op: str) -> Converter:
     def convert(ctx: Importer, node: OnnxNode) -> None:
         shape = _spatial_2d(ctx, node, "pooling")
-        if len(node.outputs) > 1 and node.outputs[1]:
+        if len(node.outputs) > 1 and node.outputs[1] in ctx.read:
             raise node.unsupported("the Indices output")
         kernel, strides = tuple(node.attrs["kernel_shape"]), tuple(node.attrs.get("strides", (1, 1)))
         if any(d != 1 for d in node.attrs.get("dilations", (1, 1))):
@@ -223,7 +288,8 @@ def _matmul(ctx: Importer, node: OnnxNode) -> None:
 
 NN_CONVERTERS: dict[str, Converter] = {
     "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
-    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm,
+    "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
+    "GroupNormalization": _group_norm, "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _conv, "ConvTranspose": _conv_transpose, "Gemm": _gemm, "MatMul": _matmul,
     "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("max"),

@@ -7,6 +7,12 @@ operators; ``onnx_nn`` the neural-network ones. Opset differences are handled wh
 arise: inputs that were attributes in older opsets (Split, Squeeze, Unsqueeze, Reduce*,
 Slice, Pad, Clip). Inputs that act as attributes (shapes, axes, pads, bounds) must be
 constants, else the import stops with a ``RuntimeInputError`` naming the input.
+
+Comparisons, logic, Mod and PRelu are ``ops.binary`` nodes of a named function, rounding and
+the activations ``ops.unary`` ones with the node's attributes as parameters; the variadic
+Sum, Mean, Max and Min fold their inputs pairwise; the sum-based reductions (ReduceL1, L2,
+SumSquare, LogSum, LogSumExp) are a ``sum`` between element-wise steps. The graph operators
+these converters emit beyond the built-in ones are registered into ``OPERATORS`` here.
 """
 
 from __future__ import annotations
@@ -16,12 +22,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import ops
+from ..graph.operators import BROADCAST, ELEMENTWISE, INJECTIVE, OPERATORS, REDUCTION, Operator
 from ..ops.common import broadcast_shape
 from ..te.dtype import DTYPES, is_float
 from .onnx_importer import Importer, OnnxNode, checked_array
 from .onnx_nn import NN_CONVERTERS
 
 Converter = Callable[[Importer, OnnxNode], None]
+
+OPERATORS.update({op: Operator(lambda inputs, attrs, name, fn=getattr(ops, op): fn(*inputs, **attrs, name=name), kind)
+                  for op, kind in {"binary": BROADCAST, "where": BROADCAST, "unary": ELEMENTWISE, "trilu": INJECTIVE,
+                                   "gather_elements": INJECTIVE, "argmax": REDUCTION, "argmin": REDUCTION,
+                                   "cumsum": REDUCTION}.items()})
 
 
 def _axes(node: OnnxNode, ctx: Importer, since: int, what: str = "axes") -> tuple[int, ...] | None:
@@ -32,6 +45,24 @@ def _axes(node: OnnxNode, ctx: Importer, since: int, what: str = "axes") -> tupl
 
 def _unary(op: str) -> Converter:
     return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:1])
+
+
+def _function(op: str, function: str) -> Converter:
+    """An ``ops.unary`` (the node's attributes its parameters) or ``ops.binary`` node of ``function``."""
+    return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:2], {  # Mod's fmod=1 is C's fmod
+        "function": "fmod" if node.attrs.get("fmod") else function, **(node.attrs if op == "unary" else {})})
+
+
+def _variadic(op: str, function: str | None = None) -> Converter:
+    def convert(ctx: Importer, node: OnnxNode) -> None:
+        out = node.inputs[0]
+        for k, x in enumerate(node.inputs[1:]):
+            out = ctx.emit(op, [out, x], {"function": function} if function else {}, f"{node.name}_{k}")
+        if node.op_type == "Mean":
+            out = ctx.emit("divide", [out, ctx.scalar(len(node.inputs), out)], {}, f"{node.name}_mean")
+        ctx.alias(node.outputs[0], out)
+
+    return convert
 
 
 def _binary(op: str) -> Converter:
@@ -47,6 +78,8 @@ def _binary(op: str) -> Converter:
 
 
 def _cast(ctx: Importer, node: OnnxNode) -> None:
+    if node.op_type == "CastLike":  # to the dtype of its second input
+        return ctx.emit_for(node, "cast", node.inputs[:1], {"dtype": ctx.values[node.inputs[1]].dtype})
     import onnx
 
     dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(node.attrs["to"])).name
@@ -65,6 +98,13 @@ def _clip(ctx: Importer, node: OnnxNode) -> None:
     if a_min is not None and a_max is not None and a_min > a_max:
         a_min = a_max  # min(max(x, a_min), a_max) is a_max everywhere
     ctx.emit_for(node, "clip", node.inputs[:1], {"a_min": a_min, "a_max": a_max})
+
+
+def _range(ctx: Importer, node: OnnxNode) -> None:
+    start, limit, delta = (ctx.constant(node, i, "range bound") for i in range(3))
+    if (count := math.ceil((limit - start) / delta)) <= 0:
+        raise node.unsupported("an empty range")
+    ctx.add_constant(node.outputs[0], (start + delta * np.arange(count)).astype(start.dtype))
 
 
 def _gelu(ctx: Importer, node: OnnxNode) -> None:
@@ -105,12 +145,12 @@ def _expand(ctx: Importer, node: OnnxNode) -> None:
 
 
 def _identity(ctx: Importer, node: OnnxNode) -> None:
-    if len(node.outputs) > 1 and node.outputs[1]:
-        raise node.unsupported("the mask output of Dropout")
     training = ctx.constant(node, 2, "training mode") if node.op_type == "Dropout" and node.opset >= 12 else None
     if training is not None and training.item():
         raise node.unsupported("training mode")
     ctx.alias(node.outputs[0], node.inputs[0])
+    if len(node.outputs) > 1 and node.outputs[1] in ctx.read:  # inference keeps every element
+        ctx.add_constant(node.outputs[1], np.ones(ctx.shape(node.inputs[0]), bool))
 
 
 def _reshape_to(ctx: Importer, node: OnnxNode, shape: Sequence[int]) -> None:
@@ -199,8 +239,8 @@ def _slice(ctx: Importer, node: OnnxNode) -> None:
         "strides": tuple(int(v) for v in steps), "axes": tuple(int(v) for v in axes)})
 
 
-def _gather(ctx: Importer, node: OnnxNode) -> None:
-    ctx.emit_for(node, "take", node.inputs[:2], {"axis": node.attrs.get("axis", 0)})
+def _gather(op: str) -> Converter:
+    return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:2], {"axis": node.attrs.get("axis", 0)})
 
 
 def _pad(ctx: Importer, node: OnnxNode) -> None:
@@ -224,17 +264,38 @@ def _pad(ctx: Importer, node: OnnxNode) -> None:
     ctx.emit_for(node, "pad", [x], {"pad_before": tuple(before), "pad_after": tuple(after), "pad_value": fill})
 
 
-def _reduce(op: str, axes_input_since: int) -> Converter:
+def _reduce(op: str, axes_input_since: int, before: str | None = None, after: str | None = None) -> Converter:
+    """ONNX Reduce*: ``after(op(before(x)))``; ``before`` and ``after`` also apply when ``noop_with_empty_axes``."""
     def convert(ctx: Importer, node: OnnxNode) -> None:
-        x = node.inputs[0]
+        x, rank, keepdims = node.inputs[0], len(ctx.shape(node.inputs[0])), bool(node.attrs.get("keepdims", 1))
         axes = _axes(node, ctx, axes_input_since)
-        if axes is None and node.attrs.get("noop_with_empty_axes", 0):
-            return ctx.alias(node.outputs[0], x)
+        noop = axes is None and node.attrs.get("noop_with_empty_axes", 0)
         if op == "mean" and not is_float(ctx.values[x].dtype):
             raise node.unsupported(f"the mean of {ctx.values[x].dtype} values")
-        ctx.emit_for(node, op, [x], {"axis": axes, "keepdims": bool(node.attrs.get("keepdims", 1))})
+        if before:
+            x = ctx.emit(*(("multiply", [x, x]) if before == "square" else (before, [x])), {}, f"{node.name}_{before}")
+        scalar = not (keepdims or noop) and len({a % max(rank, 1) for a in axes or range(rank)}) == rank
+        out = x if noop else ctx.emit(op, [x], {"axis": axes, "keepdims": keepdims or scalar}, node.name)
+        out = ctx.emit(after, [out], {}, f"{node.name}_{after}") if after else out
+        ctx.alias(node.outputs[0], ctx.reshape(out, (), f"{node.name}_scalar") if scalar else out)
 
     return convert
+
+
+def _arg(op: str) -> Converter:
+    return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:1], {"axis": node.attrs.get("axis", 0), **{
+        k: bool(node.attrs.get(k, k == "keepdims")) for k in ("keepdims", "select_last_index")}})
+
+
+def _cumsum(ctx: Importer, node: OnnxNode) -> None:
+    ctx.emit_for(node, "cumsum", node.inputs[:1], {"axis": int(ctx.constant(node, 1, "axis").item()), **{
+        k: bool(node.attrs.get(k, 0)) for k in ("exclusive", "reverse")}})
+
+
+def _trilu(ctx: Importer, node: OnnxNode) -> None:
+    k = ctx.constant(node, 1, "diagonal offset k")
+    ctx.emit_for(node, "trilu", node.inputs[:1], {"upper": bool(node.attrs.get("upper", 1)),
+                                                    "k": 0 if k is None else int(k.item())})
 
 
 CONVERTERS: dict[str, Converter] = {
@@ -243,12 +304,27 @@ CONVERTERS: dict[str, Converter] = {
         "Exp": "exp", "Log": "log", "Abs": "abs", "Neg": "negative"}.items()},
     **{onnx_op: _binary(op) for onnx_op, op in {
         "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power"}.items()},
-    "Cast": _cast, "Clip": _clip, "Gelu": _gelu,
+    "Cast": _cast, "CastLike": _cast, "Clip": _clip, "Gelu": _gelu,
     "Constant": _constant, "Shape": _shape_of, "Size": _size, "ConstantOfShape": _constant_of_shape, "Expand": _expand,
     "Identity": _identity, "Dropout": _identity,
     "Reshape": _reshape_op, "Flatten": _flatten, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze,
-    "Transpose": _transpose, "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather, "Pad": _pad,
+    "Transpose": _transpose, "Concat": _concat, "Split": _split, "Slice": _slice, "Pad": _pad,
     "ReduceSum": _reduce("sum", 13), "ReduceMean": _reduce("mean", 18), "ReduceMax": _reduce("max", 18),
-    "ReduceMin": _reduce("min", 18),
+    "ReduceMin": _reduce("min", 18), "ReduceL1": _reduce("sum", 18, "abs"),
+    "ReduceL2": _reduce("sum", 18, "square", "sqrt"), "ReduceSumSquare": _reduce("sum", 18, "square"),
+    "ReduceLogSum": _reduce("sum", 18, None, "log"), "ReduceLogSumExp": _reduce("sum", 18, "exp", "log"),
+    **{onnx_op: _function("binary", fn) for onnx_op, fn in {
+        "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+        "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+        "Mod": "floor_mod", "PRelu": "prelu"}.items()},
+    **{onnx_op: _function("unary", fn) for onnx_op, fn in {
+        "Not": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign", "Elu": "elu", "Selu": "selu",
+        "Celu": "celu", "LeakyRelu": "leaky_relu", "ThresholdedRelu": "thresholded_relu",
+        "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish", "Softplus": "softplus", "Softsign": "softsign",
+        "Mish": "mish", "Shrink": "shrink"}.items()},
+    "Sum": _variadic("add"), "Mean": _variadic("add"), "Max": _variadic("binary", "maximum"),
+    "Min": _variadic("binary", "minimum"), "Where": lambda ctx, node: ctx.emit_for(node, "where", node.inputs[:3]),
+    "Range": _range, "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "Trilu": _trilu,
+    "Gather": _gather("take"), "GatherElements": _gather("gather_elements"),
     **NN_CONVERTERS,
 }

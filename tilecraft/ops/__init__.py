@@ -12,20 +12,21 @@ ComputeDAG requires.
 
 from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw, depthwise_conv2d_nhwc
 from .elementwise import (
-    abs, add, cast, clip, divide, erf, exp, gelu, log, multiply, negative, power, relu, sigmoid, silu, sqrt, subtract,
-    tanh, truncate_divide,
+    BINARY_FUNCTIONS, UNARY_FUNCTIONS, abs, add, binary, cast, clip, divide, erf, exp, gelu, log, multiply, negative,
+    power, relu, sigmoid, silu, sqrt, subtract, tanh, truncate_divide, unary, where,
 )
 from .linalg import batch_matmul, dense, matmul
 from .nn import avg_pool2d, batch_norm_inference, global_avg_pool2d, layer_norm, log_softmax, max_pool2d, softmax
-from .reduction import max, mean, min, sum
-from .transform import broadcast_to, concat, pad, reshape, strided_slice, take, transpose
+from .reduction import argmax, argmin, cumsum, max, mean, min, sum
+from .transform import broadcast_to, concat, gather_elements, pad, reshape, strided_slice, take, transpose, trilu
 
 __all__ = [
     "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc",
     "abs", "add", "cast", "clip", "divide", "erf", "exp", "gelu", "log", "multiply", "negative", "power", "relu",
-    "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide",
+    "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide", "BINARY_FUNCTIONS", "UNARY_FUNCTIONS", "binary",
+    "unary", "where",
     "batch_matmul", "dense", "matmul",
     "avg_pool2d", "batch_norm_inference", "global_avg_pool2d", "layer_norm", "log_softmax", "max_pool2d", "softmax",
-    "max", "mean", "min", "sum",
-    "broadcast_to", "concat", "pad", "reshape", "strided_slice", "take", "transpose",
+    "argmax", "argmin", "cumsum", "max", "mean", "min", "sum",
+    "broadcast_to", "concat", "gather_elements", "pad", "reshape", "strided_slice", "take", "transpose", "trilu",
 ]

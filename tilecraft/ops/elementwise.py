@@ -11,6 +11,7 @@ from typing import Callable, Union
 
 from .. import te
 from ..errors import TeError
+from ..te.dtype import is_float
 from ..te.expr import Expr
 from ..te.tensor import Tensor
 from .common import broadcast_read, broadcast_shape, check_tensor, compute_nd
@@ -98,19 +99,19 @@ def cast(x: Tensor, dtype: str, name: str = "cast") -> Tensor:
     return _unary(x, lambda v: v.astype(dtype), name, "cast")
 
 
-def _broadcast(lhs: Operand, rhs: Operand, fn: Callable[[Expr, Expr], Expr], name: str, op: str) -> Tensor:
-    operands = (lhs, rhs)
+def _broadcast(lhs: Operand, rhs: Operand, fn: Callable[..., Expr], name: str, op: str, *more: Operand) -> Tensor:
+    operands = (lhs, rhs, *more)
     for operand in operands:
         if isinstance(operand, bool) or not isinstance(operand, (Tensor, int, float)):
             raise TeError(f"{op}: operands must be te tensors or Python numbers, got {operand!r}")
     if not any(isinstance(o, Tensor) for o in operands):
         raise TeError(f"{op}: at least one operand must be a te tensor; got {lhs!r} and {rhs!r}")
-    shapes = [o.shape if isinstance(o, Tensor) else () for o in operands]
-    shape = broadcast_shape(shapes[0], shapes[1], op)
+    shape: tuple[int, ...] = ()
+    for operand in operands:
+        shape = broadcast_shape(shape, operand.shape if isinstance(operand, Tensor) else (), op)
 
     def body(idx: tuple[Expr, ...]) -> Expr:
-        a, b = (broadcast_read(o, idx, shape) if isinstance(o, Tensor) else o for o in operands)
-        return fn(a, b)
+        return fn(*(broadcast_read(o, idx, shape) if isinstance(o, Tensor) else o for o in operands))
 
     return compute_nd(shape, body, name)
 
@@ -148,3 +149,71 @@ def truncate_divide(lhs: Operand, rhs: Operand, name: str = "truncate_divide") -
 def power(lhs: Operand, rhs: Operand, name: str = "power") -> Tensor:
     """``lhs ** rhs`` with NumPy broadcasting; either side may be a Python number."""
     return _broadcast(lhs, rhs, te.pow, name, "power")
+
+
+def _floor_mod(a: Expr, b: Expr) -> Expr:
+    if not is_float(a.dtype):
+        return a % b
+    kept = te.equal(a, 0) | te.equal(a < 0, b < 0)  # a % inf is a, or inf when a has the other sign
+    return te.if_then_else(te.equal(te.abs(b), math.inf), te.if_then_else(kept, a, b), a % b)
+
+
+def _fmod(a: Expr, b: Expr) -> Expr:
+    remainder = a % b  # te's is floored: the sign of b; C's fmod takes the sign of a
+    return te.if_then_else(te.not_equal(remainder, 0) & te.not_equal(a < 0, b < 0), remainder - b, remainder)
+
+
+BINARY_FUNCTIONS: dict[str, Callable[[Expr, Expr], Expr]] = {
+    "maximum": te.max, "minimum": te.min, "floor_mod": _floor_mod, "fmod": _fmod,
+    "equal": te.equal, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
+    "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
+    "logical_and": lambda a, b: a & b, "logical_or": lambda a, b: a | b, "logical_xor": te.not_equal,
+    "prelu": lambda a, b: te.if_then_else(a < 0, a * b, a),
+}
+"""The broadcasting functions of ``binary``, as in NumPy: comparisons and logic give bool; ``floor_mod`` takes
+the sign of the divisor (Python's ``%``), ``fmod`` the sign of the dividend (C's); ``prelu`` scales the negative
+values of ``lhs`` by ``rhs``."""
+
+
+def binary(lhs: Operand, rhs: Operand, function: str, name: str = "binary") -> Tensor:
+    """``BINARY_FUNCTIONS[function](lhs, rhs)`` with NumPy broadcasting; either side may be a Python number."""
+    if function not in BINARY_FUNCTIONS:
+        raise TeError(f"binary: unknown function {function!r}; use one of {', '.join(BINARY_FUNCTIONS)}")
+    return _broadcast(lhs, rhs, BINARY_FUNCTIONS[function], name, function)
+
+
+def where(condition: Tensor, lhs: Operand, rhs: Operand, name: str = "where") -> Tensor:
+    """``numpy.where``: ``lhs`` where the bool ``condition`` holds, else ``rhs``, all three broadcast."""
+    return _broadcast(condition, lhs, te.if_then_else, name, "where", rhs)
+
+
+def _softplus(v: Expr) -> Expr:
+    return te.max(v, 0.0) + te.log(1.0 + te.exp(-te.abs(v)))  # finite for large |v|
+
+
+def _hard_sigmoid(v: Expr, alpha: float = 0.2, beta: float = 0.5) -> Expr:
+    return te.max(te.min(v * alpha + beta, 1.0), 0.0)
+
+
+UNARY_FUNCTIONS: dict[str, Callable[..., Expr]] = {
+    "floor": lambda v: v // 1.0, "ceil": lambda v: -(-v // 1.0), "logical_not": lambda v: ~v,
+    "sign": lambda v: (v > 0).astype(v.dtype) - (v < 0).astype(v.dtype),
+    "elu": lambda v, alpha=1.0: te.if_then_else(v < 0, (te.exp(v) - 1.0) * alpha, v),
+    "selu": lambda v, alpha=1.6732632, gamma=1.0507010: te.if_then_else(v <= 0, (te.exp(v) - 1.0) * alpha, v) * gamma,
+    "celu": lambda v, alpha=1.0: te.max(v, 0.0) + te.min((te.exp(v / alpha) - 1.0) * alpha, 0.0),
+    "leaky_relu": lambda v, alpha=0.01: te.if_then_else(v < 0, v * alpha, v),
+    "thresholded_relu": lambda v, alpha=1.0: te.if_then_else(v > alpha, v, 0.0),
+    "hard_sigmoid": _hard_sigmoid, "hard_swish": lambda v: v * _hard_sigmoid(v, 1 / 6, 0.5),
+    "softplus": _softplus, "softsign": lambda v: v / (te.abs(v) + 1.0), "mish": lambda v: v * te.tanh(_softplus(v)),
+    "shrink": lambda v, lambd=0.5, bias=0.0: te.if_then_else(
+        v < -lambd, v + bias, te.if_then_else(v > lambd, v - bias, 0.0)),
+}
+"""Element-wise functions of one tensor, by name, with their parameters as keywords (ONNX's attributes and
+defaults): rounding, sign, logical not, and the activations of ONNX beyond relu, sigmoid, tanh and gelu."""
+
+
+def unary(x: Tensor, function: str, name: str = "unary", **params: float) -> Tensor:
+    """``UNARY_FUNCTIONS[function](x, **params)``, element by element; any layout."""
+    if function not in UNARY_FUNCTIONS:
+        raise TeError(f"unary: unknown function {function!r}; use one of {', '.join(UNARY_FUNCTIONS)}")
+    return _unary(x, lambda v: UNARY_FUNCTIONS[function](v, **params), name, function)

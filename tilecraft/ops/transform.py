@@ -183,3 +183,32 @@ def broadcast_to(x: Tensor, shape: Sequence[int], name: str = "broadcast_to") ->
         raise TeError(f"broadcast_to: {x.name} {x.shape} cannot be broadcast to {shape}; the target must be "
                       "at least as large in every dimension")
     return compute_nd(shape, lambda idx: broadcast_read(x, idx, shape), name)
+
+
+def gather_elements(data: Tensor, indices: Tensor, axis: int = 0, name: str = "gather_elements") -> Tensor:
+    """``numpy.take_along_axis`` (ONNX GatherElements): the output has ``indices``' shape and reads ``data`` at
+    its own index with ``axis`` replaced by the index there; a negative index counts from the end."""
+    check_tensor(data, "gather_elements", what="data")
+    check_tensor(indices, "gather_elements", ndim=data.ndim, what="indices")
+    axis = normalize_axis(axis, data.ndim, "gather_elements")
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        position = indices[idx]
+        position = te.if_then_else(position < 0, position + data.shape[axis], position)
+        return data[(*idx[:axis], position, *idx[axis + 1:])]
+
+    return compute_nd(indices.shape, body, name)
+
+
+def trilu(x: Tensor, upper: bool = True, k: int = 0, name: str = "trilu") -> Tensor:
+    """The upper (``numpy.triu``) or lower (``numpy.tril``) triangle of the last two dims, above or below the
+    ``k``-th diagonal; the rest is zero."""
+    check_tensor(x, "trilu")
+    if x.ndim < 2:
+        raise TeError(f"trilu: {x.name} {x.shape} has fewer than two dimensions; pass a matrix or a stack of them")
+
+    def body(idx: tuple[Expr, ...]) -> Expr:
+        offset = idx[-1] - idx[-2]
+        return te.if_then_else(offset >= k if upper else offset <= k, x[idx], 0)
+
+    return compute_nd(x.shape, body, name)
