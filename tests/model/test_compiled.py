@@ -54,7 +54,8 @@ def test_a_subgraph_without_a_default_schedule_gets_naive_loops_and_the_warning_
         raise tc.ScheduleError("no sketch gave a default schedule")
 
     monkeypatch.setattr(tilecraft.model.compiled, "default_schedule", no_schedule)
-    with pytest.warns(DefaultScheduleWarning, match=r"relu 2x8  no log given; no default schedule either "
+    with pytest.warns(DefaultScheduleWarning, match=r"relu 2x8  [0-9.]+% of the FLOPs  no log given; no default "
+                                                    r"schedule either "
                                                     r"\(no sketch gave a default schedule\): naive loops"):
         model = tc.compile_model(two_output_graph(), TARGET, cache_dir=kernel_cache)
     x = np.random.default_rng(0).standard_normal((2, 8)).astype("float32")
@@ -111,8 +112,15 @@ def test_default_schedules_match_onnxruntime_and_every_kernel_is_listed_as_untun
         compiled = tc.compile_model(model, TARGET, cache_dir=kernel_cache)
     assert len(caught) == 1
     message = str(caught[0].message)
-    assert f"{len(compiled.kernels)} of {len(compiled.kernels)} kernels have the default schedule" in message
-    assert all(f"{kernel.desc}  " in message for kernel in compiled.kernels) and "no log given" in message
+    assert f"{len(compiled.kernels)} of {len(compiled.kernels)} kernels, 100% of the model's FLOPs, have the " \
+           "default schedule" in message and "no log given" in message
+    untuned = compiled.untuned  # every kernel, the largest share of the work first, the shares adding up
+    assert sorted(u.desc for u in untuned) == sorted(k.desc for k in compiled.kernels)
+    assert [u.flop_share for u in untuned] == sorted((u.flop_share for u in untuned), reverse=True)
+    assert sum(u.flop_share for u in untuned) == pytest.approx(1.0)
+    assert all(f"{u.desc}  " in message for u in untuned[:5]) and all(f"{u.desc}  " not in message
+                                                                       for u in untuned[5:])
+    assert ("model.untuned lists them all" in message) == (len(untuned) > 5)
     expected = onnxruntime_output(model, x)
     first = compiled(input=x)
     np.testing.assert_allclose(first, expected, rtol=1e-3, atol=1e-4)
@@ -145,7 +153,8 @@ def test_a_record_of_the_log_is_used_and_only_the_other_kernels_are_listed(tuned
     assert tuned.workload_key == task.workload_key
     assert tc.Trace.from_json(tuned.trace) == tc.Trace.from_json(best.trace)
     message = str(caught[0].message)
-    assert f"{len(compiled.kernels) - 1} of {len(compiled.kernels)} kernels" in message
+    assert f"{len(compiled.kernels) - 1} of {len(compiled.kernels)} kernels, " in message
+    assert task.desc not in [u.desc for u in compiled.untuned]
     assert task.desc not in message and f"no record in {log}" in message
     x = model_input(model)
     np.testing.assert_allclose(compiled(input=x), onnxruntime_output(model, x), rtol=1e-3, atol=1e-4)
@@ -179,7 +188,8 @@ def test_a_record_that_does_not_replay_falls_back_with_the_reason(tuned_log, tmp
                                 costs=(best.cost / 10,))  # the best by the rule: a re-measured one's median
     broken = tmp_path / "broken.json"
     broken.write_text(log.read_text() + wrong.to_json_line() + "\n")
-    with pytest.warns(DefaultScheduleWarning, match=r"dense\+add 1x10 +the record failed to replay: "):
+    with pytest.warns(DefaultScheduleWarning,
+                      match=r"dense\+add 1x10 +[0-9.]+% of the FLOPs +the record failed to replay: "):
         compiled = tc.compile_model(tiny_cnn(), TARGET, log=broken, cache_dir=kernel_cache)
     assert not any(k.tuned for k in compiled.kernels)
 

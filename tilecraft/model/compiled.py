@@ -46,6 +46,8 @@ from ..graph.fuse import partition, subgraph_dag
 from ..graph.ir import Value
 from .tasks import describe, prepare_graph
 
+UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
+
 FORMAT, FORMAT_VERSION = "tilecraft-compiled-model", 2
 
 
@@ -119,6 +121,8 @@ class CompiledModel:
         kernels: The compiled kernels, each with ``desc``, ``workload_key``, ``module`` and
             ``tuned`` (its schedule came from a tuning log).
         target: The target string the kernels were compiled for.
+        untuned: The kernels that run their default schedule (``UntunedKernel``: desc, reason,
+            share of the FLOPs), largest first; empty for a loaded model.
     """
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
@@ -126,6 +130,7 @@ class CompiledModel:
                  target: str, runner: Path) -> None:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
+        self.untuned: tuple[UntunedKernel, ...] = ()  # compile_model lists them, largest share of the FLOPs first
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
         self._root = _view_roots(self.steps)
@@ -381,21 +386,48 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
         built = list(pool.map(lambda job: _compile_kernel(*job[1:], described, target, f"kernel_{job[0]}", cache_dir),
                               jobs.values()))  # gcc runs outside the GIL
     kernels = [kernel for kernel, _ in built]
-    untuned = [(kernel.desc, why) for kernel, why in built if why]
+    calls = Counter(step.kernel for step in steps if step.kernel is not None)
+    work = [dag.flop_count() * calls[index] for index, dag, _, _ in jobs.values()]
+    untuned = sorted(((w / (sum(work) or 1), kernel.desc, why) for w, (kernel, why) in zip(work, built) if why),
+                     reverse=True)
     if untuned:
-        table = Table(box=None, padding=(0, 0, 0, 2), show_header=False)
-        for desc, why in untuned:
-            table.add_row(desc, why)
-        warnings.warn(f"{len(untuned)} of {len(kernels)} kernels have the default schedule (untuned):\n"
-                      f"{table_text(table)}\n"
-                      "tune them (tc.extract_tasks, tc.TaskScheduler) into the log to make them faster",
-                      DefaultScheduleWarning, stacklevel=2)
+        _warn_untuned(untuned, len(kernels))
+    model = _assemble(graph, steps, kernels, target, cache_dir)
+    model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
+    return model
+
+
+def _warn_untuned(untuned: list[tuple[float, str, str]], kernels: int) -> None:
+    """One warning a person reads: how many kernels, what share of the work, the largest few."""
+    table = Table(box=None, padding=(0, 0, 0, 2), show_header=False)
+    for share, desc, why in untuned[:UNTUNED_SHOWN]:
+        table.add_row(desc, f"{100 * share:.1f}% of the FLOPs", why)
+    more = len(untuned) - UNTUNED_SHOWN
+    warnings.warn(f"{len(untuned)} of {kernels} kernels, {100 * sum(s for s, _, _ in untuned):.0f}% of the model's "
+                  f"FLOPs, have the default schedule (untuned); the largest:\n{table_text(table)}\n"
+                  + (f"and {more} more: model.untuned lists them all (tilecraft run-model --profile times each)\n"
+                     if more > 0 else "")
+                  + "tune them (tc.extract_tasks, tc.TaskScheduler) into the log to make them faster",
+                  DefaultScheduleWarning, stacklevel=3)
+
+
+def _assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
+    """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it keeps."""
     constants = {name: np.require(array, requirements="C") for name, array in graph.constants.items()}
     used = {*constants, *graph.outputs, *(v.name for v in graph.inputs),
             *(name for step in steps for name in step.inputs + step.outputs)}
     values = {name: value for name, value in graph.values.items() if name in used}  # not those inside kernels
     runner = compile_plan_runner(max((len(k.module.args) for k in kernels), default=1), target, cache_dir)
     return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), runner)
+
+
+@dataclass(frozen=True)
+class UntunedKernel:
+    """A kernel of a compiled model that runs its default schedule, why, and its share of the model's FLOPs."""
+
+    desc: str
+    reason: str
+    flop_share: float
 
 
 def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
