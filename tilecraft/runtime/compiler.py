@@ -16,6 +16,7 @@ import signal
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable, Sequence
 
 from ..errors import BuildError, BuildTimeoutError
 from ..target import Target
@@ -33,23 +34,33 @@ def compile_c(source: str, target: Target, cache_dir: Path | None = None,
     if no library with the same key is cached. The ``.c`` file is kept beside it."""
     compiler = _find_compiler()
     flags = target.cflags()
+    return cached_build(source, [" ".join(flags), compiler, _compiler_version(compiler)], ".c", ".so", cache_dir,
+                        lambda c_path, out: _run_compiler([compiler, *flags, "-o", str(out), str(c_path), "-lm"],
+                                                          c_path, compile_timeout_secs))
+
+
+def cached_build(source: str, key_parts: Sequence[str], source_suffix: str, output_suffix: str,
+                 cache_dir: Path | None, compile_to: Callable[[Path, Path], None]) -> Path:
+    """The cached output of compiling ``source``, keyed by the SHA-256 of the source and
+    ``key_parts`` (flags, compiler, version); ``compile_to(source_path, output_path)`` runs
+    only on a miss. The source is kept beside the output, and the output appears under its
+    name only by an atomic rename, so several processes may build the same source at once."""
     cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key_text = "\0".join([source, " ".join(flags), compiler, _compiler_version(compiler)])
-    key = hashlib.sha256(key_text.encode()).hexdigest()
-    lib_path = cache_dir / f"{key}.so"
-    if lib_path.exists():
-        return lib_path
+    key = hashlib.sha256("\0".join([source, *key_parts]).encode()).hexdigest()
+    output = cache_dir / f"{key}{output_suffix}"
+    if output.exists():
+        return output
     cache_dir.mkdir(parents=True, exist_ok=True)
-    c_path = cache_dir / f"{key}.c"
-    _write_atomically(c_path, source.encode())
-    fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=".tmp.so")
+    source_path = cache_dir / f"{key}{source_suffix}"
+    _write_atomically(source_path, source.encode())
+    fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=f".tmp{output_suffix}")
     os.close(fd)
     try:
-        _run_compiler([compiler, *flags, "-o", tmp_name, str(c_path), "-lm"], c_path, compile_timeout_secs)
-        os.replace(tmp_name, lib_path)
+        compile_to(source_path, Path(tmp_name))
+        os.replace(tmp_name, output)
     finally:
         Path(tmp_name).unlink(missing_ok=True)
-    return lib_path
+    return output
 
 
 def _find_compiler() -> str:

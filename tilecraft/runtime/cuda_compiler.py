@@ -13,16 +13,13 @@ nobody has the file open, so the error message quotes the offending source lines
 from __future__ import annotations
 
 import functools
-import hashlib
-import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ..errors import BuildError, BuildTimeoutError
-from .compiler import _run_compiler, _write_atomically, default_cache_dir
+from .compiler import _run_compiler, cached_build
 
 _ERROR_LINE = re.compile(r"\.cu\((\d+)\): (?:catastrophic )?error")
 
@@ -53,28 +50,17 @@ def compile_cuda_file(source: str, arch: str = "sm_90", cache_dir: Path | None =
         raise BuildError("nvcc, the CUDA compiler, was not found on PATH; install the CUDA toolkit and put "
                          "its bin/ on PATH (e.g. export PATH=/usr/local/cuda/bin:$PATH)")
     flags = ["-cubin", "-O3", f"-arch={arch}"]
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    key = hashlib.sha256("\0".join([source, " ".join(flags), _nvcc_version(nvcc)]).encode()).hexdigest()
-    cubin_path = cache_dir / f"{key}.cubin"
-    if cubin_path.exists():
-        return cubin_path
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cu_path = cache_dir / f"{key}.cu"
-    _write_atomically(cu_path, source.encode())
-    fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f"{key}.", suffix=".tmp.cubin")
-    os.close(fd)
-    tmp_path = Path(tmp_name)
-    try:
-        _run_compiler([nvcc, *flags, "-o", str(tmp_path), str(cu_path)], cu_path, timeout_secs)
-        tmp_path.replace(cubin_path)
-    except BuildTimeoutError:
-        raise BuildTimeoutError(f"nvcc took longer than {timeout_secs} s on {cu_path}; raise timeout_secs or "
-                                f"make the kernel smaller (less unrolling)") from None
-    except BuildError as error:
-        raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
-    finally:
-        tmp_path.unlink(missing_ok=True)
-    return cubin_path
+
+    def compile_to(cu_path: Path, output: Path) -> None:
+        try:
+            _run_compiler([nvcc, *flags, "-o", str(output), str(cu_path)], cu_path, timeout_secs)
+        except BuildTimeoutError:
+            raise BuildTimeoutError(f"nvcc took longer than {timeout_secs} s on {cu_path}; raise timeout_secs or "
+                                    f"make the kernel smaller (less unrolling)") from None
+        except BuildError as error:
+            raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
+
+    return cached_build(source, [" ".join(flags), _nvcc_version(nvcc)], ".cu", ".cubin", cache_dir, compile_to)
 
 
 def quote_error_lines(message: str, source: str) -> str:

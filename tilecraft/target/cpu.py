@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import TargetError
 from .cuda import CudaTarget
+from .spec import Fields, check_complete, given_fields, option_names
 
 ISAS = ("avx512", "avx2", "neon", "scalar")
 _VECTOR_BYTES = {"avx512": 64, "avx2": 32, "neon": 16, "scalar": 0}
@@ -38,7 +39,7 @@ _CPU0_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class Target:
+class Target(Fields):
     """A CPU target. ``Target(spec=None, **fields)``: ``spec`` is a string, a dict of
     fields, another Target, or None for the host; keyword fields override the spec.
 
@@ -96,17 +97,7 @@ class Target:
         return object.__new__(cls)
 
     def __init__(self, spec: str | Mapping[str, Any] | Target | None = None, **overrides: Any) -> None:
-        if spec is None:
-            given: dict[str, Any] = {}
-        elif isinstance(spec, Target):
-            given = spec.to_json()
-        elif isinstance(spec, str):
-            given = _parse_string(spec)
-        elif isinstance(spec, Mapping):
-            given = dict(spec)
-        else:
-            raise TargetError(f"a target must be a string, a dict or a Target, not {type(spec).__name__}; "
-                              f"for example {_EXAMPLE}")
+        given = given_fields(spec, Target, "a target", _EXAMPLE, _STRING_OPTIONS)
         given.update(overrides)
         _set_fields(self, _resolve(given))
 
@@ -124,15 +115,6 @@ class Target:
         """
         return cls(spec)
 
-    def __str__(self) -> str:
-        """A canonical string: ``Target(str(t)) == t`` on any host."""
-        return " ".join([self.kind] + [f"-{f.name.replace('_', '-')}={getattr(self, f.name)}"
-                                       for f in fields(self) if f.name != "kind"])
-
-    def to_json(self) -> dict[str, Any]:
-        """Every field by name, as ``from_json`` reads them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Target | CudaTarget:
         """The target ``to_json`` wrote (a ``CudaTarget`` for kind ``cuda``).
@@ -142,9 +124,7 @@ class Target:
         """
         if data.get("kind") == "cuda":
             return CudaTarget.from_json(data)
-        missing = [name for name in _FIELD_NAMES if name not in data]
-        if missing:
-            raise TargetError(f"target JSON lacks {', '.join(missing)}; write it with Target.to_json()")
+        check_complete(data, Target, "target")
         return cls(data)
 
     def vector_lanes(self, dtype: str) -> int:
@@ -168,8 +148,7 @@ class Target:
 
 _FIELD_NAMES = tuple(f.name for f in fields(Target))
 _INT_FIELDS = ("vector_bytes", "num_cores", "cache_line_bytes", "l1_bytes", "l2_bytes", "l3_bytes")
-_STRING_OPTIONS = {f"-{name.replace('_', '-')}": name
-                   for name in _FIELD_NAMES + ("mcpu", "mtriple") if name != "kind"}
+_STRING_OPTIONS = option_names(Target, ("mcpu", "mtriple"))
 
 
 def _set_fields(target: Target, values: Mapping[str, Any]) -> None:
@@ -184,30 +163,6 @@ def _kind_of(spec: Any, overrides: Mapping[str, Any]) -> Any:
     if isinstance(spec, str):
         return (spec.split() or [""])[0]
     return spec.get("kind") if isinstance(spec, Mapping) else getattr(spec, "kind", None)
-
-
-def _parse_string(spec: str) -> dict[str, Any]:
-    """``"llvm -mcpu=x --num-cores=4"`` -> ``{"kind": "llvm", "mcpu": "x", "num_cores": 4}``."""
-    kind, *options = spec.split() or [""]
-    given: dict[str, Any] = {"kind": kind}
-    for option in options:
-        name, eq, value = option.partition("=")
-        key = _STRING_OPTIONS.get(name[1:] if name.startswith("--") else name)
-        if key is None or not eq:
-            raise TargetError(f"target {spec!r}: option {option!r} is not understood; the options are "
-                              f"{', '.join(k + '=...' for k in _STRING_OPTIONS)}, as in {_EXAMPLE}")
-        if key in given:
-            raise TargetError(f"target {spec!r} sets {name} twice; keep one")
-        given[key] = _to_int(spec, name, value) if key in _INT_FIELDS else value
-    return given
-
-
-def _to_int(spec: str, name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise TargetError(f"target {spec!r}: {name}={value!r} is not an integer; "
-                          f"write e.g. {name}=4 as in {_EXAMPLE}") from None
 
 
 def _resolve(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
 from ..errors import TargetError
+from .spec import Fields, check_complete, given_fields, option_names
 
 # Facts that differ per architecture, for one representative part each:
 # (SMs, opt-in shared memory bytes per block, L2 bytes). The opt-in limits are the CUDA
@@ -43,7 +44,7 @@ _INSTALL = "pip install -e '.[cuda]'"
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class CudaTarget:
+class CudaTarget(Fields):
     """An NVIDIA GPU. ``CudaTarget(spec=None, **fields)``: ``spec`` is a string, a dict of
     fields, another CudaTarget, or None for GPU 0; keyword fields override the spec.
 
@@ -97,17 +98,7 @@ class CudaTarget:
     max_vector_bytes: int
 
     def __init__(self, spec: str | Mapping[str, Any] | CudaTarget | None = None, **overrides: Any) -> None:
-        if spec is None:
-            given: dict[str, Any] = {}
-        elif isinstance(spec, CudaTarget):
-            given = spec.to_json()
-        elif isinstance(spec, str):
-            given = _parse_string(spec)
-        elif isinstance(spec, Mapping):
-            given = dict(spec)
-        else:
-            raise TargetError(f"a CUDA target must be a string, a dict or a CudaTarget, not {type(spec).__name__}; "
-                              f"for example {_EXAMPLE}")
+        given = given_fields(spec, CudaTarget, "a CUDA target", _EXAMPLE, _OPTIONS, "-sm-count=108")
         given.update(overrides)
         for name, value in _resolve(given).items():
             object.__setattr__(self, name, value)
@@ -124,15 +115,6 @@ class CudaTarget:
             raise found
         return found
 
-    def __str__(self) -> str:
-        """A canonical string: ``CudaTarget(str(t)) == t`` on any machine."""
-        return " ".join([self.kind] + [f"-{f.name.replace('_', '-')}={getattr(self, f.name)}"
-                                       for f in fields(self) if f.name != "kind"])
-
-    def to_json(self) -> dict[str, Any]:
-        """Every field by name, as ``from_json`` reads them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CudaTarget:
         """The target ``to_json`` wrote.
@@ -140,9 +122,7 @@ class CudaTarget:
         Raises:
             TargetError: If a field is missing or invalid.
         """
-        missing = [name for name in _FIELD_NAMES if name not in data]
-        if missing:
-            raise TargetError(f"CUDA target JSON lacks {', '.join(missing)}; write it with CudaTarget.to_json()")
+        check_complete(data, CudaTarget, "CUDA target")
         return cls(data)
 
     @property
@@ -159,31 +139,7 @@ class CudaTarget:
 
 _FIELD_NAMES = tuple(f.name for f in fields(CudaTarget))
 _INT_FIELDS = _FIELD_NAMES[2:]  # all but kind and arch
-_OPTIONS = {f"-{name.replace('_', '-')}": name for name in _FIELD_NAMES if name != "kind"}
-
-
-def _parse_string(spec: str) -> dict[str, Any]:
-    """``"cuda -arch=sm_80 --sm-count=108"`` -> ``{"kind": "cuda", "arch": "sm_80", "sm_count": 108}``."""
-    kind, *options = spec.split() or [""]
-    given: dict[str, Any] = {"kind": kind}
-    for option in options:
-        name, eq, value = option.partition("=")
-        key = _OPTIONS.get(name[1:] if name.startswith("--") else name)
-        if key is None or not eq:
-            raise TargetError(f"target {spec!r}: option {option!r} is not understood; the options are "
-                              f"{', '.join(k + '=...' for k in _OPTIONS)}, as in {_EXAMPLE}")
-        if key in given:
-            raise TargetError(f"target {spec!r} sets {name} twice; keep one")
-        given[key] = value if key == "arch" else _to_int(spec, name, value)
-    return given
-
-
-def _to_int(spec: str, name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise TargetError(f"target {spec!r}: {name}={value!r} is not an integer; "
-                          f"write e.g. -sm-count=108 as in {_EXAMPLE}") from None
+_OPTIONS = option_names(CudaTarget)
 
 
 def _resolve(given: Mapping[str, Any]) -> dict[str, Any]:
