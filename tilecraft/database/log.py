@@ -101,22 +101,34 @@ class RecordToFile:
 
     def __call__(self, task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],
                  sketches: Sequence[Any] | None = None) -> None:
-        if len(measure_inputs) != len(measure_results):
-            raise ValueError(f"{len(measure_inputs)} measure inputs but {len(measure_results)} results")
-        if sketches is not None and len(sketches) != len(measure_inputs):
-            raise ValueError(f"{len(sketches)} sketch names for {len(measure_inputs)} measure inputs")
-        flop = task.compute_dag.flop_count()
+        records = measured_records(task, measure_inputs, measure_results, sketches)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a+b") as file:
             _end_torn_line(file)
-            for n, (measure_input, result) in enumerate(zip(measure_inputs, measure_results)):
-                sketch = None if sketches is None else sketches[n]
-                record = TuningRecord.from_measurement(task, measure_input, result, sketch, flop)
+            for record in records:
                 file.write((record.to_json_line() + "\n").encode())  # one write per line: O_APPEND keeps it whole
                 file.flush()
 
     def __repr__(self) -> str:
         return f"RecordToFile({str(self.path)!r})"
+
+
+def measured_records(task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],
+                     sketches: Sequence[Any] | None = None) -> list[TuningRecord]:
+    """The records of a measure callback's arguments (what ``RecordToFile`` and
+    ``RecordToStore`` write), one per input in order.
+
+    Raises:
+        ValueError: If the inputs, results and sketch names do not pair up.
+    """
+    if len(measure_inputs) != len(measure_results):
+        raise ValueError(f"{len(measure_inputs)} measure inputs but {len(measure_results)} results")
+    if sketches is not None and len(sketches) != len(measure_inputs):
+        raise ValueError(f"{len(sketches)} sketch names for {len(measure_inputs)} measure inputs")
+    flop = task.compute_dag.flop_count()
+    names = sketches if sketches is not None else [None] * len(measure_inputs)
+    return [TuningRecord.from_measurement(task, measure_input, result, sketch, flop)
+            for measure_input, result, sketch in zip(measure_inputs, measure_results, names)]
 
 
 def iter_records(path: str | Path, workload_key: str | None = None, target: Any = None) -> Iterator[TuningRecord]:

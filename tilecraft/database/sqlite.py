@@ -49,7 +49,7 @@ from typing import Any, Iterable, Sequence
 
 from .database import workload_key_of
 from .log import (MalformedRecordWarning, NoValidRecordError, _gc_paused, _has_readable_trace, canonical_target,
-                  iter_records)
+                  iter_records, measured_records)
 from .record import RECORD_VERSION, RecordFormatError, RecordVersionError, TuningRecord, _finite_or_none, trace_key
 
 SCHEMA = """\
@@ -315,17 +315,11 @@ class RecordToStore:
 
     def __call__(self, task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],
                  sketches: Sequence[Any] | None = None) -> None:
-        if len(measure_inputs) != len(measure_results):
-            raise ValueError(f"{len(measure_inputs)} measure inputs but {len(measure_results)} results")
-        if sketches is not None and len(sketches) != len(measure_inputs):
-            raise ValueError(f"{len(sketches)} sketch names for {len(measure_inputs)} measure inputs")
+        records = measured_records(task, measure_inputs, measure_results, sketches)
         owner = (os.getpid(), threading.get_ident())
         if owner != self._owner:  # forked, or another thread: a connection serves the one that opened it
             self._store, self._owner = RecordStore(self.path, self.timeout_secs), owner
-        flop = task.compute_dag.flop_count()
-        names = sketches if sketches is not None else [None] * len(measure_inputs)
-        self._store.add(TuningRecord.from_measurement(task, measure_input, result, sketch, flop)
-                        for measure_input, result, sketch in zip(measure_inputs, measure_results, names))
+        self._store.add(records)
 
     def __reduce__(self) -> tuple:
         return RecordToStore, (self.path, self.timeout_secs)
