@@ -4,18 +4,17 @@ target, with device arrays too); ``emulate_gpu`` runs a GPU schedule on the CPU.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .codegen.c import generate_c
-from .codegen.cuda import generate_cuda
-from .codegen.gpu_verify import verify_gpu
-from .ir.emulate import emulate_on_cpu
 from .ir.lower import lower
 from .ir.nodes import LoweredFunc
 from .runtime.compiler import compile_c
-from .runtime.cuda import CudaModule, LaunchSpec
-from .runtime.cuda_compiler import compile_cuda
 from .runtime.module import ArgSpec, Module, PackSpec
 from .target import CudaTarget, Target
+
+if TYPE_CHECKING:
+    from .runtime.cuda import CudaModule
 
 
 def build(sch, target: Target | CudaTarget | str | None = None, name: str = "default_function",
@@ -68,6 +67,12 @@ def build(sch, target: Target | CudaTarget | str | None = None, name: str = "def
 
 
 def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> CudaModule:
+    # imported here: the CUDA backend costs nothing to a CPU program or a measuring worker's start
+    from .codegen.cuda import generate_cuda
+    from .codegen.gpu_verify import verify_gpu
+    from .runtime.cuda import CudaModule, LaunchSpec
+    from .runtime.cuda_compiler import compile_cuda
+
     func = lower(sch, name)
     launch = verify_gpu(func, target)
     source, _ = generate_cuda(func, target)
@@ -104,6 +109,9 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
             c = tc.emulate_gpu(sch)(a, b)
             np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     """
+    from .codegen.gpu_verify import verify_gpu
+    from .ir.emulate import emulate_on_cpu
+
     target = target if isinstance(target, CudaTarget) else CudaTarget(target)
     func = lower(sch, name)
     launch = verify_gpu(func, target)

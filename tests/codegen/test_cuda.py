@@ -215,7 +215,6 @@ def test_verifier_names_the_limit_the_value_and_the_loop():
     i, j = sch.get_loops(sch.get_block("R"))
     sch.bind(i, "threadIdx.y")
     sch.bind(j, "threadIdx.x")
-    sch.build_target = None
     with pytest.raises(GpuLimitError, match="64 x 64 x 1 = 4096 threads exceeds the target's 1024"):
         tc.emulate_gpu(sch)
 

@@ -166,9 +166,6 @@ class _CudaEmitter(_Emitter):
             else:
                 self.stmt(s.body, budget)
             return
-        if s.kind == "parallel":
-            raise LoweringError(f"loop {s.var.name} is parallel, a CPU annotation: on a GPU bind it to blockIdx or "
-                                "threadIdx instead")
         if s.kind == "vectorize" and self.vector_access(s):
             return
         if s.kind in ("unroll", "vectorize") or s.kind.startswith("vthread") or (budget and _nest_size(s) <= budget):

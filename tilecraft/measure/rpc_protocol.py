@@ -24,6 +24,7 @@ stays on inside it, so the secret still authenticates both ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -123,10 +124,8 @@ class Channel:
         return header, bytes(payload)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.close()
-        except OSError:
-            pass
 
     def fail(self, why: str, error: type[RPCError] = RPCError) -> NoReturn:
         """Close the connection and raise ``error(why)``."""

@@ -24,6 +24,7 @@ Requests, each answered by one reply (docs/formats.md, "The device server's prot
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import os
@@ -143,10 +144,8 @@ class DeviceServer:
         with self._lock:
             sockets = [self._listener, *self._sockets]
         for sock in sockets:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in accept or recv
-            except OSError:
-                pass
         self._listener.close()
         self._directory.cleanup()
 

@@ -75,7 +75,6 @@ class GpuAutoBind(SketchRule):
     loops fused and split over a row of threads, combined by warp shuffles)."""
 
     name: str = "auto_bind"
-    min_blocks_per_sm: int = 1
 
     def condition(self, draft: Draft, block: str) -> Condition:
         stage = draft.stage(block)
@@ -96,7 +95,7 @@ class GpuAutoBind(SketchRule):
         spatial = len(draft.stage(block).op.axis)
         loops = sch.get_loops(b)[:spatial]
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        threads = sch.sample_categorical(list(THREAD_COUNTS), [1 / len(THREAD_COUNTS)] * len(THREAD_COUNTS))
+        threads = _uniform(sch, THREAD_COUNTS)
         outer, inner = sch.split(fused, [None, threads])
         sch.bind(outer, "blockIdx.x")
         sch.bind(inner, "threadIdx.x")
@@ -109,7 +108,7 @@ class GpuAutoBind(SketchRule):
         loops = sch.get_loops(b)
         rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
         reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
-        threads = sch.sample_categorical(list(THREAD_COUNTS), [1 / len(THREAD_COUNTS)] * len(THREAD_COUNTS))
+        threads = _uniform(sch, THREAD_COUNTS)
         _, lanes = sch.split(reduction, [None, threads])
         sch.bind(rows, "blockIdx.x")
         sch.bind(lanes, "threadIdx.x")
@@ -141,7 +140,7 @@ class GpuComputeAtBlock(SketchRule):
             if across_threads:  # the block's threads share each row's reduction
                 reductions = sch.get_loops(sch.get_block(block))[-len(draft.stage(block).op.reduce_axis):]
                 fused = sch.fuse(*reductions) if len(reductions) > 1 else reductions[0]
-                threads = sch.sample_categorical(list(THREAD_COUNTS), [1 / len(THREAD_COUNTS)] * len(THREAD_COUNTS))
+                threads = _uniform(sch, THREAD_COUNTS)
                 sch.bind(sch.split(fused, [None, threads])[1], "threadIdx.x")
                 label = "cross_thread_at_block"
             results.append((draft.derive(sch, f"{label}({block})"), draft.index(block) - 1))
@@ -167,6 +166,11 @@ class GpuInline(SketchRule):
         return [(draft.derive(sch, f"inline({block})"), draft.index(block) - 1)]
 
 
+def _uniform(sch: Schedule, values: tuple[int, ...]):
+    """A sampled choice among ``values``, each as likely."""
+    return sch.sample_categorical(list(values), [1 / len(values)] * len(values))
+
+
 def _root_consumer(sch: Schedule, block: str) -> str:
     """The block at the root that (through attached blocks) consumes ``block``."""
     stage = sch.state.consumers_of(block)[0]
@@ -183,7 +187,7 @@ def annotate_gpu(draft: Draft) -> Schedule:
     sch = draft.sch.copy()
     for stage in list(sch.state.stages):
         if stage.op.reduce_axis and stage.name in draft.tiled:
-            step = sch.sample_categorical(list(UNROLL_STEPS), [1 / len(UNROLL_STEPS)] * len(UNROLL_STEPS))
+            step = _uniform(sch, UNROLL_STEPS)
             sch.annotate(sch.get_block(stage.name), "pragma_auto_unroll_max_step", step)
     return sch
 
