@@ -6,7 +6,9 @@ the sample a +transfer arm of the ablation teaches its cost model (``transfer_sa
 the fastest quarter and a random rest, failures included), so a first tuning on a new
 machine starts from what the ablation measured transfer to give (docs/experiments/default-database.md).
 The quick workloads are left out: matmul 512 is the README's first tuning, which should
-learn from other workloads, as the ablation measured it.
+learn from other workloads, as the ablation measured it. GPU records come from
+``benchmarks/gpu_ops.py``'s logs, kept as ``benchmarks/records/gpu_*.json.xz``, so that a
+first tuning on a GPU starts taught too (transfer matches GPUs by arch).
 The sample is the same every time for the same records: run it again when they grew.
 
     python benchmarks/default_database.py
@@ -40,7 +42,8 @@ def main() -> None:
     parser.add_argument("--out", default=str(DEFAULT_RECORDS))
     args = parser.parse_args()
     lines = []
-    for name in WORKLOADS:
+    gpu_logs = sorted(path.name.removesuffix(".json.xz") for path in Path(args.archive).glob("gpu_*.json.xz"))
+    for name in [*WORKLOADS, *gpu_logs]:
         archive = Path(args.archive) / f"{name}.json.xz"
         if not archive.exists():
             print(f"{name}: no records, left out (benchmarks/ablation.py --only {name} makes them)")

@@ -4,6 +4,8 @@ of every sketch either refused by the GPU verifier or equal to NumPy in the CPU 
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 
 import numpy as np
@@ -11,10 +13,14 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
+from tilecraft.codegen.gpu_verify import verify_gpu
 from tilecraft.errors import GpuLimitError
+from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
 from tilecraft.ops.linalg import dense
 from tilecraft.ops.nn import layer_norm, softmax
+from tilecraft.search.default import default_row
+from tilecraft.search.features import FeatureSpace
 from tilecraft.search.space import generate_sketches
 
 TARGET = tc.Target("cuda -arch=sm_90")
@@ -64,14 +70,26 @@ def dense_layer():
     return tc.ComputeDAG([X, W, dense(X, W)])
 
 
+def conv_bias_relu():
+    X = te.placeholder((1, 8, 10, 10), name="X")
+    W = te.placeholder((16, 8, 3, 3), name="W")
+    Bias = te.placeholder((16,), name="Bias")
+    conv = conv2d_nchw(X, W, padding=1)
+    biased = te.compute(conv.shape, lambda n, f, y, x: conv[n, f, y, x] + Bias[f], name="bias_add")
+    relu = te.compute(conv.shape, lambda *i: te.max(biased[i], te.const(0.0)), name="relu")
+    return tc.ComputeDAG([X, W, Bias, relu])
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
-             "layer_norm": layer_norm_rows, "dense": dense_layer}
+             "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
-    (sketch,) = generate_sketches(matmul(64, 48, 64), target=TARGET)
-    assert sketch.name == "gpu_tile"
+    sketches = {sketch.name: sketch for sketch in generate_sketches(matmul(64, 48, 64), target=TARGET)}
+    assert set(sketches) == {"gpu_tile", "cross_thread(C)"}  # 64 x 64 outputs fill no H100: also across threads
+    assert [s.name for s in generate_sketches(matmul(256, 64, 256), target=TARGET)] == ["gpu_tile"]
+    sketch = sketches["gpu_tile"]
     steps = [(step.kind, dict(step.args)) for step in sketch.trace.steps]
     axes = [args["thread_axis"] for kind, args in steps if kind == "bind"]
     assert axes == ["blockIdx.x", "vthread.x", "threadIdx.x"]
@@ -86,6 +104,79 @@ def test_reductions_get_a_sketch_across_threads_and_rows_reduce_in_their_block()
     names = {sketch.name for sketch in generate_sketches(softmax_rows(), target=TARGET)}
     assert "auto_bind(softmax) cross_thread_at_block(softmax_sum) inline(softmax_exp) " \
            "cross_thread_at_block(softmax_max)" in names
+
+
+def test_an_element_wise_epilogue_is_folded_into_the_tiled_block_copy_out():
+    """A convolution's bias and ReLU: one kernel whose register tile is written out finished,
+    not a second block at the root (which the verifier refuses)."""
+    dag = conv_bias_relu()
+    (sketch,) = generate_sketches(dag, target=TARGET)
+    assert sketch.name == "inline(bias_add) gpu_tile inline(conv2d_pad)"
+    assert any(step.kind == "reverse_compute_inline" for step in sketch.trace.steps)
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
+    for sketch in generate_sketches(softmax_rows(), target=TARGET):
+        row = sketch.sample_uniform(np.random.default_rng(0), 1)[0]
+        launch = verify_gpu(lower(sketch.trace_of(row).replay(softmax_rows())), TARGET)
+        assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
+
+
+def test_the_decisions_alone_keep_the_threads_and_vthreads_within_the_gpu_limits():
+    """The decision-matrix check agrees with the verifier on what it checks, and sampling
+    draws only candidates that pass it."""
+    dag = matmul(512, 512, 512)
+    (sketch,) = generate_sketches(dag, target=TARGET)
+    rows = sketch.sample_uniform(np.random.default_rng(0), 60)
+    fits = sketch.within_gpu_limits(rows)
+    assert 0 < fits.sum() < len(rows)
+    for row, fit in zip(rows, fits):
+        launch_or_error = _verify(sketch.trace_of(row).replay(dag))
+        if not fit:
+            assert isinstance(launch_or_error, GpuLimitError) and re.search("thread", str(launch_or_error))
+        elif not isinstance(launch_or_error, GpuLimitError):
+            threads = 2 ** sketch.gpu_extents(row[None])["threadIdx.x"][0]
+            assert math.prod(launch_or_error.block) == round(threads)
+    assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95
+
+
+def test_the_default_gpu_candidate_is_the_hand_written_matmul_and_passes_the_verifier():
+    dag = matmul(2048, 2048, 2048)
+    (sketch,) = generate_sketches(dag, target=TARGET)
+    row = default_row(sketch, 1)
+    tiles = [sketch.slots[n].domain[index] for n, index in enumerate(row) if sketch.slots[n].role == "tile"]
+    assert tiles == [(16, 1, 16, 1, 8), (16, 1, 16, 1, 8), (64, 32, 1)]  # examples/cuda_matmul.py
+    launch = verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
+    assert (launch.grid, launch.block) == ((256, 1, 1), (256, 1, 1))
+    for name, dag in WORKLOADS.items():  # every sketch's default is a kernel
+        for sketch in generate_sketches(dag(), target=TARGET):
+            assert not isinstance(_verify(sketch.trace_of(default_row(sketch, 1)).replay(dag())), GpuLimitError), \
+                f"{name}: {sketch.name}"
+
+
+def test_gpu_features_name_the_launch_and_the_waves_over_the_sms():
+    dag = matmul(512, 512, 512)
+    sketches = generate_sketches(dag, target=TARGET)
+    space = FeatureSpace(sketches)
+    assert {"gpu.blockIdx.x", "gpu.vthread.x", "gpu.threadIdx.x", "gpu_waves"} <= set(space.names)
+    row = default_row(sketches[0], 1)
+    features = dict(zip(space.names, space.features(0, row[None])[0]))
+    launch = verify_gpu(lower(sketches[0].trace_of(row).replay(dag)), TARGET)
+    assert 2 ** features["gpu.blockIdx.x"] == pytest.approx(launch.grid[0])
+    assert 2 ** features["gpu.threadIdx.x"] == pytest.approx(launch.block[0])
+    blocks_per_sm = min(2048 // launch.block[0], 32)
+    assert 2 ** features["gpu_waves"] == pytest.approx(launch.grid[0] / blocks_per_sm / TARGET.sm_count)
+
+
+def _verify(sch):
+    try:
+        return verify_gpu(lower(sch), TARGET)
+    except GpuLimitError as error:
+        return error
 
 
 @pytest.mark.parametrize("workload", sorted(WORKLOADS))

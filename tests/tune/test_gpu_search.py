@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
+from tilecraft.codegen.gpu_verify import verify_gpu
 from tilecraft.database import load_records
+from tilecraft.ir.lower import lower
 from tilecraft.measure import MeasureErrorKind
 from tilecraft.measure.result import MeasureResult
 
@@ -63,10 +65,22 @@ def test_a_cuda_task_tunes_with_gpu_sketches_and_its_best_matches_numpy(tmp_path
     records = load_records(log)
     assert len(records) >= 16 and all(r.target == str(TARGET) for r in records)
     assert summary.valid > 0 and any(r.sketch == "gpu_tile" for r in records)
+    assert not any(r.error_kind is MeasureErrorKind.INSTANTIATION for r in records)  # refused before building
     sch = task.apply_best(log)
     a, b = task.compute_dag.random_inputs()
     np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(a, b), a @ b, rtol=1e-4, atol=1e-4)
     assert "__global__" in tc.build(sch, TARGET).source
+
+
+def test_candidates_over_the_gpu_limits_are_refused_before_building_and_counted():
+    """Shared memory is known only once lowered: the policy verifies what it proposes, learns
+    the refusals as failures, proposes others instead, and counts them for the summary."""
+    task = tc.SearchTask(func="matmul", args=(1024, 1024, 1024, "float32"), target=TARGET)
+    policy = tc.SketchPolicy(task, seed=3)
+    batch = policy.next_batch(48)
+    assert len(batch) >= 40 and policy.rejected > 0  # a few rounds of proposals replace the refused
+    for candidate in batch:
+        verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)  # raises if over a limit
 
 
 def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch):

@@ -26,6 +26,7 @@ from ..schedule.schedule import INLINE, ROOT, Schedule
 from ..target import Target
 from ..te.dag import ComputeDAG
 from .access import reduces_contiguously
+from .gpu_rules import gpu_default_row
 from .register_tile import step_loads
 from .space import Sketch, generate_sketches
 
@@ -59,6 +60,8 @@ def _vector_reductions(ops: dict, sketch: Sketch) -> int:
 
 
 def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:
+    if sketch.gpu_limits:
+        return gpu_default_row(sketch)
     inner, rows_inside = {}, set()
     for tile in sketch.register_tiles:
         shape = _best_shape(sketch, tile) if tile.broadcast else _small_shape(sketch, tile)

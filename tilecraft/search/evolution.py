@@ -116,7 +116,7 @@ class _BestUnmeasured:
 
     def offer(self, population: Sequence[Candidate], scores: np.ndarray) -> None:
         for value, candidate in zip(scores, population):
-            if candidate.key in self.measured or candidate.key in self.seen:
+            if candidate.key in self.measured or candidate.key in self.seen or value == -np.inf:  # -inf: refused
                 continue
             heap = self.heaps[candidate.sketch]
             entry = (float(value), next(self.order), candidate)

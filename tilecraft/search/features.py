@@ -8,7 +8,10 @@ without it leaves NaN, which the tree models treat as missing). Per candidate:
   spatial and of its reduction factors, and of everything inside that level (the tile's
   footprint, which decides what stays in registers and caches);
 - the unroll step, the number of parallel loops and the log2 parallel extent, the log2
-  length of each vectorized loop, and each sampled compute location.
+  length of each vectorized loop, and each sampled compute location;
+- on a GPU, log2 of the launch along each bound axis (blocks, virtual threads, threads per
+  block) and of the waves of blocks over the SMs at full occupancy (``gpu_waves``): what
+  decides whether the SMs are filled, which the tile factors say only in sum.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ def _level_groups(sketch: Sketch) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     for column, (slot_index, position) in enumerate(sketch.factor_columns):
         slot = sketch.slots[slot_index]
+        if slot.role != "tile":  # a sampled thread count: the GPU features hold it
+            continue
         block = slot.name.split(".")[0]
         kind = "S" if slot.spatial else "R"
         groups.setdefault(f"{block}.{kind}{position}", []).append(column)
@@ -42,7 +47,8 @@ def feature_names(sketch: Sketch) -> list[str]:
             names.append(f"{slot.name}.extent")
     names += list(_level_groups(sketch))
     names += [f"{block}.vector" for block in sketch.vector_loops]
-    return names
+    names += [f"gpu.{axis}" for axis in sketch.gpu_axes]
+    return names + (["gpu_waves"] if "blockIdx.x" in sketch.gpu_axes and "threadIdx.x" in sketch.gpu_axes else [])
 
 
 def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
@@ -50,12 +56,9 @@ def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows, dtype=np.int64).reshape(len(rows), len(sketch.slots))
     logs = sketch.log_factors(rows)
     columns = [np.ones(len(rows))]
-    column = 0
     for index, slot in enumerate(sketch.slots):
         if slot.role == "tile":
-            width = len(slot.domain[0])
-            columns += [logs[:, column + p] for p in range(width)]
-            column += width
+            columns += [logs[:, c] for c, (owner, _) in enumerate(sketch.factor_columns) if owner == index]
         elif slot.role == "unroll":
             columns.append(np.log2(1 + np.asarray(slot.values, dtype=float)[rows[:, index]]))
         elif slot.role == "parallel":
@@ -70,6 +73,11 @@ def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
         columns.append(logs[:, group].sum(axis=1))
     for form in sketch.vector_loops.values():
         columns.append(form.evaluate(logs))
+    extents = sketch.gpu_extents(rows)
+    columns += list(extents.values())
+    if "blockIdx.x" in extents and "threadIdx.x" in extents:  # 2,048 threads and 32 blocks an SM
+        blocks_per_sm = np.clip(11 - extents["threadIdx.x"], 0, 5)  # log2 min(2048 / threads, 32)
+        columns.append(extents["blockIdx.x"] - blocks_per_sm - np.log2(sketch.gpu_limits.get("sm_count", 1)))
     return np.stack(columns, axis=1)
 
 

@@ -6,7 +6,8 @@ outer spatial levels, fused across the axes, are bound to ``blockIdx.x``, ``vthr
 ``threadIdx.x``; the accumulator is computed at the thread level of its copy-out block; each
 input is cached in shared memory at the first reduction level and fetched by the block's
 threads together (``meta_schedule.cooperative_fetch``, realized at lowering once the thread
-extents are known). Any other block at the root has its loops fused and split over blocks
+extents are known). Its element-wise epilogue (a bias and a ReLU after a convolution) is
+folded into the copy-out, so the result leaves the registers once, finished. Any other block at the root has its loops fused and split over blocks
 and threads (auto-binding, with the thread count a sampled decision); a reduction short of
 spatial parallelism gets a second sketch whose reduction runs across a row of threads.
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
@@ -19,8 +20,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule
-from .sketch_rules import Condition, Draft, SketchRule, _needs_tiling, multi_level_tile
+from .access import is_elementwise_reader, needs_multi_level_tiling
+from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
 
 THREAD_COUNTS = (32, 64, 128, 256, 512, 1024)  # auto-binding's choices, as MetaSchedule's AutoBind
 UNROLL_STEPS = (0, 16, 64, 512, 1024)  # MetaSchedule's DefaultCUDA
@@ -44,6 +49,9 @@ class GpuMultiLevelTiling(SketchRule):
         sch = draft.sch.copy()
         inputs = len(draft.stage(block).op.input_tensors)
         copy = sch.cache_write(sch.get_block(block), 0, "local")
+        epilogue = _epilogue(draft, block)
+        if epilogue is not None:  # its other element-wise stages are inlined into it by now
+            sch.reverse_compute_inline(sch.get_block(epilogue))
         spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=False)
         levels = len(LEVEL_AXES)
         pieces = [sch.split(loop, list(tiles[:levels]) + [None])
@@ -65,7 +73,10 @@ class GpuMultiLevelTiling(SketchRule):
             sch.compute_at(cached, first_reduction_level)
             sch.annotate(cached, "meta_schedule.cooperative_fetch", self.fetch_lanes)
         derived = draft.derive(sch, "gpu_tile", tiled=block)
-        return [(derived, derived.index(first or block) - 1)]
+        results = [(derived, derived.index(first or block) - 1)]
+        if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
+            results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
+        return results
 
 
 @dataclass
@@ -79,40 +90,34 @@ class GpuAutoBind(SketchRule):
     def condition(self, draft: Draft, block: str) -> Condition:
         stage = draft.stage(block)
         at_root = not stage.attach and block not in draft.tiled and (stage.is_output or not draft.sch.state.consumers_of(block))
-        return Condition.APPLY_AND_SKIP_REST if at_root else Condition.SKIP
+        return Condition.APPLY_AND_SKIP_REST if at_root and not _ends_epilogue(draft, block) else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         stage = draft.stage(block)
         results = [(self._threads_over_space(draft, block), draft.index(block) - 1)]
-        space = math.prod(iv.extent for iv in stage.op.axis)
-        if stage.op.reduce_axis and space < draft.num_cores * 32 * 4:
-            results.append((self._threads_over_reduction(draft, block), draft.index(block) - 1))
+        if stage.op.reduce_axis and _short_of_rows(draft, block):
+            results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
         return results
 
     def _threads_over_space(self, draft: Draft, block: str) -> Draft:
+        """Blocks over the rows that a reduction it reads is computed for (a softmax's), the
+        threads of a block over the rest, so that the reduction, computed at the block, covers
+        one row; without such a reduction, blocks and threads over all the loops fused."""
         sch = draft.sch.copy()
         b = sch.get_block(block)
         spatial = len(draft.stage(block).op.axis)
         loops = sch.get_loops(b)[:spatial]
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        rows = _reduced_rows(draft, block)
         threads = _uniform(sch, THREAD_COUNTS)
-        outer, inner = sch.split(fused, [None, threads])
-        sch.bind(outer, "blockIdx.x")
-        sch.bind(inner, "threadIdx.x")
+        if 0 < rows < spatial:
+            sch.bind(sch.fuse(*loops[:rows]) if rows > 1 else loops[0], "blockIdx.x")
+            rest = sch.fuse(*loops[rows:]) if spatial - rows > 1 else loops[rows]
+            sch.bind(sch.split(rest, [None, threads])[1], "threadIdx.x")
+        else:
+            outer, inner = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, threads])
+            sch.bind(outer, "blockIdx.x")
+            sch.bind(inner, "threadIdx.x")
         return draft.derive(sch, f"auto_bind({block})")
-
-    def _threads_over_reduction(self, draft: Draft, block: str) -> Draft:
-        sch = draft.sch.copy()
-        b = sch.get_block(block)
-        spatial = len(draft.stage(block).op.axis)
-        loops = sch.get_loops(b)
-        rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
-        reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
-        threads = _uniform(sch, THREAD_COUNTS)
-        _, lanes = sch.split(reduction, [None, threads])
-        sch.bind(rows, "blockIdx.x")
-        sch.bind(lanes, "threadIdx.x")
-        return draft.derive(sch, f"cross_thread({block})")
 
 
 @dataclass
@@ -166,6 +171,63 @@ class GpuInline(SketchRule):
         return [(draft.derive(sch, f"inline({block})"), draft.index(block) - 1)]
 
 
+def threads_over_reduction(draft: Draft, block: str) -> Draft:
+    """A reduction short of spatial parallelism: its rows over blocks, its reduction loops
+    fused and split over a row of threads, combined by warp shuffles."""
+    sch = draft.sch.copy()
+    b = sch.get_block(block)
+    spatial = len(draft.stage(block).op.axis)
+    loops = sch.get_loops(b)
+    rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
+    reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
+    threads = _uniform(sch, THREAD_COUNTS)
+    _, lanes = sch.split(reduction, [None, threads])
+    sch.bind(rows, "blockIdx.x")
+    sch.bind(lanes, "threadIdx.x")
+    return draft.derive(sch, f"cross_thread({block})")
+
+
+def _short_of_rows(draft: Draft, block: str) -> bool:
+    """Whether a reduction has too few outputs to give every SM 128 threads."""
+    return math.prod(iv.extent for iv in draft.stage(block).op.axis) < draft.num_cores * 32 * 4
+
+
+def _reduced_rows(draft: Draft, block: str) -> int:
+    """The most leading axes that a reduction read by ``block`` (through element-wise stages)
+    has: the rows of a softmax or a layer norm, each reduced once per row."""
+    rows, pending = 0, list(draft.sch.state.producers_of(draft.stage(block)))
+    while pending:
+        stage = pending.pop()
+        if stage.op.reduce_axis and not needs_multi_level_tiling(stage.op):
+            rows = max(rows, len(stage.op.axis))
+        elif not stage.op.reduce_axis:
+            pending += draft.sch.state.producers_of(stage)
+    return rows
+
+
+def _ends_epilogue(draft: Draft, block: str) -> bool:
+    """Whether ``block`` is the last stage of a chain of element-wise stages, each the only
+    reader of the one before, that starts at a block to be tiled: then the tiling folds it in."""
+    stage = draft.stage(block)
+    while not stage.op.reduce_axis:
+        producers = draft.sch.state.producers_of(stage)
+        if len(producers) != 1 or len(draft.sch.state.consumers_of(producers[0].name)) != 1 \
+                or not is_elementwise_reader(stage.op, producers[0].tensor):
+            return False
+        stage = producers[0]
+        if needs_multi_level_tiling(stage.op) and not stage.attach:
+            return True
+    return False
+
+
+def _epilogue(draft: Draft, block: str) -> str | None:
+    """The output stage whose element-wise chain starts at ``block``, if any (``_ends_epilogue``)."""
+    stage = draft.stage(block)
+    while len(consumers := draft.sch.state.consumers_of(stage.name)) == 1:
+        stage = consumers[0]
+    return stage.name if stage.name != block and _ends_epilogue(draft, stage.name) else None
+
+
 def _uniform(sch: Schedule, values: tuple[int, ...]):
     """A sampled choice among ``values``, each as likely."""
     return sch.sample_categorical(list(values), [1 / len(values)] * len(values))
@@ -179,7 +241,8 @@ def _root_consumer(sch: Schedule, block: str) -> str:
     return stage.name
 
 
-GPU_SKETCH_RULES: list[SketchRule] = [GpuInline(), GpuMultiLevelTiling(), GpuAutoBind(), GpuComputeAtBlock()]
+GPU_SKETCH_RULES: list[SketchRule] = [GpuInline(), GpuMultiLevelTiling(), GpuAutoBind(), GpuComputeAtBlock(),
+                                      SkipStage()]
 
 
 def annotate_gpu(draft: Draft) -> Schedule:
@@ -191,3 +254,48 @@ def annotate_gpu(draft: Draft) -> Schedule:
             sch.annotate(sch.get_block(stage.name), "pragma_auto_unroll_max_step", step)
     return sch
 
+
+
+DEFAULT_THREADS, DEFAULT_THREAD_SIDE, DEFAULT_REGISTERS, DEFAULT_REGISTER_SIDE = 256, 16, 64, 8
+DEFAULT_REDUCTION_STEP, DEFAULT_UNROLL = 32, 512
+
+
+def gpu_default_row(sketch) -> np.ndarray:
+    """The rule-made candidate of a GPU sketch, where tuning starts: the hand-written
+    matmul's shape (examples/cuda_matmul.py, 0.77x cuBLAS at 4096³ on an H100). The two
+    innermost spatial axes give each up to 16 threads (256 a block) and 8 registers a thread
+    (an 8 x 8 tile), halved where the blocks would not fill the SMs; the reductions run in
+    steps of up to 32 through shared memory; no virtual threads; auto-unroll 512; 256
+    threads for a block bound by auto-binding."""
+    row = np.zeros(len(sketch.slots), dtype=np.int64)
+    spatial = [n for n, slot in enumerate(sketch.slots) if slot.role == "tile" and slot.spatial]
+    extents = {n: math.prod(sketch.slots[n].domain[0]) for n in spatial}
+    threads, registers = {n: 1 for n in spatial}, {n: 1 for n in spatial}
+    for n in spatial[::-1][:2]:
+        threads[n] = _largest_divisor(extents[n], min(DEFAULT_THREAD_SIDE, DEFAULT_THREADS // math.prod(threads.values())))
+        registers[n] = _largest_divisor(extents[n] // threads[n], DEFAULT_REGISTER_SIDE)
+    while math.prod(extents[n] // (threads[n] * registers[n]) for n in spatial) < sketch.gpu_limits["sm_count"] \
+            and max(registers.values(), default=1) > 1:  # too few blocks: smaller tiles a thread
+        n = max(registers, key=registers.get)
+        registers[n] = _largest_divisor(extents[n] // threads[n], registers[n] // 2)
+    step = DEFAULT_REDUCTION_STEP
+    for n, slot in reversed(list(enumerate(sketch.slots))):
+        if slot.role == "tile":
+            extent = math.prod(slot.domain[0])
+            if slot.spatial:
+                wanted = (extent // (threads[n] * registers[n]), 1, threads[n], 1, registers[n])
+            else:
+                inner = _largest_divisor(extent, step)
+                step = max(step // inner, 1)
+                wanted = (extent // inner, inner, 1)
+            index = sketch.index_of(n, wanted[:len(slot.domain[0])])
+            row[n] = 0 if index is None else index
+        elif slot.role == "unroll":
+            row[n] = slot.values.index(DEFAULT_UNROLL) if DEFAULT_UNROLL in slot.values else 0
+        elif slot.role == "categorical" and DEFAULT_THREADS in slot.values:
+            row[n] = slot.values.index(DEFAULT_THREADS)
+    return row
+
+
+def _largest_divisor(extent: int, at_most: int) -> int:
+    return max(d for d in divisors(extent) if d <= max(at_most, 1))

@@ -18,7 +18,9 @@ import numpy as np
 from ..database.best import for_learning
 from ..database.log import load_records
 from ..database.record import TuningRecord, trace_key
+from ..codegen.gpu_verify import verify_gpu
 from ..errors import ScheduleError
+from ..ir.lower import lower
 from ..schedule.trace import Trace
 from .bandit import SKETCH_POLICIES
 from .cost_model import CostModel, XGBModel
@@ -80,6 +82,7 @@ class SketchPolicy:
         self.measured: set = set()
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []
+        self.rejected = 0  # candidates the GPU verifier refused before any build
         # Offered in the first batch even when a log was preloaded: the defaults improve between
         # releases, and a log tuned before may hold nothing as fast as today's default.
         self.defaults_pending = self.params.defaults_first
@@ -136,10 +139,11 @@ class SketchPolicy:
 
     def next_batch(self, count: int) -> list[Candidate]:
         """Up to ``count`` unmeasured candidates, the most promising by the model. Those
-        whose compute locations do not replay are learned as failures and replaced, so a
-        round (a scheduler's warm-up too) measures as many as it asks for."""
+        whose compute locations do not replay, or that break the GPU's limits, are learned
+        as failures and replaced, so a round (a scheduler's warm-up too) measures as many
+        as it asks for."""
         chosen: list[Candidate] = []
-        for _ in range(3):
+        for _ in range(10):
             proposed = self._propose(count - len(chosen), {c.key for c in chosen})
             invalid = [c for c in proposed if not self._replays(c)]
             chosen += [c for c in proposed if c not in invalid]
@@ -150,7 +154,10 @@ class SketchPolicy:
 
     def _propose(self, count: int, pending: set) -> list[Candidate]:
         def score(sketch: int, rows: np.ndarray) -> np.ndarray:
-            return self.model.predict(self.feature_space.features(sketch, rows))
+            scores = self.model.predict(self.feature_space.features(sketch, rows))
+            if self.sketches[sketch].gpu_limits:  # never chosen, never a parent
+                scores = np.where(self.sketches[sketch].within_gpu_limits(rows), scores, -np.inf)
+            return scores
 
         seeds = [c for _, c in self.best]
         # A warm-up model's scores are random: a learned policy would learn noise from them.
@@ -169,8 +176,17 @@ class SketchPolicy:
 
     def _replays(self, candidate: Candidate) -> bool:
         """Compute locations depend on each other (a block's consumer may itself be
-        inlined), so a candidate with several of them may not replay; check it here."""
+        inlined), so a candidate with several of them may not replay; check it here. A GPU
+        candidate is lowered and verified (shared memory, which its decisions alone do
+        not tell), as MetaSchedule's postprocessors do before measuring."""
         sketch = self.sketches[candidate.sketch]
+        if sketch.gpu_limits:
+            try:
+                verify_gpu(lower(sketch.trace_of(candidate.row).replay(self.task.compute_dag)), self.task.target)
+            except ScheduleError:  # a GpuLimitError too
+                self.rejected += 1
+                return False
+            return True
         if sum(slot.role == "location" for slot in sketch.slots) < 2:
             return True
         try:

@@ -73,13 +73,16 @@ class Sketch:
     parallel_loops: dict[int, tuple[LogForm, ...]]  # parallel slot -> leading loops' extents
     vector_loops: dict[str, LogForm]  # block -> its innermost loop's extent
     register_tiles: tuple = ()  # RegisterTile per block that accumulates in registers (needs a target)
+    gpu_axes: dict[str, tuple[LogForm, ...]] = field(default_factory=dict)  # GPU axis -> the loops bound to it
+    gpu_limits: dict[str, int] = field(default_factory=dict)  # GPU axis -> the most the target allows; SMs
     _index: list[dict] = field(default_factory=list, repr=False)
     _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self._index = [{d: n for n, d in enumerate(slot.domain)} for slot in self.slots]
-        self._log_tables = {n: np.log2(np.asarray(slot.domain, dtype=float))
-                            for n, slot in enumerate(self.slots) if slot.role == "tile"}
+        self._log_tables = {n: np.log2(np.asarray(slot.domain if slot.role == "tile" else slot.values, dtype=float))
+                            .reshape(len(slot.domain), -1) for n, slot in enumerate(self.slots)
+                            if any(column_slot == n for column_slot, _ in self.factor_columns)}
 
     @property
     def sizes(self) -> np.ndarray:
@@ -123,8 +126,31 @@ class Sketch:
         """Random candidates: tiles, unroll steps and locations uniform, but for a share
         of register tiles that fit the registers; the parallel depth as Ansor's
         InitParallel picks it (the fewest outer loops with more than ``min_parallel``
-        iterations)."""
-        return self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
+        iterations); on a GPU, drawn again (a few times) where they break its limits."""
+        rows = self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
+        for _ in range(8 if self.gpu_limits else 0):
+            broken = ~self.within_gpu_limits(rows)
+            if not broken.any():
+                break
+            rows[broken] = self.sample_uniform(rng, int(broken.sum()))
+        return rows
+
+    def gpu_extents(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Per GPU axis, log2 of the size of the launch along it for each candidate: the
+        largest extent bound to it (a block's threads are as many as its widest thread loop)."""
+        logs = self.log_factors(rows)
+        return {axis: np.max([form.evaluate(logs) for form in forms], axis=0) for axis, forms in self.gpu_axes.items()}
+
+    def within_gpu_limits(self, rows: np.ndarray) -> np.ndarray:
+        """Whether each candidate keeps the target's threads per block and virtual threads,
+        read from the decisions alone, as the CPU path checks its choices: a candidate that
+        breaks them is never built (the verifier checks the rest, shared memory, on the lowered loops)."""
+        fits = np.ones(len(rows), dtype=bool)
+        for axis, log_extent in self.gpu_extents(rows).items():
+            limit = self.gpu_limits.get(axis.split(".")[0])
+            if limit is not None:
+                fits &= log_extent <= np.log2(limit) + 1e-9
+        return fits
 
     def sample_uniform(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """Random candidates, each decision uniform over its domain (as ``sample_perfect_tile``
@@ -161,6 +187,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     parallel: dict[int, tuple[LogForm, ...]] = {}
     vector: dict[str, LogForm] = {}
     slot_of_symbol: dict[str, int] = {}
+    gpu_axes: dict[str, list[LogForm]] = {}
 
     def form_of(sch: Schedule, loop_id: int) -> LogForm:
         if loop_id not in forms:
@@ -194,6 +221,11 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             slots.append(Slot(index, "location", f"{block}.location", domain, inline_first=window))
         elif kind == "split":
             parent = form_of(sch, kwargs["loop"].id)
+            for f in kwargs["factors"]:  # a sampled thread count: its value's log2 becomes a column
+                symbol = getattr(f, "symbol", None)
+                if symbol in slot_of_symbol and symbol not in factor_of:
+                    factor_of[symbol] = LogForm(((len(columns), 1.0),), 0.0)
+                    columns.append((slot_of_symbol[symbol], 0))
             known = [factor_of.get(getattr(f, "symbol", None)) if f is not None else None for f in kwargs["factors"]]
             known = [k if k is not None or f is None else LogForm((), math.log2(int(f)))
                      for k, f in zip(known, kwargs["factors"])]
@@ -221,13 +253,19 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
                     stage = sch.state.stage(block)
                     count = len(old.values)
                     parallel[slot_index] = tuple(form_of(sch, leaf) for leaf in stage.leaves[:count])
+        elif kind == "bind":
+            gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
         elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
             block = kwargs["block_or_loop"].name
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
 
     trace.replay(dag, observe=observe)
-    sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector)
-    if target is not None:
+    sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
+                    gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()})
+    if getattr(target, "kind", None) == "cuda":
+        sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
+                             "sm_count": target.sm_count}
+    elif target is not None:
         sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.op for t in dag.compute_ops}, target)
     return sketch
 
@@ -288,5 +326,5 @@ def generate_sketches(dag: ComputeDAG, rules: list | None = None, target=None) -
         if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
             while name in sketches:
                 name += "'"
-            sketches[name] = analyze(dag, trace, name, None if gpu else target)
+            sketches[name] = analyze(dag, trace, name, target)
     return list(sketches.values())

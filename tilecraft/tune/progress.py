@@ -62,6 +62,7 @@ class ProgressReporter:
         self.trials = 0
         self.valid = 0
         self.errors: Counter[str] = Counter()
+        self.rejected = 0  # candidates refused before building (the GPU verifier), set by the tuner
         self.best_gflops: float | None = None
         self.best_latency_secs: float | None = None
         self.final: tuple[float, tuple[float, ...], int] | None = None  # flop, the best's repeats, finalists
@@ -170,6 +171,8 @@ class ProgressReporter:
         table.add_row("valid", str(self.valid))
         for kind, n in self.errors.most_common():
             table.add_row(f"errors: {kind}", str(n))
+        if self.rejected:
+            table.add_row("refused unbuilt", f"{self.rejected} (over the GPU's limits)")
         gflops, latency = self.best_gflops, self.best_latency_secs
         if self.final is not None:
             flop, costs, finalists = self.final

@@ -139,6 +139,7 @@ class TuningSummary:
     run_secs: float = 0.0
     wall_secs: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+    rejected: int = 0  # candidates the GPU verifier refused before any build (not trials)
 
     @property
     def final_cost(self) -> float:
@@ -364,6 +365,7 @@ def tune_round(task: SearchTask, policy, count: int, builder, runner, callbacks:
     clock = time.perf_counter()
     candidates = policy.next_batch(count)
     summary.search_secs += time.perf_counter() - clock
+    summary.rejected = reporter.rejected = getattr(policy, "rejected", 0)
     if not candidates:
         return []
     sketches = [policy.sketches[c.sketch].name for c in candidates]
