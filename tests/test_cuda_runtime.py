@@ -2,13 +2,16 @@
 driver call, so they run without a GPU), and, where a GPU and cuda-bindings are found,
 calls and timings with NumPy arrays and PyTorch tensors."""
 
+import gc
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
 from tilecraft.runtime import ArgSpec, ProfileResult
+from tilecraft.runtime import cuda as cuda_runtime
 from tilecraft.runtime import cuda_compiler
 from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available
 from tilecraft.runtime.cuda_compiler import compile_cuda
@@ -225,6 +228,43 @@ def test_a_torch_cpu_tensor_is_refused_before_any_driver_call():
 
 
 # on a GPU
+
+
+class FakeDriver:
+    """The driver calls a kernel's loading makes, counting the primary context's references."""
+
+    def __init__(self):
+        self.references, self.contexts_made = 0, 0
+        self.CUfunction_attribute = SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0,
+                                                    CU_FUNC_ATTRIBUTE_NUM_REGS=1)
+
+    def cuDevicePrimaryCtxRetain(self, handle):
+        self.contexts_made += self.references == 0  # the driver makes the context at the first reference
+        self.references += 1
+        return 0, "context"
+
+    def cuDevicePrimaryCtxRelease(self, handle):
+        self.references -= 1  # the driver destroys the context at the last
+        return (0,)
+
+    def cuFuncGetAttribute(self, attribute, function):
+        return 0, 1024 if attribute == 0 else 32
+
+    cuInit = cuCtxPopCurrent = staticmethod(lambda *args: (0,))
+    cuDeviceGet = cuCtxPushCurrent = cuModuleLoadData = cuModuleUnload = staticmethod(lambda *args: (0, "value"))
+    cuModuleGetFunction = staticmethod(lambda *args: (0, "function"))
+
+
+def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it_again(monkeypatch):
+    """A measuring worker loads one kernel a candidate: each must find the context alive."""
+    driver = FakeDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    for _ in range(3):
+        kernel = cuda_runtime._Kernel(b"cubin", "vector_add", LaunchSpec((1, 1, 1), (32, 1, 1)), 0)
+        del kernel
+        gc.collect()
+    assert driver.contexts_made == 1 and driver.references == 1
 
 
 def device_arch() -> str:

@@ -388,6 +388,12 @@ def _error_name(status: Any) -> str:
     return name.decode() if name else str(status)
 
 
+# One reference to each GPU's primary context that no kernel releases: without it the last
+# kernel's release destroys the context, and the next kernel (a tuner's next candidate in
+# the measuring worker) pays for a new one, a large part of a trial on an H100.
+_KEPT_CONTEXTS: dict[int, Any] = {}
+
+
 class _Kernel:
     """The entry of a cubin, loaded on one GPU in its primary context (the CUDA runtime's,
     so PyTorch's and CuPy's pointers are valid in it); the module is unloaded and the
@@ -408,6 +414,8 @@ class _Kernel:
                               f"GPU and its driver") from None
         handle = _call(cu.cuDeviceGet, device)
         self.context = _call(cu.cuDevicePrimaryCtxRetain, handle)
+        if device not in _KEPT_CONTEXTS:  # held until the process ends, as the CUDA runtime holds it
+            _KEPT_CONTEXTS[device] = _call(cu.cuDevicePrimaryCtxRetain, handle)
         with self.current():
             module = _call(cu.cuModuleLoadData, cubin)
             weakref.finalize(self, _unload, cu, handle, self.context, module).atexit = False
