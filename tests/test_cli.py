@@ -71,6 +71,7 @@ TUNE_MODEL = ["tune-model", "{model}"]
 # Each command fed each of its wrong arguments, and what the one line of error must say: the
 # argument and the fix. None of them reaches any work: nothing is tuned, compiled or printed.
 MISTAKES = [
+    (["serve", "--device", "gpu0"], "argument --device: 'gpu0' is not a GPU; write cuda:0 (the first), cuda:1"),
     (["tune", "matmul", "--shape", "512,512"], "--shape: matmul takes 3 sizes (N, L, M), got 2: 512,512"),
     (["tune", "conv2d", "--shape", "1,2,3"], "--shape: conv2d takes 7 to 9 sizes (N, C, H, W, F, KH, KW[, stride, "
                                              "padding]), got 3"),

@@ -2,6 +2,8 @@
 peer can misbehave (wrong secret, altered, replayed, oversized or trickled frames, unknown
 requests, crashing kernels, a lost server) refused or recorded, the server still serving."""
 
+import hashlib
+import re
 import secrets
 import shutil
 import signal
@@ -20,6 +22,8 @@ from tilecraft.measure import (AuthenticationError, BuildResult, DeviceServer, M
                                RPCError, RPCRunner, rpc_protocol)
 from tilecraft.measure.rpc_protocol import client_handshake
 from tilecraft.runtime import ArgSpec, compile_c
+from tilecraft.search.default import default_row
+from tilecraft.search.space import generate_sketches
 
 SECRET = secrets.token_hex(32).encode()
 KERNELS = r"""
@@ -290,3 +294,44 @@ def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_fil
     finally:
         serve.kill()
         serve.wait()
+
+
+def test_a_malformed_launch_or_one_for_the_wrong_kind_of_device_is_refused_and_the_session_goes_on(server):
+    channel, _ = _session(server)
+    channel.send(OPEN)
+    assert channel.receive()[0]["kind"] == "opened"
+    data = b"any bytes: the server stores the workload's data by their SHA-256"
+    channel.send({"kind": "reference", "sha256": hashlib.sha256(data).hexdigest()}, data)
+    assert channel.receive()[0]["kind"] == "stored"
+    request = {"kind": "measure", "reference": hashlib.sha256(data).hexdigest(), "entry_name": "add",
+               "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in ARGS], "packs": []}
+    for launch, message in (([[0, 1, 1], [32, 1, 1]], "'launch' must be [grid, block]"),
+                            ([[1, 1], [32, 1, 1]], "'launch' must be [grid, block]"),
+                            ([[1, 1, 1], [32.5, 1, 1]], "'launch' must be [grid, block]"),
+                            ([[1, 1, 1], [32, 1, 1]], "send a shared library")):
+        channel.send({**request, "launch": launch}, b"\x7fELF")
+        reply = channel.receive()[0]
+        assert reply["kind"] == "error" and message in reply["message"]
+    channel.close()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+def test_a_gpu_server_reports_its_arch_and_its_worker_runs_the_cubins_sent_with_their_launch(tmp_path):
+    """Without a GPU here the worker's CUDA path fails at its first driver call, which shows
+    the cubin and its launch reached it; with one, the candidate is measured."""
+    with DeviceServer(port=0, secret=SECRET, target="cuda -arch=sm_90").start() as gpu_server, \
+            RPCRunner(port=gpu_server.port, secret=SECRET, timeout=10) as gpu_runner:
+        target = gpu_runner.target()
+        assert isinstance(target, tc.CudaTarget) and target.arch == "sm_90"
+        task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=target)
+        sketch = generate_sketches(task.compute_dag, target=target)[0]
+        candidate = MeasureInput(task.compute_dag, target, sketch.trace_of(default_row(sketch, 1)))
+        (build,) = tc.LocalBuilder().build([candidate])
+        assert build.launch is not None and build.error_kind is MeasureErrorKind.NONE
+        (result,) = gpu_runner.run([candidate], [build])
+        assert result.device == f"cpu@127.0.0.1:{gpu_server.port}"
+        if tc.cuda_available():
+            assert result.is_valid and 0 < result.costs[0] < 1
+        else:
+            assert result.error_kind is MeasureErrorKind.RUNTIME
+            assert re.search("running CUDA kernels needs|no NVIDIA driver", result.error_msg), result.error_msg

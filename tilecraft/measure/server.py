@@ -18,7 +18,8 @@ Requests, each answered by one reply (docs/formats.md, "The device server's prot
 
   open       the timing settings of the session   -> opened
   reference  an .npz of a workload's data          -> stored
-  measure    a shared library and how to call it   -> result (costs, or error kind and message)
+  measure    a shared library (a cubin and its launch  -> result (costs, or error kind and message)
+             for a GPU) and how to call it
   (other)                                          -> error, and the session goes on
 """
 
@@ -226,9 +227,17 @@ class _Session:
         args = tuple(ArgSpec(str(name), tuple(map(int, shape)), str(dtype), bool(is_output))
                      for name, shape, dtype, is_output in header["args"])
         packs = tuple(PackSpec(int(index), str(name), tuple(map(int, shape))) for index, name, shape in header["packs"])
-        path = self.server.upload(library, ".so")  # a new name: a loaded library is never loaded again by name
+        launch = _launch(header.get("launch"))
+        if isinstance(launch, str):
+            return {"kind": "error", "message": launch}
+        if (launch is None) != (getattr(self.server.target, "kind", "llvm") != "cuda"):
+            return {"kind": "error", "message": f"this server measures {self.server.target}: send "
+                                                f"{'a cubin and its launch' if launch is None else 'a shared library'}"}
+        # a new name each time: a loaded library is never loaded again by name
+        path = self.server.upload(library, ".so" if launch is None else ".cubin")
         try:
-            build = BuildResult(str(path), "", str(header["entry_name"]), args, packs, MeasureErrorKind.NONE, "", 0.0)
+            build = BuildResult(str(path), "", str(header["entry_name"]), args, packs, MeasureErrorKind.NONE, "", 0.0,
+                                launch)
             workload = SimpleNamespace(workload_key=header["reference"])  # all of a dag the runner reads
             with self.server.device_lock:
                 (result,) = self.runner.run([MeasureInput(workload, None, None)], [build])
@@ -253,6 +262,18 @@ class _UploadedDataRunner(LocalRunner):
 
     def _reference(self, dag: Any) -> Path:
         return self._uploaded[dag.workload_key]
+
+
+def _launch(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None | str:
+    """A CUDA candidate's grid and block as sent (two lists of three positive integers), None
+    for a CPU library, or what is wrong with it."""
+    if value is None:
+        return None
+    if (isinstance(value, list) and len(value) == 2
+            and all(isinstance(dims, list) and len(dims) == 3 for dims in value)
+            and all(type(n) is int and 1 <= n < 1 << 31 for dims in value for n in dims)):
+        return tuple(value[0]), tuple(value[1])
+    return f"'launch' must be [grid, block], each three integers from 1 to 2**31 - 1, not {str(value)[:100]}"
 
 
 def is_loopback(host: str) -> bool:
