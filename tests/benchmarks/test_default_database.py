@@ -33,10 +33,14 @@ def test_it_samples_each_machines_records_of_each_workload_and_leaves_out_what_h
     assert lzma.decompress(out.read_bytes()).count(b"\n") == 40
 
 
-def test_the_shipped_database_holds_registered_workloads_of_x86_machines():
+def test_the_shipped_database_holds_registered_workloads_of_x86_machines_and_an_h100():
     records = load_records(tc.DEFAULT_RECORDS)
-    assert len(records) > 10_000
-    assert {tc.Target(r.target).isa for r in records} == {"avx2", "avx512"}
-    assert {r.workload["func"] for r in records} == {"conv2d_nhwc", "matmul", "dense", "batch_matmul"}
-    shapes = {tuple(r.workload["args"][:3]) for r in records if r.workload["func"] == "matmul"}
+    cpu = [r for r in records if tc.Target(r.target).kind != "cuda"]
+    assert len(cpu) > 10_000
+    assert {tc.Target(r.target).isa for r in cpu} == {"avx2", "avx512"}
+    assert {r.workload["func"] for r in cpu} == {"conv2d_nhwc", "matmul", "dense", "batch_matmul"}
+    shapes = {tuple(r.workload["args"][:3]) for r in cpu if r.workload["func"] == "matmul"}
     assert shapes == {(1024, 1024, 1024)}  # not 512³: the README's first tuning should learn other workloads
+    gpu = [r for r in records if tc.Target(r.target).kind == "cuda"]
+    assert {tc.Target(r.target).arch for r in gpu} == {"sm_90"} and all("@" in r.device for r in gpu)
+    assert {r.workload["func"] for r in gpu} == {"matmul", "conv2d", "dense", "softmax", "layer_norm"}

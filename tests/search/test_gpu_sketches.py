@@ -5,7 +5,6 @@ of every sketch either refused by the GPU verifier or equal to NumPy in the CPU 
 from __future__ import annotations
 
 import math
-import re
 import shutil
 
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
-from tilecraft.codegen.gpu_verify import verify_gpu
+from tilecraft.codegen.gpu_verify import _shared_buffers, verify_gpu
 from tilecraft.errors import GpuLimitError
 from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
@@ -22,6 +21,7 @@ from tilecraft.ops.nn import layer_norm, softmax
 from tilecraft.search.default import default_row
 from tilecraft.search.features import FeatureSpace
 from tilecraft.search.space import generate_sketches
+from tilecraft.te.dtype import bytes_of
 
 TARGET = tc.Target("cuda -arch=sm_90")
 
@@ -126,19 +126,24 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
-def test_the_decisions_alone_keep_the_threads_and_vthreads_within_the_gpu_limits():
-    """The decision-matrix check agrees with the verifier on what it checks, and sampling
-    draws only candidates that pass it."""
-    dag = matmul(512, 512, 512)
-    (sketch,) = generate_sketches(dag, target=TARGET)
+@pytest.mark.parametrize("dag", [lambda: matmul(512, 512, 512), conv_bias_relu,
+                                 lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"),
+                                                               te.placeholder((8, 8, 3, 3), name="W"))),
+                                                        conv2d_nchw(*X, stride=2, padding=1)])],
+                         ids=["matmul", "conv", "conv_strided"])
+def test_the_decisions_alone_tell_threads_vthreads_and_shared_memory_as_the_verifier_does(dag):
+    """The decision-matrix check agrees with the lowered loops, and sampling draws only
+    candidates that pass it."""
+    dag = dag()
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if "gpu_tile" in s.name)
     rows = sketch.sample_uniform(np.random.default_rng(0), 60)
-    fits = sketch.within_gpu_limits(rows)
-    assert 0 < fits.sum() < len(rows)
-    for row, fit in zip(rows, fits):
+    fits, shared = sketch.within_gpu_limits(rows), sketch.shared_bytes(rows)
+    for row, fit, shared_bytes in zip(rows, fits, shared):
+        func = lower(sketch.trace_of(row).replay(dag))
+        assert shared_bytes == sum(math.prod(b.shape) * bytes_of(b.dtype) for b in _shared_buffers(func.body))
         launch_or_error = _verify(sketch.trace_of(row).replay(dag))
-        if not fit:
-            assert isinstance(launch_or_error, GpuLimitError) and re.search("thread", str(launch_or_error))
-        elif not isinstance(launch_or_error, GpuLimitError):
+        assert fit != isinstance(launch_or_error, GpuLimitError), launch_or_error
+        if fit:
             threads = 2 ** sketch.gpu_extents(row[None])["threadIdx.x"][0]
             assert math.prod(launch_or_error.block) == round(threads)
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95

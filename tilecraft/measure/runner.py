@@ -192,7 +192,8 @@ class LocalRunner:
     def _measure(self, candidate: MeasureInput, build: BuildResult) -> MeasureResult:
         start = perf_counter()
 
-        device = self.device if build.launch is None else f"{self.device}/cuda:0"
+        gpu = build.launch is not None or getattr(candidate.target, "kind", "llvm") == "cuda"  # a failed build too
+        device = f"{self.device}/cuda:0" if gpu else self.device
 
         def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
             return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),

@@ -10,8 +10,9 @@ without it leaves NaN, which the tree models treat as missing). Per candidate:
 - the unroll step, the number of parallel loops and the log2 parallel extent, the log2
   length of each vectorized loop, and each sampled compute location;
 - on a GPU, log2 of the launch along each bound axis (blocks, virtual threads, threads per
-  block) and of the waves of blocks over the SMs at full occupancy (``gpu_waves``): what
-  decides whether the SMs are filled, which the tile factors say only in sum.
+  block), of the shared memory a block uses, and of the waves of blocks over the SMs at
+  full occupancy (``gpu_waves``): what decides whether the SMs are filled, which the tile
+  factors say only in sum.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def feature_names(sketch: Sketch) -> list[str]:
             names.append(f"{slot.name}.extent")
     names += list(_level_groups(sketch))
     names += [f"{block}.vector" for block in sketch.vector_loops]
-    names += [f"gpu.{axis}" for axis in sketch.gpu_axes]
+    names += [f"gpu.{axis}" for axis in sketch.gpu_axes] + (["gpu.shared_bytes"] if sketch.shared_tiles else [])
     return names + (["gpu_waves"] if "blockIdx.x" in sketch.gpu_axes and "threadIdx.x" in sketch.gpu_axes else [])
 
 
@@ -75,6 +76,8 @@ def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
         columns.append(form.evaluate(logs))
     extents = sketch.gpu_extents(rows)
     columns += list(extents.values())
+    if sketch.shared_tiles:
+        columns.append(np.log2(sketch.shared_bytes(rows)))
     if "blockIdx.x" in extents and "threadIdx.x" in extents:  # 2,048 threads and 32 blocks an SM
         blocks_per_sm = np.clip(11 - extents["threadIdx.x"], 0, 5)  # log2 min(2048 / threads, 32)
         columns.append(extents["blockIdx.x"] - blocks_per_sm - np.log2(sketch.gpu_limits.get("sm_count", 1)))

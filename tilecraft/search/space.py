@@ -25,7 +25,10 @@ from ..schedule.schedule import INLINE, BlockRV, Schedule
 from ..schedule.trace import Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
-from .access import reused_only_in_a_window
+from ..te.arith import to_linear
+from ..te.dtype import bytes_of
+from ..te.expr import Var
+from .access import reads_of, reused_only_in_a_window
 from .register_tile import apply_register_tiles, find_register_tiles
 
 
@@ -75,6 +78,9 @@ class Sketch:
     register_tiles: tuple = ()  # RegisterTile per block that accumulates in registers (needs a target)
     gpu_axes: dict[str, tuple[LogForm, ...]] = field(default_factory=dict)  # GPU axis -> the loops bound to it
     gpu_limits: dict[str, int] = field(default_factory=dict)  # GPU axis -> the most the target allows; SMs
+    # per tile cached in shared memory: element bytes, and per dimension the (|coefficient|,
+    # extent form) of each variable its index steps with, inside the level it is fetched at
+    shared_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
     _index: list[dict] = field(default_factory=list, repr=False)
     _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -128,7 +134,7 @@ class Sketch:
         InitParallel picks it (the fewest outer loops with more than ``min_parallel``
         iterations); on a GPU, drawn again (a few times) where they break its limits."""
         rows = self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
-        for _ in range(8 if self.gpu_limits else 0):
+        for _ in range(20 if self.gpu_limits else 0):
             broken = ~self.within_gpu_limits(rows)
             if not broken.any():
                 break
@@ -141,11 +147,23 @@ class Sketch:
         logs = self.log_factors(rows)
         return {axis: np.max([form.evaluate(logs) for form in forms], axis=0) for axis, forms in self.gpu_axes.items()}
 
+    def shared_bytes(self, rows: np.ndarray) -> np.ndarray:
+        """Bytes of shared memory each candidate's block uses: per cached tile, the product
+        over its dimensions of ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it
+        (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows)."""
+        logs, total = self.log_factors(rows), np.zeros(len(rows))
+        for element_bytes, dimensions in self.shared_tiles:
+            size = np.full(len(rows), float(element_bytes))
+            for terms in dimensions:
+                size *= 1 + sum(c * (np.exp2(form.evaluate(logs)) - 1) for c, form in terms)
+            total += size
+        return np.rint(total)
+
     def within_gpu_limits(self, rows: np.ndarray) -> np.ndarray:
-        """Whether each candidate keeps the target's threads per block and virtual threads,
-        read from the decisions alone, as the CPU path checks its choices: a candidate that
-        breaks them is never built (the verifier checks the rest, shared memory, on the lowered loops)."""
-        fits = np.ones(len(rows), dtype=bool)
+        """Whether each candidate keeps the target's threads per block, virtual threads and
+        shared memory, read from the decisions alone, as the CPU path checks its choices: a
+        candidate that breaks them is never built (the verifier checks the lowered loops too)."""
+        fits = self.shared_bytes(rows) <= self.gpu_limits.get("shared_bytes", np.inf)
         for axis, log_extent in self.gpu_extents(rows).items():
             limit = self.gpu_limits.get(axis.split(".")[0])
             if limit is not None:
@@ -188,6 +206,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     vector: dict[str, LogForm] = {}
     slot_of_symbol: dict[str, int] = {}
     gpu_axes: dict[str, list[LogForm]] = {}
+    shared_reads: dict[str, tuple] = {}  # cached block -> (its consumer, the reads of it there)
+    shared_tiles: list = []
 
     def form_of(sch: Schedule, loop_id: int) -> LogForm:
         if loop_id not in forms:
@@ -198,6 +218,10 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
         kind = step.kind
         if kind in ("get_block", "cache_write", "cache_read"):
             block_names[step.outputs[0]] = result.name
+            if kind == "cache_read" and kwargs["storage_scope"] == "shared":
+                consumer = sch.state.stage(kwargs["block"].name)
+                cache = sch.state.stage(result.name).tensor
+                shared_reads[result.name] = (consumer, [r for r in reads_of(consumer.op) if r.tensor is cache])
         elif kind in ("sample_perfect_tile", "sample_tile"):
             stage = sch.state.stage_of_loop(kwargs["loop"].id)
             loop = stage.loop(kwargs["loop"].id)
@@ -255,19 +279,48 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
                     parallel[slot_index] = tuple(form_of(sch, leaf) for leaf in stage.leaves[:count])
         elif kind == "bind":
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
+        elif kind == "compute_at" and kwargs["block"].name in shared_reads:
+            tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), form_of(sch, kwargs["loop"].id), slots, columns)
+            if tile is not None:
+                shared_tiles.append(tile)
         elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
             block = kwargs["block_or_loop"].name
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
 
     trace.replay(dag, observe=observe)
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
-                    gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()})
+                    gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
+                    shared_tiles=tuple(shared_tiles))
     if getattr(target, "kind", None) == "cuda":
         sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
-                             "sm_count": target.sm_count}
+                             "shared_bytes": target.max_shared_memory_per_block, "sm_count": target.sm_count}
     elif target is not None:
         sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.op for t in dag.compute_ops}, target)
     return sketch
+
+
+def _shared_tile(consumer, reads, at: LogForm, slots: list[Slot], columns: list[tuple[int, int]]):
+    """A shared tile's footprint as ``Sketch.shared_tiles`` holds it, where it is fetched at
+    the consumer's first reduction level (the GPU tiling's, ``gpu_rules.py``): every tile
+    factor but the outermost of each of the consumer's loops lies inside it (the outer
+    spatial levels are bound to the block's threads, over which the tile is shared). None
+    where it is fetched elsewhere, or read in ways the forms do not say."""
+    (column, _), = at.coef or ((None, None),)
+    if column is None or at.const or columns[column][1] != 0 or slots[columns[column][0]].spatial or len(reads) != 1:
+        return None
+    inside = {}
+    for n, (slot, position) in enumerate(columns):
+        if position > 0 and slots[slot].name.startswith(f"{consumer.name}."):
+            inside[slots[slot].name] = inside.get(slots[slot].name, LogForm((), 0.0)) + LogForm(((n, 1.0),), 0.0)
+    ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
+    dimensions = []
+    for index in reads[0].indices:
+        terms = to_linear(index, ranges).terms
+        if not all(isinstance(v, Var) and v in ranges for v in terms):
+            return None
+        dimensions.append(tuple((abs(c), inside.get(f"{consumer.name}.{v.name}", LogForm((), math.log2(ranges[v]))))
+                                for v, c in terms.items()))
+    return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
 
 
 class ScheduleFn:
