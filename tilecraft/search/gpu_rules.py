@@ -7,9 +7,11 @@ outer spatial levels, fused across the axes, are bound to ``blockIdx.x``, ``vthr
 input is cached in shared memory at the first reduction level and fetched by the block's
 threads together (``meta_schedule.cooperative_fetch``, realized at lowering once the thread
 extents are known). Its element-wise epilogue (a bias and a ReLU after a convolution) is
-folded into the copy-out, so the result leaves the registers once, finished. Any other block at the root has its loops fused and split over blocks
-and threads (auto-binding, with the thread count a sampled decision); a reduction short of
-spatial parallelism gets a second sketch whose reduction runs across a row of threads.
+folded into the copy-out, so the result leaves the registers once, finished. Any other
+block at the root has its loops fused and split over blocks and threads (auto-binding,
+with the thread count a sampled decision; a block that reads a row reduction binds the
+rows to blocks); a reduction short of spatial parallelism, tiled or not (a matrix-vector
+product), gets a second sketch whose reduction runs across a row of threads.
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +29,9 @@ from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule
 from .access import is_elementwise_reader, needs_multi_level_tiling
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
+
+if TYPE_CHECKING:  # space.py imports these rules
+    from .space import Sketch
 
 THREAD_COUNTS = (32, 64, 128, 256, 512, 1024)  # auto-binding's choices, as MetaSchedule's AutoBind
 UNROLL_STEPS = (0, 16, 64, 512, 1024)  # MetaSchedule's DefaultCUDA
@@ -255,12 +261,12 @@ def annotate_gpu(draft: Draft) -> Schedule:
     return sch
 
 
-
-DEFAULT_THREADS, DEFAULT_THREAD_SIDE, DEFAULT_REGISTERS, DEFAULT_REGISTER_SIDE = 256, 16, 64, 8
+# The default candidate's shape: examples/cuda_matmul.py's.
+DEFAULT_THREADS, DEFAULT_THREAD_SIDE, DEFAULT_REGISTER_SIDE = 256, 16, 8
 DEFAULT_REDUCTION_STEP, DEFAULT_UNROLL = 32, 512
 
 
-def gpu_default_row(sketch) -> np.ndarray:
+def gpu_default_row(sketch: Sketch) -> np.ndarray:
     """The rule-made candidate of a GPU sketch, where tuning starts: the hand-written
     matmul's shape (examples/cuda_matmul.py, 0.77x cuBLAS at 4096³ on an H100). The two
     innermost spatial axes give each up to 16 threads (256 a block) and 8 registers a thread

@@ -177,8 +177,8 @@ class SketchPolicy:
     def _replays(self, candidate: Candidate) -> bool:
         """Compute locations depend on each other (a block's consumer may itself be
         inlined), so a candidate with several of them may not replay; check it here. A GPU
-        candidate is lowered and verified (shared memory, which its decisions alone do
-        not tell), as MetaSchedule's postprocessors do before measuring."""
+        candidate is lowered and verified (for what its decisions do not tell, as in a
+        user's sketch rule), as MetaSchedule's postprocessors do before measuring."""
         sketch = self.sketches[candidate.sketch]
         if sketch.gpu_limits:
             try:

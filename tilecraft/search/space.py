@@ -305,8 +305,10 @@ def _shared_tile(consumer, reads, at: LogForm, slots: list[Slot], columns: list[
     factor but the outermost of each of the consumer's loops lies inside it (the outer
     spatial levels are bound to the block's threads, over which the tile is shared). None
     where it is fetched elsewhere, or read in ways the forms do not say."""
-    (column, _), = at.coef or ((None, None),)
-    if column is None or at.const or columns[column][1] != 0 or slots[columns[column][0]].spatial or len(reads) != 1:
+    if len(at.coef) != 1 or at.coef[0][1] != 1.0 or at.const or len(reads) != 1:
+        return None
+    slot, position = columns[at.coef[0][0]]
+    if position != 0 or slots[slot].spatial:  # not a reduction's outermost tile loop
         return None
     inside = {}
     for n, (slot, position) in enumerate(columns):
