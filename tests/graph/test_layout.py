@@ -44,3 +44,37 @@ def test_graphs_without_convolutions_are_unchanged():
     x = b.add_input("x", (4, 6), "float32")
     graph = b.finish([b.emit("softmax", [b.emit("relu", [x], {}, "r")], {"axis": -1}, "s")])
     assert [n.op for n in convert_layout(graph).nodes] == ["relu", "softmax"]
+
+
+def branchy_cnn():
+    """An inception block (two branches concatenated) whose output is split in two again by
+    slices along the channels, each half convolved, and the halves concatenated (a dense block's shape)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("input", (1, 4, 8, 8), "float32")
+
+    def conv(name, source, channels_in, channels_out, kernel):
+        weights = b.add_constant(f"{name}_w", rng.standard_normal((channels_out, channels_in, kernel, kernel))
+                                 .astype("float32"))
+        return b.emit("relu", [b.emit("conv2d", [source, weights], {"stride": 1, "padding": kernel // 2}, name)],
+                      {}, f"{name}_relu")
+
+    joined = b.emit("concat", [conv("a", x, 4, 6, 1), conv("b", x, 4, 2, 3)], {"axis": 1}, "inception")
+    low = b.emit("strided_slice", [joined], {"begin": (0,), "end": (4,), "axes": (1,)}, "low")
+    high = b.emit("strided_slice", [joined], {"begin": (4,), "end": (8,), "axes": (-3,)}, "high")
+    dense = b.emit("concat", [conv("c", low, 4, 4, 3), high, conv("d", high, 4, 4, 1)], {"axis": -3}, "dense")
+    return b.finish([conv("head", dense, 12, 5, 1)])
+
+
+def test_the_layout_goes_through_concatenations_and_slices_so_transposes_stay_at_the_edges():
+    graph = branchy_cnn()
+    converted = convert_layout(graph)
+    transposes = [n for n in converted.nodes if n.op == "transpose"]
+    assert all(n.inputs == ("input",) for n in transposes[:-1]) and transposes[-1].output == graph.outputs[0]
+    concats = [n for n in converted.nodes if n.op == "concat"]
+    assert [n.attrs["axis"] for n in concats] == [3, 3]
+    assert [n.attrs["axes"] for n in converted.nodes if n.op == "strided_slice"] == [(3,), (3,)]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype("float32")
+    expected = run_reference(graph, {"input": x})[graph.outputs[0]]
+    np.testing.assert_allclose(run_reference(converted, {"input": x})[graph.outputs[0]], expected, rtol=1e-5,
+                               atol=1e-5)

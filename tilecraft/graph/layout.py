@@ -4,10 +4,11 @@ vectorizable axis (a tuned 3x3 ResNet-50 convolution: about 120 GFLOPS in NHWC a
 
 ONNX models are NCHW. ``convert_layout`` rewrites each convolution, depthwise convolution
 and pool into its NHWC form between two transposes (kernels re-laid out once, as
-constants), then moves transposes below the element-wise and broadcast nodes that follow
-and cancels inverse pairs, so that activations stay NHWC from one convolution to the next
-and only the model's edges, and nodes that care about the layout (a Flatten, a softmax
-over channels), see a transpose.
+constants), then moves transposes below the element-wise and broadcast nodes that follow,
+and below concatenations and slices (their axes renamed: channels are NHWC's axis 3), and
+cancels inverse pairs, so that activations stay NHWC from one convolution to the next
+through the branches of an inception or dense block, and only the model's edges, and nodes
+that care about the layout (a Flatten, a softmax over channels), see a transpose.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 _KERNEL_TO_NHWC = {"conv2d": ("conv2d_nhwc", (2, 3, 1, 0)),  # OIHW -> HWIO
                    "depthwise_conv2d": ("depthwise_conv2d_nhwc", (2, 3, 0, 1))}  # [C, M, KH, KW] -> [KH, KW, C, M]
 _POOLS = ("max_pool2d", "avg_pool2d", "global_avg_pool2d")
+_NHWC_AXIS = {axis: TO_NHWC.index(axis) for axis in range(4)}  # where an NCHW axis is in NHWC
 
 
 def convert_layout(graph: Graph) -> Graph:
@@ -86,8 +88,8 @@ class _Rewriter:
     def sink(self, node: Node, producers: dict[str, Node]) -> list[Node]:
         """``node`` computed in NHWC and transposed after, if all it reads is transposed to
         NCHW or constant; else ``node`` unchanged."""
-        pattern = OPERATORS[node.op].pattern
-        if pattern not in (ELEMENTWISE, BROADCAST) or "axis" in node.attrs or len(self.values[node.output].shape) != 4:
+        attrs = _nhwc_attrs(node)
+        if attrs is None or len(self.values[node.output].shape) != 4:
             return [node]
         inputs, moved = [], False
         for name in node.inputs:
@@ -105,7 +107,7 @@ class _Rewriter:
             return [node]
         shape = tuple(self.values[node.output].shape[p] for p in TO_NHWC)
         inner = self.value(f"{node.output}_nhwc", shape, self.values[node.output].dtype)
-        return [Node(node.op, tuple(inputs), inner, node.attrs, self.node_name(f"{node.name}_nhwc")),
+        return [Node(node.op, tuple(inputs), inner, attrs, self.node_name(f"{node.name}_nhwc")),
                 Node("transpose", (inner,), node.output, {"axes": TO_NCHW}, self.node_name(f"{node.name}_nchw"))]
 
     def constant(self, hint: str, array: np.ndarray) -> str:
@@ -128,3 +130,17 @@ class _Rewriter:
             name = f"{hint}_{k}"
         self.names.add(name)
         return name
+
+
+def _nhwc_attrs(node: Node) -> dict | None:
+    """``node``'s attributes for the same node on NHWC inputs: an element-wise or broadcast
+    node's as they are, a concatenation's or a slice's with their axes renamed; None for a
+    node that layout changes otherwise."""
+    if node.op == "concat":
+        return {**node.attrs, "axis": _NHWC_AXIS[node.attrs["axis"] % 4]}
+    if node.op == "strided_slice":
+        axes = node.attrs.get("axes") or range(len(node.attrs["begin"]))
+        return {**node.attrs, "axes": tuple(_NHWC_AXIS[axis % 4] for axis in axes)}
+    if OPERATORS[node.op].pattern in (ELEMENTWISE, BROADCAST) and "axis" not in node.attrs:
+        return node.attrs
+    return None
