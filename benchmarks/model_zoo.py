@@ -1,5 +1,6 @@
 """The benchmark's networks, written with plain torch.nn (no torchvision download, random
-weights): ResNet-50, MobileNetV2 and one BERT-base encoder layer, exported to ONNX."""
+weights): ResNet-50, MobileNetV2, one BERT-base encoder layer, and two branchy CNNs (GoogLeNet's
+inception blocks 3a-4b, DenseNet-121's first dense block and transition), exported to ONNX."""
 
 from __future__ import annotations
 
@@ -80,10 +81,57 @@ class BertLayer(nn.Module):
         return self.norm2(x + self.ffn(x))
 
 
+class Inception(nn.Module):
+    """GoogLeNet's inception block: 1x1; 1x1 then 3x3; 1x1 then 5x5 (3x3 in torchvision's);
+    3x3 max pool then 1x1, concatenated along the channels."""
+
+    def __init__(self, cin, c1, c3r, c3, c5r, c5, pool):
+        super().__init__()
+        self.b1 = _conv_bn(cin, c1, 1)
+        self.b3 = nn.Sequential(_conv_bn(cin, c3r, 1), _conv_bn(c3r, c3, 3))
+        self.b5 = nn.Sequential(_conv_bn(cin, c5r, 1), _conv_bn(c5r, c5, 3))
+        self.pool = nn.Sequential(nn.MaxPool2d(3, 1, 1), _conv_bn(cin, pool, 1))
+
+    def forward(self, x):
+        return torch.cat([self.b1(x), self.b3(x), self.b5(x), self.pool(x)], 1)
+
+
+def inception():
+    """GoogLeNet's stem and inception blocks 3a, 3b, (pool) 4a, 4b, then its head."""
+    return nn.Sequential(_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), _conv_bn(64, 64, 1), _conv_bn(64, 192, 3),
+                         nn.MaxPool2d(3, 2, 1), Inception(192, 64, 96, 128, 16, 32, 32),
+                         Inception(256, 128, 128, 192, 32, 96, 64), nn.MaxPool2d(3, 2, 1),
+                         Inception(480, 192, 96, 208, 16, 48, 64), Inception(512, 160, 112, 224, 24, 64, 64),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000))
+
+
+class DenseLayer(nn.Module):
+    """DenseNet's layer: BN, ReLU, 1x1 to 4k channels, BN, ReLU, 3x3 to k, appended to its input."""
+
+    def __init__(self, cin, growth=32):
+        super().__init__()
+        self.body = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
+                                  nn.BatchNorm2d(4 * growth), nn.ReLU(), nn.Conv2d(4 * growth, growth, 3, 1, 1,
+                                                                                   bias=False))
+
+    def forward(self, x):
+        return torch.cat([x, self.body(x)], 1)
+
+
+def densenet_block():
+    """DenseNet-121's stem, first dense block (6 layers, 64 to 256 channels at 56x56) and
+    transition, then a classifier head."""
+    return nn.Sequential(_conv_bn(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), *[DenseLayer(64 + 32 * n) for n in range(6)],
+                         nn.BatchNorm2d(256), nn.ReLU(), nn.Conv2d(256, 128, 1, bias=False), nn.AvgPool2d(2, 2),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, 1000))
+
+
 MODELS = {
     "resnet50": (resnet50, (1, 3, 224, 224)),
     "mobilenet_v2": (mobilenet_v2, (1, 3, 224, 224)),
     "bert_layer": (BertLayer, (1, 128, 768)),
+    "inception": (inception, (1, 3, 224, 224)),
+    "densenet_block": (densenet_block, (1, 3, 224, 224)),
 }
 
 

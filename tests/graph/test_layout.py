@@ -48,7 +48,8 @@ def test_graphs_without_convolutions_are_unchanged():
 
 def branchy_cnn():
     """An inception block (two branches concatenated) whose output is split in two again by
-    slices along the channels, each half convolved, and the halves concatenated (a dense block's shape)."""
+    slices along the channels, each half convolved, and the halves concatenated (a dense block's
+    shape), then normalized before the head's convolution (a pre-activation network's)."""
     rng = np.random.default_rng(0)
     b = GraphBuilder()
     x = b.add_input("input", (1, 4, 8, 8), "float32")
@@ -63,7 +64,9 @@ def branchy_cnn():
     low = b.emit("strided_slice", [joined], {"begin": (0,), "end": (4,), "axes": (1,)}, "low")
     high = b.emit("strided_slice", [joined], {"begin": (4,), "end": (8,), "axes": (-3,)}, "high")
     dense = b.emit("concat", [conv("c", low, 4, 4, 3), high, conv("d", high, 4, 4, 1)], {"axis": -3}, "dense")
-    return b.finish([conv("head", dense, 12, 5, 1)])
+    params = [b.add_constant(f"bn_{p}", rng.uniform(0.5, 1.5, 12).astype("float32")) for p in "gbmv"]
+    normed = b.emit("batch_norm", [dense, *params], {"epsilon": 1e-5, "axis": 1}, "bn")  # before the head's conv
+    return b.finish([conv("head", normed, 12, 5, 1)])
 
 
 def test_the_layout_goes_through_concatenations_and_slices_so_transposes_stay_at_the_edges():
@@ -74,6 +77,7 @@ def test_the_layout_goes_through_concatenations_and_slices_so_transposes_stay_at
     concats = [n for n in converted.nodes if n.op == "concat"]
     assert [n.attrs["axis"] for n in concats] == [3, 3]
     assert [n.attrs["axes"] for n in converted.nodes if n.op == "strided_slice"] == [(3,), (3,)]
+    assert [n.attrs["axis"] for n in converted.nodes if n.op == "batch_norm"] == [3]
     x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype("float32")
     expected = run_reference(graph, {"input": x})[graph.outputs[0]]
     np.testing.assert_allclose(run_reference(converted, {"input": x})[graph.outputs[0]], expected, rtol=1e-5,

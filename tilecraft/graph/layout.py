@@ -5,7 +5,8 @@ vectorizable axis (a tuned 3x3 ResNet-50 convolution: about 120 GFLOPS in NHWC a
 ONNX models are NCHW. ``convert_layout`` rewrites each convolution, depthwise convolution
 and pool into its NHWC form between two transposes (kernels re-laid out once, as
 constants), then moves transposes below the element-wise and broadcast nodes that follow,
-and below concatenations and slices (their axes renamed: channels are NHWC's axis 3), and
+and below concatenations, slices and batch norms (their axes renamed: channels are NHWC's
+axis 3; a pre-activation network normalizes before its convolutions), and
 cancels inverse pairs, so that activations stay NHWC from one convolution to the next
 through the branches of an inception or dense block, and only the model's edges, and nodes
 that care about the layout (a Flatten, a softmax over channels), see a transpose.
@@ -92,9 +93,11 @@ class _Rewriter:
         if attrs is None or len(self.values[node.output].shape) != 4:
             return [node]
         inputs, moved = [], False
-        for name in node.inputs:
+        for position, name in enumerate(node.inputs):
             producer = producers.get(name)
-            if producer is not None and producer.op == "transpose" and producer.attrs.get("axes") == TO_NCHW:
+            if node.op == "batch_norm" and position > 0:  # its parameters are indexed by the axis renamed
+                inputs.append(name)
+            elif producer is not None and producer.op == "transpose" and producer.attrs.get("axes") == TO_NCHW:
                 inputs.append(producer.inputs[0])
                 moved = True
             elif name in self.constants and self.constants[name].ndim <= 4:
@@ -134,9 +137,9 @@ class _Rewriter:
 
 def _nhwc_attrs(node: Node) -> dict | None:
     """``node``'s attributes for the same node on NHWC inputs: an element-wise or broadcast
-    node's as they are, a concatenation's or a slice's with their axes renamed; None for a
+    node's as they are, a concatenation's, a slice's or a batch norm's with their axes renamed; None for a
     node that layout changes otherwise."""
-    if node.op == "concat":
+    if node.op in ("concat", "batch_norm"):
         return {**node.attrs, "axis": _NHWC_AXIS[node.attrs["axis"] % 4]}
     if node.op == "strided_slice":
         axes = node.attrs.get("axes") or range(len(node.attrs["begin"]))
