@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import pickle
 import re
+import signal
 import sqlite3
 import threading
 import time
@@ -251,16 +253,17 @@ def test_the_callback_stores_what_record_to_file_logs_from_another_process_or_th
         to_store(task, inputs, results[:1])
 
 
-def _write(path: str, worker: int, start: multiprocessing.synchronize.Barrier) -> None:
+def _write(path: str, worker: int, start: multiprocessing.synchronize.Barrier, count: int = 200,
+           largest_batch: int = 20) -> None:
     rng = np.random.default_rng(worker)
     records = [TuningRecord(workload_key=f'["dag", "writer{worker}"]', workload=None, target="llvm",
                             trace_json=f'[{{"kind":"split","decision":[{n}]}}]', costs=(1e-3 * (1 + n % 7),),
                             error_kind="none", error_msg="", all_cost=0.1, timestamp=float(n), flop=1.0,
-                            sketch=None) for n in range(200)]
+                            sketch=None) for n in range(count)]
     with RecordStore(path) as store:
         start.wait()
         while records:
-            size = int(rng.integers(1, 20))
+            size = int(rng.integers(1, largest_batch + 1))
             store.add(records[:size])
             records = records[size:]
 
@@ -296,3 +299,32 @@ def test_two_writing_processes_and_a_reading_one_lose_nothing(tmp_path):
             records = store.records(f'["dag", "writer{worker}"]')
             assert [r.timestamp for r in records] == [float(n) for n in range(200)]
         assert store.best('["dag", "writer1"]').cost == 1e-3
+
+
+@pytest.mark.slow
+def test_four_writers_of_2000_records_lose_and_repeat_none_and_a_killed_one_loses_only_its_record_in_flight(
+        tmp_path):
+    """Issue 46's figures: four processes writing 2,000 records each at once, and a fifth,
+    writing one record a transaction, killed with SIGKILL while it writes."""
+    path = str(tmp_path / "records.db")
+    RecordStore(path).close()
+    spawn = multiprocessing.get_context("spawn")
+    start = spawn.Barrier(5)
+    writers = [spawn.Process(target=_write, args=(path, worker, start, 2000)) for worker in range(4)]
+    doomed = spawn.Process(target=_write, args=(path, 4, start, 100_000, 1))
+    for process in (*writers, doomed):
+        process.start()
+    with RecordStore(path) as store:
+        deadline = time.monotonic() + 60
+        while store.count('["dag", "writer4"]') < 200 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    os.kill(doomed.pid, signal.SIGKILL)
+    for process in (*writers, doomed):
+        process.join(timeout=120)
+    assert [process.exitcode for process in writers] == [0, 0, 0, 0] and doomed.exitcode == -signal.SIGKILL
+    with RecordStore(path) as store:
+        for worker in range(4):
+            records = store.records(f'["dag", "writer{worker}"]')
+            assert [r.timestamp for r in records] == [float(n) for n in range(2000)]
+        kept = [r.timestamp for r in store.records('["dag", "writer4"]')]
+        assert len(kept) >= 200 and kept == [float(n) for n in range(len(kept))]  # a whole prefix: no gap, no torn row
