@@ -12,12 +12,14 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the generators overflow casts on purpose
     CASES = collect_cases(supported_only=True)
 
-# Compiling ~500 cases takes most of a minute; the `not slow` subset compiles one case of
+# Compiling ~1,400 cases takes two minutes; the `not slow` subset compiles one case of
 # each kind of kernel (element-wise, broadcast, matmul, convolution, pooling, reduction,
-# softmax, data movement) and runs every case through the reference.
+# softmax, data movement, a resize's axis product, float16 attention accumulated in float32)
+# and runs every case through the reference.
 FAST_COMPILED = {"test_abs", "test_add_bcast", "test_gemm_default_no_bias", "test_basic_conv_with_padding",
                  "test_maxpool_2d_pads", "test_reduce_mean_default_axes_keepdims_example", "test_softmax_example",
-                 "test_transpose_all_permutations_3", "test_concat_2d_axis_1"}
+                 "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_resize_upsample_scales_linear",
+                 "test_attention_4d_fp16"}
 
 
 @pytest.mark.parametrize("case, compiled", [

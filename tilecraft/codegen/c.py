@@ -42,14 +42,19 @@ static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; ret
   static inline T tc_max_##S(T a, T b) { return a > b ? a : b; } \\
   static inline T tc_min_##S(T a, T b) { return a < b ? a : b; }
 TC_MINMAX(float, f32) TC_MINMAX(double, f64) TC_MINMAX(int32_t, i32) TC_MINMAX(int64_t, i64)
-TC_MINMAX(int8_t, i8) TC_MINMAX(uint8_t, u8) TC_MINMAX(bool, b)
+TC_MINMAX(int8_t, i8) TC_MINMAX(uint8_t, u8) TC_MINMAX(bool, b) TC_MINMAX(int16_t, i16) TC_MINMAX(uint16_t, u16)
+TC_MINMAX(uint32_t, u32) TC_MINMAX(uint64_t, u64)
 """
 
 _SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8", "uint8": "u8",
+           "int16": "i16", "uint16": "u16", "uint32": "u32", "uint64": "u64",
            "bool": "b", "float16": "f32"}
 _C_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-          "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
+          "eq": "==", "ne": "!=", "and": "&&", "or": "||", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
+          "left_shift": "<<", "right_shift": ">>"}
+_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs", "rint": "rint",
+         **{name: name for name in ("sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+                                    "atanh")}}
 
 
 def compute_dtype(dtype: str) -> str:

@@ -6,6 +6,12 @@ constant when its inputs are constants), then simplifies the graph (``passes.sim
 BatchNorm folded into convolutions, the erf form of GELU recognised, dead code removed).
 Every operator the model uses is checked before conversion starts, so one error lists
 all the unsupported ones. ``onnx`` is imported only here: ``pip install tilecraft[onnx]``.
+
+An operator without a converter whose ONNX schema defines it as a function of other
+operators (Attention, RotaryEmbedding, the losses, SwiGLU, the windows...) is imported as
+that function's body, made for the node's attributes and input types and at the node's
+opset, exactly as onnx's own ``_expanded`` test models are: one definition, the
+standard's, and no second one here to drift from it.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | 
     onnx = _require_onnx()
     model = model_or_path if isinstance(model_or_path, onnx.ModelProto) else onnx.load(os.fspath(model_or_path))
     opsets = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
-    _check_operators(model.graph, opsets, CONVERTERS)
+    _check_operators(onnx, model.graph.node, opsets)
     importer = Importer(frozenset(name for node in model.graph.node for name in node.input) |
                         {output.name for output in model.graph.output})
     for tensor in model.graph.initializer:
@@ -73,12 +79,99 @@ def from_onnx(model_or_path: Any, input_shapes: Mapping[str, tuple[int, ...]] | 
         dtype = _input_dtype(onnx, info)
         importer.add_input(info.name, _input_shape(info, shapes.get(info.name)), dtype)
     for index, proto in enumerate(model.graph.node):
-        node = _decode(onnx, proto, index, importer, opsets)
-        try:
-            CONVERTERS[node.op_type](importer, node)
-        except TeError as error:
-            raise OnnxImportError(f"node {node.name} ({node.op_type}, opset {node.opset}): {error}") from error
+        _convert(onnx, proto, proto.name or f"{proto.op_type}_{index}", importer, opsets)
     return simplify(importer.finish([importer.output(o.name) for o in model.graph.output]))
+
+
+def _convert(onnx, proto, name: str, importer: Importer, opsets: dict[str, int]) -> None:
+    """Convert one node, or the nodes of its function body (see the module docstring), or of the branch that
+    an If with a constant condition takes."""
+    if proto.op_type == "If":
+        if importer.resolve(proto.input[0]) not in importer.constants:
+            raise UnsupportedOperatorError(f"node {name} (If): a condition computed at run time (control flow) is "
+                                           "not supported; only an If whose condition is a constant")
+        taken = "then_branch" if importer.constants[importer.resolve(proto.input[0])].item() else "else_branch"
+        branch = onnx.helper.get_attribute_value(next(a for a in proto.attribute if a.name == taken))
+        for tensor in branch.initializer:
+            importer.add_constant(tensor.name, checked_array(onnx.numpy_helper.to_array(tensor), tensor.name))
+        _check_operators(onnx, branch.node, opsets)
+        for k, inner in enumerate(branch.node):
+            _convert(onnx, inner, f"{name}_{inner.name or inner.op_type}_{k}", importer, opsets)
+        for output, result in zip(proto.output, branch.output):
+            importer.alias(output, result.name)
+        return
+    if (proto.domain or "ai.onnx") != "ai.onnx" or proto.op_type not in CONVERTERS:
+        body, body_opsets = _function_body(onnx, proto, name, importer, opsets)
+        _check_operators(onnx, body, body_opsets)
+        importer.read |= {i for inner in body for i in inner.input}
+        for k, inner in enumerate(body):
+            _convert(onnx, inner, f"{name}_{inner.name or inner.op_type}_{k}", importer, body_opsets)
+        return
+    node = _decode(onnx, proto, name, importer, opsets)
+    try:
+        CONVERTERS[node.op_type](importer, node)
+    except TeError as error:
+        raise OnnxImportError(f"node {node.name} ({node.op_type}, opset {node.opset}): {error}") from error
+
+
+def _function_schema(onnx, op_type: str, domain: str, opset: int):
+    """The schema of ``op_type`` at ``opset`` when it is defined as a function, else None."""
+    try:
+        schema = onnx.defs.get_schema(op_type, opset, "" if domain == "ai.onnx" else domain)
+    except onnx.defs.SchemaError:
+        return None
+    versions = [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
+    return schema if any(v <= opset for v in versions) else None
+
+
+def _function_body(onnx, proto, name: str, importer: Importer, opsets: dict[str, int]):
+    """The nodes of ``proto``'s function body, its names prefixed and its attribute references bound; and the
+    opsets of the body."""
+    domain = proto.domain or "ai.onnx"
+    schema = _function_schema(onnx, proto.op_type, domain, opsets.get(domain, 1))
+    version = max(v for v in [*schema.function_opset_versions, *schema.context_dependent_function_opset_versions]
+                  if v <= opsets.get(domain, 1))
+    function = onnx.FunctionProto()
+    if version in schema.context_dependent_function_opset_versions:
+        types = [onnx.helper.make_tensor_type_proto(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(
+            importer.values[importer.resolve(i)].dtype)), importer.values[importer.resolve(i)].shape)
+            if i else onnx.TypeProto() for i in proto.input]
+        function.ParseFromString(schema.get_context_dependent_function_with_opset_version(
+            version, proto.SerializeToString(), [t.SerializeToString() for t in types]))
+    else:
+        function.ParseFromString(schema.get_function_with_opset_version(version))
+    attributes = {key: a.default_value for key, a in schema.attributes.items() if a.default_value.name}
+    attributes.update({a.name: a for a in proto.attribute})
+    prefix = f"{name}_"
+    names = {**dict(zip(function.input, proto.input)), **{o: p for o, p in zip(function.output, proto.output) if p}}
+    body = [_bound(onnx, inner, attributes, lambda i: names.get(i, prefix + i) if i else "") for inner in function.node]
+    return body, {**opsets, **{entry.domain or "ai.onnx": entry.version for entry in function.opset_import}}
+
+
+def _bound(onnx, inner, attributes: dict, rename):
+    """A copy of the function node ``inner`` with its attribute references bound and its names renamed, the
+    names in its subgraphs (an If's branches) too."""
+    node = onnx.NodeProto()
+    node.CopyFrom(inner)
+    node.ClearField("attribute")
+    for attribute in inner.attribute:
+        if attribute.ref_attr_name:
+            if attribute.ref_attr_name in attributes:
+                node.attribute.append(attributes[attribute.ref_attr_name])
+                node.attribute[-1].name = attribute.name
+            continue
+        node.attribute.append(attribute)
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            graph = node.attribute[-1].g
+            for value in [*graph.input, *graph.output, *graph.initializer]:
+                value.name = rename(value.name)
+            nodes = [_bound(onnx, n, attributes, rename) for n in graph.node]
+            del graph.node[:]
+            graph.node.extend(nodes)
+    del node.input[:], node.output[:]
+    node.input.extend(rename(i) for i in inner.input)
+    node.output.extend(rename(o) for o in inner.output)
+    return node
 
 
 def _require_onnx():
@@ -90,11 +183,12 @@ def _require_onnx():
     return onnx
 
 
-def _check_operators(graph, opsets: dict[str, int], converters: Mapping[str, Any]) -> None:
+def _check_operators(onnx, nodes, opsets: dict[str, int]) -> None:
     missing = []
-    for index, node in enumerate(graph.node):
+    for index, node in enumerate(nodes):
         domain = node.domain or "ai.onnx"
-        if domain != "ai.onnx" or node.op_type not in converters:
+        if (domain != "ai.onnx" or node.op_type not in (*CONVERTERS, "If")) and not _function_schema(
+                onnx, node.op_type, domain, opsets.get(domain, 1)):
             missing.append((node.name or f"#{index}", node.op_type, domain, str(opsets.get(domain, "?"))))
     if missing:
         table = Table("node", "op type", "domain", "opset", box=None, padding=(0, 0, 0, 2))
@@ -102,10 +196,11 @@ def _check_operators(graph, opsets: dict[str, int], converters: Mapping[str, Any
             table.add_row(*row)
         raise UnsupportedOperatorError(
             f"the model uses {len(missing)} node(s) whose operator tilecraft does not support:\n{table_text(table)}\n"
-            f"supported (domain ai.onnx): {', '.join(sorted(converters))}")
+            f"supported (domain ai.onnx): {', '.join(sorted(CONVERTERS))}, and operators defined as functions of "
+            "these")
 
 
-def _decode(onnx, proto, index: int, importer: Importer, opsets: dict[str, int]) -> OnnxNode:
+def _decode(onnx, proto, name: str, importer: Importer, opsets: dict[str, int]) -> OnnxNode:
     attrs = {}
     for attribute in proto.attribute:
         value = onnx.helper.get_attribute_value(attribute)
@@ -114,7 +209,6 @@ def _decode(onnx, proto, index: int, importer: Importer, opsets: dict[str, int])
         elif isinstance(value, bytes):
             value = value.decode()
         attrs[attribute.name] = value
-    name = proto.name or f"{proto.op_type}_{index}"
     return OnnxNode(name, proto.op_type, tuple(importer.resolve(i) for i in proto.input), tuple(proto.output),
                     attrs, opsets.get(proto.domain or "ai.onnx", 1))
 

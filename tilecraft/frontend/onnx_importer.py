@@ -13,6 +13,8 @@ import numpy as np
 
 from ..errors import TilecraftError
 from ..graph.builder import GraphBuilder
+from ..graph.ir import Node
+from ..graph.operators import BROADCAST, ELEMENTWISE, OPERATORS, build_alone
 from ..te.dtype import DTYPES
 
 
@@ -51,6 +53,13 @@ class OnnxNode:
                                         "supported; change the model, or extend tilecraft.frontend.onnx_ops")
 
 
+_IDENTITIES = {  # what a reduction of nothing gives
+    "sum": lambda dtype: 0,
+    "max": lambda dtype: False if dtype == bool else -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
+    "min": lambda dtype: True if dtype == bool else np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
+}
+
+
 class Importer(GraphBuilder):
     """A GraphBuilder that also knows ONNX names: aliases (Identity, Dropout), constant inputs, and ``read``, the
     names that a node or the graph's outputs read (an optional output outside it is no reason to refuse a node)."""
@@ -67,12 +76,27 @@ class Importer(GraphBuilder):
         return name
 
     def emit(self, op: str, inputs: Sequence[str], attrs: dict[str, Any], name: str, output: str | None = None) -> str:
-        """``GraphBuilder.emit``, refusing empty tensors, which te cannot hold."""
+        """``GraphBuilder.emit``. An empty tensor, which te cannot hold, holds no data either, so it is a constant:
+        a concatenation leaves it out, and an element-wise node or a reduction of one folds with NumPy (to an
+        empty result, or to the reduction's identity)."""
         empty = [i for i in inputs if 0 in self.values[i].shape]
-        if empty:
+        if not empty:
+            return super().emit(op, inputs, attrs, name, output)
+        if op == "concat" and len(empty) < len(inputs):
+            return super().emit(op, [i for i in inputs if i not in empty], attrs, name, output)
+        arrays = [np.zeros(self.values[i].shape, self.values[i].dtype) for i in inputs]
+        if op in _IDENTITIES:
+            initial = _IDENTITIES[op](arrays[0].dtype)
+            result = getattr(np, op)(arrays[0], axis=attrs.get("axis"), keepdims=attrs.get("keepdims", False),
+                                     initial=initial)
+        elif op in OPERATORS and OPERATORS[op].pattern in (ELEMENTWISE, BROADCAST) or op in ("trilu", "identity"):
+            probe = {i: replace(self.values[i], shape=tuple(max(n, 1) for n in self.values[i].shape)) for i in inputs}
+            dtype = build_alone(Node(op, tuple(inputs), "probe", dict(attrs), "probe"), probe)[1].dtype
+            result = np.zeros(np.broadcast_shapes(*(a.shape for a in arrays)), dtype)
+        else:
             raise UnsupportedOperatorError(f"node {name}: {op} of the empty tensor {empty[0]} "
-                                           f"{list(self.values[empty[0]].shape)}; tilecraft tensors are never empty")
-        return super().emit(op, inputs, attrs, name, output)
+                                           f"{list(self.values[empty[0]].shape)} is not supported")
+        return self.add_constant(output or self.fresh_value(f"{name}_{op}"), result)
 
     def resolve(self, name: str) -> str:
         return self.aliases.get(name, name)

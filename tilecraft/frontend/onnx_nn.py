@@ -3,7 +3,8 @@
 Convolution biases become an ``add`` of a [F, 1, 1] constant after the convolution, the
 form ``passes.fold_batch_norm`` folds into; a constant right-hand side of Gemm and MatMul
 becomes a ``dense`` weight (layout-free, packable ahead of time); a batched MatMul is a
-``batch_matmul`` between reshapes. Only 2-D (NCHW) convolutions and pools are supported.
+``batch_matmul`` between reshapes. Convolutions and pools are 2-D (NCHW); a 1-D one is the
+2-D one over a view of height 1.
 InstanceNormalization and GroupNormalization are a ``layer_norm`` of unit scale over each
 instance or group, then a per-channel scale and shift; RMSNormalization is element-wise
 nodes around a ``mean``; LRN's sum over neighbouring channels is an ``avg_pool2d`` that
@@ -13,6 +14,7 @@ counts its padding, over the channels of a one-channel view.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -133,7 +135,7 @@ def _window_pads(node: OnnxNode, sizes, kernel, strides, dilations) -> tuple[int
     """``(top, left, bottom, right)`` from ``pads`` or ``auto_pad``."""
     auto_pad = node.attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("NOTSET", "VALID"):
-        pads = node.attrs.get("pads", [0] * 4) if auto_pad == "NOTSET" else [0] * 4
+        pads = node.attrs.get("pads", [0] * 2 * len(sizes)) if auto_pad == "NOTSET" else [0] * 2 * len(sizes)
         return tuple(int(p) for p in pads)  # type: ignore[return-value]
     begin, end = [], []
     for size, k, s, d in zip(sizes, kernel, strides, dilations):
@@ -157,6 +159,53 @@ def _with_bias(ctx: Importer, node: OnnxNode, op: str, inputs: list[str], attrs:
     out = ctx.emit(op, inputs, attrs, node.name)
     bias = ctx.reshape(node.input(2), (ctx.shape(node.input(2))[0], 1, 1), f"{node.name}_bias_3d")
     ctx.emit("add", [out, bias], {}, f"{node.name}_bias", output=node.outputs[0])
+
+
+def _lifted(convert: Converter) -> Converter:
+    """``convert`` that also takes a 1-D convolution or pool, as the 2-D one over a [N, C, 1, L] view."""
+    def lift(ctx: Importer, node: OnnxNode) -> None:
+        if len(ctx.shape(node.inputs[0])) == 5 and "Pool" in node.op_type:
+            return _separable_3d(convert, ctx, node)
+        if len(ctx.shape(node.inputs[0])) != 3:
+            return convert(ctx, node)
+        inputs = list(node.inputs)
+        for k in range(2 if node.op_type in ("Conv", "ConvTranspose") else 1):
+            shape = ctx.shape(inputs[k])
+            inputs[k] = ctx.reshape(inputs[k], (*shape[:2], 1, shape[2]), f"{node.name}_2d_{k}")
+        attrs = {key: (int(key != "output_padding"), *value) if key in _WINDOW_ATTRS else value
+                 for key, value in node.attrs.items()}
+        if "pads" in attrs:
+            attrs["pads"] = (0, node.attrs["pads"][0], 0, node.attrs["pads"][1])
+        out = ctx.fresh_value(f"{node.name}_2d")
+        convert(ctx, replace(node, inputs=tuple(inputs), outputs=(out, *node.outputs[1:]), attrs=attrs))
+        n, c, _, length = ctx.shape(ctx.resolve(out))
+        ctx.alias(node.outputs[0], ctx.reshape(ctx.resolve(out), (n, c, length), f"{node.name}_1d"))
+
+    return lift
+
+
+_WINDOW_ATTRS = ("kernel_shape", "strides", "dilations", "output_padding", "output_shape")
+
+
+def _separable_3d(convert: Converter, ctx: Importer, node: OnnxNode) -> None:
+    """A 3-D pool as a 2-D pool over (H, W) with D among the channels, then one over D: the maximum, and the
+    mean over a box of taps counted or not, are the same taken one axis after the other."""
+    (n, c, d, h, w), x = ctx.shape(node.inputs[0]), node.inputs[0]
+    (kd, kh, kw), (sd, sh, sw), (dd, dh, dw) = (tuple(node.attrs.get(key, (1, 1, 1))) for key in (
+        "kernel_shape", "strides", "dilations"))
+    front, top, left, back, bottom, right = _window_pads(node, (d, h, w), (kd, kh, kw), (sd, sh, sw), (dd, dh, dw))
+    planes = ctx.fresh_value(f"{node.name}_hw")
+    convert(ctx, replace(node, inputs=(ctx.reshape(x, (n, c * d, h, w), f"{node.name}_planes"),), outputs=(planes,),
+                         attrs={**node.attrs, "kernel_shape": (kh, kw), "strides": (sh, sw), "dilations": (dh, dw),
+                                "pads": (top, left, bottom, right), "auto_pad": "NOTSET"}))
+    oh, ow = ctx.shape(ctx.resolve(planes))[2:]
+    depths = ctx.fresh_value(f"{node.name}_d")
+    convert(ctx, replace(node, inputs=(ctx.reshape(ctx.resolve(planes), (n, c, d, oh * ow), f"{node.name}_depths"),),
+                         outputs=(depths, *node.outputs[1:]),
+                         attrs={**node.attrs, "kernel_shape": (kd, 1), "strides": (sd, 1), "dilations": (dd, 1),
+                                "pads": (front, 0, back, 0), "auto_pad": "NOTSET"}))
+    od = ctx.shape(ctx.resolve(depths))[2]
+    ctx.alias(node.outputs[0], ctx.reshape(ctx.resolve(depths), (n, c, od, oh, ow), f"{node.name}_3d"))
 
 
 def _conv(ctx: Importer, node: OnnxNode) -> None:
@@ -202,22 +251,23 @@ def _pool(op: str) -> Converter:
         if len(node.outputs) > 1 and node.outputs[1] in ctx.read:
             raise node.unsupported("the Indices output")
         kernel, strides = tuple(node.attrs["kernel_shape"]), tuple(node.attrs.get("strides", (1, 1)))
-        if any(d != 1 for d in node.attrs.get("dilations", (1, 1))):
-            raise node.unsupported("dilated pooling")
-        top, left, bottom, right = _window_pads(node, shape[2:], kernel, strides, (1, 1))
+        dilations = tuple(node.attrs.get("dilations", (1, 1)))
+        spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]  # what a dilated window covers
+        top, left, bottom, right = _window_pads(node, shape[2:], kernel, strides, dilations)
         include_pad = bool(node.attrs.get("count_include_pad", 0))
         if node.attrs.get("ceil_mode", 0):  # ceil mode = more padding at the end, unless a window would start there
             ends = []
-            for size, k, s, lo, hi in zip(shape[2:], kernel, strides, (top, left), (bottom, right)):
+            for size, k, s, lo, hi in zip(shape[2:], spans, strides, (top, left), (bottom, right)):
                 count = -(-(size + lo + hi - k) // s) + 1
                 count -= (count - 1) * s >= size + lo
                 ends.append(hi + max((count - 1) * s + k - (size + lo + hi), 0))
             if include_pad and (ends[0], ends[1]) != (bottom, right):
                 raise node.unsupported("ceil_mode with count_include_pad")
             bottom, right = ends
-        if max(top, bottom) >= kernel[0] or max(left, right) >= kernel[1]:
+        if max(top, bottom) >= spans[0] or max(left, right) >= spans[1]:
             raise node.unsupported(f"padding {(top, left, bottom, right)} as large as the kernel {kernel}")
-        attrs = {"kernel": kernel, "stride": strides, "padding": (top, left, bottom, right)}
+        attrs = {"kernel": kernel, "stride": strides, "padding": (top, left, bottom, right),
+                 **({"dilation": dilations} if dilations != (1, 1) else {})}
         if op == "avg_pool2d":
             attrs["count_include_pad"] = include_pad
         ctx.emit_for(node, op, node.inputs[:1], attrs)
@@ -290,7 +340,7 @@ NN_CONVERTERS: dict[str, Converter] = {
     "Softmax": _softmax("softmax"), "LogSoftmax": _softmax("log_softmax"),
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "RMSNormalization": _rms_norm, "LRN": _lrn,
-    "Conv": _conv, "ConvTranspose": _conv_transpose, "Gemm": _gemm, "MatMul": _matmul,
-    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "Conv": _lifted(_conv), "ConvTranspose": _lifted(_conv_transpose), "Gemm": _gemm, "MatMul": _matmul,
+    "MaxPool": _lifted(_pool("max_pool2d")), "AveragePool": _lifted(_pool("avg_pool2d")),
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("max"),
 }

@@ -28,6 +28,9 @@ from ..ops.common import broadcast_shape
 from ..te.dtype import DTYPES, is_float
 from .onnx_importer import Importer, OnnxNode, checked_array
 from .onnx_nn import NN_CONVERTERS
+from .onnx_quant import QUANT_CONVERTERS
+from .onnx_resize import convert_resize
+from .onnx_tensor import TENSOR_CONVERTERS
 
 Converter = Callable[[Importer, OnnxNode], None]
 
@@ -40,7 +43,7 @@ OPERATORS.update({op: Operator(lambda inputs, attrs, name, fn=getattr(ops, op): 
 def _axes(node: OnnxNode, ctx: Importer, since: int, what: str = "axes") -> tuple[int, ...] | None:
     """Axes given as an attribute before opset ``since``, as a constant input from it on; None when absent."""
     axes = ctx.constant(node, 1, what) if node.opset >= since else node.attrs.get("axes")
-    return None if axes is None or len(axes) == 0 else tuple(int(a) for a in np.ravel(axes))
+    return None if axes is None or np.size(axes) == 0 else tuple(int(a) for a in np.ravel(axes))
 
 
 def _unary(op: str) -> Converter:
@@ -101,7 +104,7 @@ def _clip(ctx: Importer, node: OnnxNode) -> None:
 
 
 def _range(ctx: Importer, node: OnnxNode) -> None:
-    start, limit, delta = (ctx.constant(node, i, "range bound") for i in range(3))
+    start, limit, delta = (ctx.constant(node, i, "range bound").reshape(()) for i in range(3))
     if (count := math.ceil((limit - start) / delta)) <= 0:
         raise node.unsupported("an empty range")
     ctx.add_constant(node.outputs[0], (start + delta * np.arange(count)).astype(start.dtype))
@@ -166,7 +169,9 @@ def _reshape_op(ctx: Importer, node: OnnxNode) -> None:
         known = math.prod(n for n in target if n != -1)
         target[target.index(-1)] = math.prod(shape) // known if known else 0
     if 0 in target:
-        raise node.unsupported(f"reshaping to the empty shape {target}")
+        if 0 not in shape:
+            raise node.unsupported(f"reshaping {list(shape)} to the empty shape {target}")
+        return ctx.add_constant(node.outputs[0], np.zeros(target, ctx.values[node.inputs[0]].dtype))
     _reshape_to(ctx, node, target)
 
 
@@ -213,11 +218,12 @@ def _split(ctx: Importer, node: OnnxNode) -> None:
     if sizes is None or len(sizes) == 0:
         chunk = -(-shape[axis] // count) if "num_outputs" in node.attrs else shape[axis] // count
         sizes = [chunk] * (count - 1) + [shape[axis] - chunk * (count - 1)]
-    if 0 in sizes:
-        raise node.unsupported("an empty part")
     begin = 0
     for output, size in zip(node.outputs, (int(s) for s in sizes)):
-        if output:
+        if output and size == 0:
+            ctx.add_constant(output, np.zeros([0 if d == axis else n for d, n in enumerate(shape)],
+                                              ctx.values[x].dtype))
+        elif output:
             ctx.emit("strided_slice", [x], {"begin": (begin,), "end": (begin + size,), "axes": (axis,)},
                      f"{node.name}_{output}", output=output)
         begin += size
@@ -230,10 +236,11 @@ def _slice(ctx: Importer, node: OnnxNode) -> None:
         starts, ends, axes, steps = (ctx.constant(node, i, "slice bound") for i in (1, 2, 3, 4))
     axes = range(len(starts)) if axes is None else axes
     steps = [1] * len(starts) if steps is None else steps
-    shape = ctx.shape(node.inputs[0])
-    if any(not range(*slice(int(b), int(e), int(s)).indices(shape[int(a)]))
-           for b, e, s, a in zip(starts, ends, steps, axes)):
-        raise node.unsupported("an empty slice")
+    shape = list(ctx.shape(node.inputs[0]))
+    for b, e, s, a in zip(starts, ends, steps, axes):
+        shape[int(a)] = len(range(*slice(int(b), int(e), int(s)).indices(shape[int(a)])))
+    if 0 in shape:
+        return ctx.add_constant(node.outputs[0], np.zeros(shape, ctx.values[node.inputs[0]].dtype))
     ctx.emit_for(node, "strided_slice", node.inputs[:1], {
         "begin": tuple(int(v) for v in starts), "end": tuple(int(v) for v in ends),
         "strides": tuple(int(v) for v in steps), "axes": tuple(int(v) for v in axes)})
@@ -250,15 +257,19 @@ def _pad(ctx: Importer, node: OnnxNode) -> None:
         pads, value, axes = node.attrs["pads"], node.attrs.get("value", 0.0), None
     else:
         pads, value, axes = (ctx.constant(node, i, "pad argument") for i in (1, 2, 3))
-    mode = node.attrs.get("mode", "constant")
-    if mode != "constant":
-        raise node.unsupported(f"mode {mode!r} (only 'constant')")
     axes = [int(a) % rank for a in (range(rank) if axes is None else axes)]
     before, after = [0] * rank, [0] * rank
     for k, axis in enumerate(axes):
         before[axis], after[axis] = int(pads[k]), int(pads[k + len(axes)])
     if min(before + after) < 0:
         raise node.unsupported("negative pads (cropping)")
+    mode = node.attrs.get("mode", "constant")
+    if mode != "constant":  # edge, reflect, wrap: a take of the positions NumPy's pad of the same mode reads
+        for axis in (d for d in range(rank) if before[d] or after[d]):
+            positions = np.pad(np.arange(ctx.shape(x)[axis]), (before[axis], after[axis]), mode)
+            x = ctx.emit("take", [x, ctx.add_constant(ctx.fresh_value(f"{node.name}_{axis}"), positions)],
+                         {"axis": axis}, f"{node.name}_{mode}{axis}")
+        return ctx.alias(node.outputs[0], x)
     kind = float if is_float(ctx.values[x].dtype) else int
     fill = kind(0 if value is None else np.asarray(value).item())
     ctx.emit_for(node, "pad", [x], {"pad_before": tuple(before), "pad_after": tuple(after), "pad_value": fill})
@@ -316,15 +327,22 @@ CONVERTERS: dict[str, Converter] = {
     **{onnx_op: _function("binary", fn) for onnx_op, fn in {
         "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
         "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
-        "Mod": "floor_mod", "PRelu": "prelu"}.items()},
+        "Mod": "floor_mod", "PRelu": "prelu", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+        "BitwiseXor": "bitwise_xor"}.items()},
     **{onnx_op: _function("unary", fn) for onnx_op, fn in {
         "Not": "logical_not", "Floor": "floor", "Ceil": "ceil", "Sign": "sign", "Elu": "elu", "Selu": "selu",
         "Celu": "celu", "LeakyRelu": "leaky_relu", "ThresholdedRelu": "thresholded_relu",
         "HardSigmoid": "hard_sigmoid", "HardSwish": "hard_swish", "Softplus": "softplus", "Softsign": "softsign",
-        "Mish": "mish", "Shrink": "shrink"}.items()},
+        "Mish": "mish", "Shrink": "shrink", "Round": "rint", "IsNaN": "isnan", "IsInf": "isinf",
+        "BitwiseNot": "bitwise_not",
+        **{op: op.lower() for op in ("Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+                                     "Atanh")}}.items()},
     "Sum": _variadic("add"), "Mean": _variadic("add"), "Max": _variadic("binary", "maximum"),
     "Min": _variadic("binary", "minimum"), "Where": lambda ctx, node: ctx.emit_for(node, "where", node.inputs[:3]),
+    "BitShift": lambda ctx, node: ctx.emit_for(node, "binary", node.inputs[:2], {
+        "function": "left_shift" if node.attrs["direction"] == "LEFT" else "right_shift"}),
     "Range": _range, "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "Trilu": _trilu,
     "Gather": _gather("take"), "GatherElements": _gather("gather_elements"),
-    **NN_CONVERTERS,
+    "Resize": convert_resize, "Upsample": convert_resize,
+    **NN_CONVERTERS, **QUANT_CONVERTERS, **TENSOR_CONVERTERS,
 }

@@ -50,6 +50,7 @@ OPERATORS: dict[str, Operator] = {
     "dense": Operator(_call(ops.dense), HEAVY),
     "matmul": Operator(_call(ops.matmul), HEAVY),
     "batch_matmul": Operator(_call(ops.batch_matmul), HEAVY),
+    "axis_matmul": Operator(_call(ops.axis_matmul), HEAVY),
     **{name: Operator(_call(getattr(ops, name)), ELEMENTWISE) for name in (
         "relu", "sigmoid", "tanh", "gelu", "erf", "sqrt", "exp", "log", "abs", "negative", "clip", "cast")},
     "reciprocal": Operator(lambda inputs, attrs, name: ops.divide(1.0, inputs[0], name=name), ELEMENTWISE),

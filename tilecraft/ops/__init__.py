@@ -15,7 +15,7 @@ from .elementwise import (
     BINARY_FUNCTIONS, UNARY_FUNCTIONS, abs, add, binary, cast, clip, divide, erf, exp, gelu, log, multiply, negative,
     power, relu, sigmoid, silu, sqrt, subtract, tanh, truncate_divide, unary, where,
 )
-from .linalg import batch_matmul, dense, matmul
+from .linalg import axis_matmul, batch_matmul, dense, matmul
 from .nn import avg_pool2d, batch_norm_inference, global_avg_pool2d, layer_norm, log_softmax, max_pool2d, softmax
 from .reduction import argmax, argmin, cumsum, max, mean, min, sum
 from .transform import broadcast_to, concat, gather_elements, pad, reshape, strided_slice, take, transpose, trilu
@@ -25,7 +25,7 @@ __all__ = [
     "abs", "add", "cast", "clip", "divide", "erf", "exp", "gelu", "log", "multiply", "negative", "power", "relu",
     "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide", "BINARY_FUNCTIONS", "UNARY_FUNCTIONS", "binary",
     "unary", "where",
-    "batch_matmul", "dense", "matmul",
+    "axis_matmul", "batch_matmul", "dense", "matmul",
     "avg_pool2d", "batch_norm_inference", "global_avg_pool2d", "layer_norm", "log_softmax", "max_pool2d", "softmax",
     "argmax", "argmin", "cumsum", "max", "mean", "min", "sum",
     "broadcast_to", "concat", "gather_elements", "pad", "reshape", "strided_slice", "take", "transpose", "trilu",

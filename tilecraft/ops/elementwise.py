@@ -12,7 +12,8 @@ from typing import Callable, Union
 from .. import te
 from ..errors import TeError
 from ..te.dtype import is_float
-from ..te.expr import Expr
+from ..te.dtype import bytes_of
+from ..te.expr import Expr, binary as _te_binary, call
 from ..te.tensor import Tensor
 from .common import broadcast_read, broadcast_shape, check_tensor, compute_nd
 
@@ -163,16 +164,26 @@ def _fmod(a: Expr, b: Expr) -> Expr:
     return te.if_then_else(te.not_equal(remainder, 0) & te.not_equal(a < 0, b < 0), remainder - b, remainder)
 
 
+def _in_width(a: Expr, count: Expr) -> Expr:
+    """Whether shifting ``a`` by ``count`` bits is defined (in C, and so in ONNX's sense of a plain shift)."""
+    return (count >= 0) & (count < bytes_of(a.dtype) * 8)
+
+
 BINARY_FUNCTIONS: dict[str, Callable[[Expr, Expr], Expr]] = {
     "maximum": te.max, "minimum": te.min, "floor_mod": _floor_mod, "fmod": _fmod,
     "equal": te.equal, "less": lambda a, b: a < b, "less_equal": lambda a, b: a <= b,
     "greater": lambda a, b: a > b, "greater_equal": lambda a, b: a >= b,
     "logical_and": lambda a, b: a & b, "logical_or": lambda a, b: a | b, "logical_xor": te.not_equal,
     "prelu": lambda a, b: te.if_then_else(a < 0, a * b, a),
+    **{op: lambda a, b, op=op: _te_binary(op, a, b) for op in ("bitwise_and", "bitwise_or", "bitwise_xor")},
+    "left_shift": lambda a, b: te.if_then_else(_in_width(a, b), _te_binary("left_shift", a, b), 0),
+    "right_shift": lambda a, b: te.if_then_else(_in_width(a, b), _te_binary("right_shift", a, b),
+                                                -(a < 0).astype(a.dtype)),
 }
 """The broadcasting functions of ``binary``, as in NumPy: comparisons and logic give bool; ``floor_mod`` takes
 the sign of the divisor (Python's ``%``), ``fmod`` the sign of the dividend (C's); ``prelu`` scales the negative
-values of ``lhs`` by ``rhs``."""
+values of ``lhs`` by ``rhs``; the bitwise ones are of integers, and a shift by a negative count or by the width
+or more gives 0 (-1 for a negative value shifted right), as in ONNX."""
 
 
 def binary(lhs: Operand, rhs: Operand, function: str, name: str = "binary") -> Tensor:
@@ -207,9 +218,15 @@ UNARY_FUNCTIONS: dict[str, Callable[..., Expr]] = {
     "softplus": _softplus, "softsign": lambda v: v / (te.abs(v) + 1.0), "mish": lambda v: v * te.tanh(_softplus(v)),
     "shrink": lambda v, lambd=0.5, bias=0.0: te.if_then_else(
         v < -lambd, v + bias, te.if_then_else(v > lambd, v - bias, 0.0)),
+    **{name: lambda v, name=name: call(name, v) for name in (
+        "rint", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
+    "isnan": lambda v: te.not_equal(v, v), "bitwise_not": lambda v: -v - 1,  # two's complement, wrapping when unsigned
+    "isinf": lambda v, detect_negative=1, detect_positive=1: (
+        (te.equal(v, math.inf) & bool(detect_positive)) | (te.equal(v, -math.inf) & bool(detect_negative))),
 }
 """Element-wise functions of one tensor, by name, with their parameters as keywords (ONNX's attributes and
-defaults): rounding, sign, logical not, and the activations of ONNX beyond relu, sigmoid, tanh and gelu."""
+defaults): rounding, sign, logical not, the activations of ONNX beyond relu, sigmoid, tanh and gelu, the
+trigonometric and hyperbolic functions, and the tests for NaN and infinity."""
 
 
 def unary(x: Tensor, function: str, name: str = "unary", **params: float) -> Tensor:

@@ -1,4 +1,4 @@
-"""Matrix products: matmul, dense (a fully connected layer) and batch_matmul.
+"""Matrix products: matmul, dense (a fully connected layer), batch_matmul, and a matrix applied along one axis.
 
 Each is one reduction compute, the pattern Ansor's multi-level tiling is built for;
 ``dense`` marks its weight placeholder layout-free so the scheduler may pre-pack it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import te
 from ..errors import TeError
 from ..te.tensor import Tensor
-from .common import broadcast_shape, check_tensor, layout_free, same_dtype
+from .common import broadcast_shape, check_tensor, compute_nd, layout_free, normalize_axis, same_dtype
 
 
 def _check_reduction(a_shape, a_size, b_shape, b_size, a_name, b_name, op) -> None:
@@ -85,3 +85,17 @@ def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: b
         return te.sum(a * rhs, axis=k)
 
     return te.compute((batch, M, N), body, name=name)
+
+
+def axis_matmul(x: Tensor, weight: Tensor, axis: int, name: str = "axis_matmul") -> Tensor:
+    """``weight`` [M, K] applied along ``axis`` of ``x`` (of size K), the other dims kept:
+    ``out[..., m, ...] = sum_k weight[m, k] * x[..., k, ...]`` (a separable resampling, one axis at a time)."""
+    check_tensor(x, "axis_matmul", what="data")
+    check_tensor(weight, "axis_matmul", 2, "weight")
+    same_dtype(x, weight, "axis_matmul")
+    axis = normalize_axis(axis, x.ndim, "axis_matmul")
+    _check_reduction(x.shape, x.shape[axis], weight.shape, weight.shape[1], x.name, weight.name, "axis_matmul")
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+    shape = x.shape[:axis] + weight.shape[:1] + x.shape[axis + 1:]
+    return compute_nd(shape, lambda idx: te.sum(weight[idx[axis], k] * x[idx[:axis] + (k,) + idx[axis + 1:]], axis=k),
+                      name)

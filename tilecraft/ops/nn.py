@@ -41,19 +41,21 @@ def _nchw(layout: str, index: tuple) -> tuple:
     return index if layout == "NCHW" else (index[0], index[3], index[1], index[2])
 
 
-def _pool_setup(data: Tensor, kernel: Pair, stride: Pair, padding, op: str, layout: str):
+def _pool_setup(data: Tensor, kernel: Pair, stride: Pair, padding, op: str, layout: str, dilation: Pair):
     check_tensor(data, op, 4, "data")
     _check_layout(layout, op)
     (kh, kw), (sh, sw) = pair(kernel, op, "kernel"), pair(stride, op, "stride")
+    dh, dw = pair(dilation, op, "dilation")
     pads = padding4(padding, op)
     top, left, bottom, right = pads
-    if max(top, bottom) >= kh or max(left, right) >= kw:
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1  # what a dilated window covers
+    if max(top, bottom) >= span_h or max(left, right) >= span_w:
         raise TeError(f"{op}: padding {padding!r} must be smaller than the kernel {kernel!r} on every side")
     N, C, H, W = _nchw(layout, data.shape)
-    oh, ow = (H + top + bottom - kh) // sh + 1, (W + left + right - kw) // sw + 1
+    oh, ow = (H + top + bottom - span_h) // sh + 1, (W + left + right - span_w) // sw + 1
     if oh <= 0 or ow <= 0:
         raise TeError(f"{op}: the kernel {kernel!r} is larger than the padded input {data.name} {data.shape}")
-    return (kh, kw), (sh, sw), pads, _in_layout(layout, N, C, oh, ow)
+    return (kh, kw), (sh, sw), pads, _in_layout(layout, N, C, oh, ow), (dh, dw)
 
 
 def _padded(data: Tensor, pads: tuple[int, int, int, int], value: int | float, name: str, layout: str) -> Tensor:
@@ -62,48 +64,55 @@ def _padded(data: Tensor, pads: tuple[int, int, int, int], value: int | float, n
                name=f"{name}_pad") if any(pads) else data
 
 
-def _window_reduce(reduce, data: Tensor, shape: tuple, kernel, stride, layout: str, name: str) -> Tensor:
-    (kh, kw), (sh, sw) = kernel, stride
+def _window_reduce(reduce, data: Tensor, shape: tuple, kernel, stride, layout: str, name: str, dilation) -> Tensor:
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
     ry, rx = te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
 
     def body(*index):
         n, c, y, x = _nchw(layout, index)
-        return reduce(data[_in_layout(layout, n, c, window(y, sh, ry.var, 1), window(x, sw, rx.var, 1))],
+        return reduce(data[_in_layout(layout, n, c, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw))],
                       axis=[ry, rx])
 
     return te.compute(shape, body, name=name)
 
 
 def max_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 0, layout: str = "NCHW",
-               name: str = "max_pool2d") -> Tensor:
+               name: str = "max_pool2d", dilation: Pair = 1) -> Tensor:
     """data [N, C, H, W] (or NHWC) -> [N, C, OH, OW] (the same layout), the maximum of each
-    window; padding never wins."""
-    kernel, stride, pads, shape = _pool_setup(data, kernel, stride, padding, "max_pool2d", layout)
+    window (of taps ``dilation`` apart); padding never wins."""
+    kernel, stride, pads, shape, dilation = _pool_setup(data, kernel, stride, padding, "max_pool2d", layout, dilation)
     padded = _padded(data, pads, lowest(data.dtype), name, layout)
-    return _window_reduce(te.max, padded, shape, kernel, stride, layout, name)
+    return _window_reduce(te.max, padded, shape, kernel, stride, layout, name, dilation)
 
 
 def avg_pool2d(data: Tensor, kernel: Pair, stride: Pair, padding: int | tuple = 0, count_include_pad: bool = False,
-               layout: str = "NCHW", name: str = "avg_pool2d") -> Tensor:
+               layout: str = "NCHW", name: str = "avg_pool2d", dilation: Pair = 1) -> Tensor:
     """data [N, C, H, W] (or NHWC) -> [N, C, OH, OW], each window's sum ``{name}_sum`` over its size.
 
     The size counts the padding when ``count_include_pad``, else only the window's real elements.
     """
-    kernel, stride, pads, shape = _pool_setup(data, kernel, stride, padding, "avg_pool2d", layout)
+    kernel, stride, pads, shape, dilation = _pool_setup(data, kernel, stride, padding, "avg_pool2d", layout, dilation)
     require_float(data, "avg_pool2d")
     padded = _padded(data, pads, 0.0, name, layout)
-    total = _window_reduce(te.sum, padded, shape, kernel, stride, layout, f"{name}_sum")
-    (kh, kw), (sh, sw), (top, left) = kernel, stride, pads[:2]
+    total = _window_reduce(te.sum, padded, shape, kernel, stride, layout, f"{name}_sum", dilation)
+    (kh, kw), (sh, sw), (dh, dw), (top, left) = kernel, stride, dilation, pads[:2]
     _, _, H, W = _nchw(layout, data.shape)
 
     def count(y: Expr, x: Expr) -> Expr | int:
         if count_include_pad:
             return kh * kw
-        rows = te.min(y * sh - top + kh, H) - te.max(y * sh - top, 0)
-        cols = te.min(x * sw - left + kw, W) - te.max(x * sw - left, 0)
-        return (rows * cols).astype(data.dtype)
+        return (_taps(y * sh - top, kh, dh, H) * _taps(x * sw - left, kw, dw, W)).astype(data.dtype)
 
     return te.compute(total.shape, lambda *i: total[i] / count(*_nchw(layout, i)[2:]), name=name)
+
+
+def _taps(start: Expr, kernel: int, dilation: int, size: int) -> Expr:
+    """How many taps ``start + j * dilation`` (``j < kernel``) of a window fall in ``[0, size)``."""
+    if dilation == 1:
+        return te.min(start + kernel, size) - te.max(start, 0)
+    first = te.max((dilation - 1 - start) // dilation, 0)
+    last = te.min((size - 1 - start) // dilation, kernel - 1)
+    return te.max(last - first + 1, 0)
 
 
 def global_avg_pool2d(data: Tensor, layout: str = "NCHW", name: str = "global_avg_pool2d") -> Tensor:

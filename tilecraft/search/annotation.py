@@ -22,7 +22,7 @@ def annotate(draft: Draft) -> Schedule:
     stages = list(sch.state.stages)
     for stage in stages:
         block = sch.get_block(stage.name)
-        vectorized = stage.loop(stage.leaves[-1]).kind == "spatial"
+        vectorized = bool(stage.leaves) and stage.loop(stage.leaves[-1]).kind == "spatial"  # a 0-d stage has none
         if vectorized:
             sch.annotate(block, "meta_schedule.vectorize", 1)
         if stage.op.reduce_axis:

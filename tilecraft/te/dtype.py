@@ -2,7 +2,8 @@
 
 import numpy as np
 
-DTYPES = ("bool", "int8", "uint8", "int32", "int64", "float16", "float32", "float64")
+DTYPES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
+          "float64")
 
 NUMPY_DTYPES = {name: np.dtype(name) for name in DTYPES}
 
@@ -10,6 +11,10 @@ C_TYPES = {
     "bool": "bool",
     "int8": "int8_t",
     "uint8": "uint8_t",
+    "int16": "int16_t",
+    "uint16": "uint16_t",
+    "uint32": "uint32_t",
+    "uint64": "uint64_t",
     "int32": "int32_t",
     "int64": "int64_t",
     "float16": "_Float16",

@@ -223,7 +223,7 @@ class Cast(Expr):
 
 @dataclass(frozen=True, slots=True)
 class Call(Expr):
-    """A math intrinsic: exp log sqrt rsqrt tanh erf sigmoid abs."""
+    """A math intrinsic, one of ``MATH_FUNCTIONS``."""
 
     name: str
     args: tuple[Expr, ...]
@@ -262,7 +262,9 @@ class Reduce(Expr):
         return self.source.dtype
 
 
-MATH_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs")
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "erf", "sigmoid", "abs", "rint", "sin", "cos", "tan", "asin",
+                  "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+"""The intrinsics a ``Call`` may name; ``rint`` rounds half to even, as C's ``rint`` and NumPy's ``round`` do."""
 
 
 def const(value: Any, dtype: str | None = None) -> Const:

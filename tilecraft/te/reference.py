@@ -312,7 +312,13 @@ def _binary(op: str, a: np.ndarray, b: np.ndarray, dtype: str) -> np.ndarray:
         return a - np.floor(a / b) * b if floating else np.remainder(a, b)
     if op == "pow":
         return np.power(a, b) if floating else np.power(a.astype(np.float64), b)
-    raise TeError(f"unknown binary operation {op!r}; use one of add sub mul div floordiv floormod min max pow")
+    if op in _BITWISE:
+        return getattr(np, op)(a, b)
+    raise TeError(f"unknown binary operation {op!r}; use one of add sub mul div floordiv floormod min max pow "
+                  f"{' '.join(_BITWISE)}")
+
+
+_BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")  # of integers
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -341,6 +347,9 @@ _MATH = {
     "erf": _erf,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "abs": np.abs,
+    "rint": np.rint,
+    **{name: getattr(np, name.replace("a", "arc", 1) if name.startswith("a") else name) for name in (
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
 }
 
 
