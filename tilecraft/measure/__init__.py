@@ -9,12 +9,15 @@ LocalRunner -> MeasureResult``, as in Ansor's LocalBuilder and LocalRunner.
   rpc_protocol.py  the device server's wire protocol: HMAC-authenticated frames of JSON and bytes
   server.py   ``DeviceServer`` (``tilecraft serve``): measures for tuners elsewhere, in that worker
   rpc_runner.py  ``RPCRunner``: measures on device servers, as LocalRunner does here
+  ray_runner.py  ``RayRunner`` and ``RayBuilder``: a measuring actor per device of a Ray cluster,
+              builds as Ray tasks (Ray is imported only when one is made)
 
 A bad candidate becomes a result with an error kind and a message; it never raises in
 the tuner, and never takes the tuner's process down with it.
 """
 
 from .builder import Builder, LocalBuilder
+from .ray_runner import RayBuilder, RayRunner
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult
 from .rpc_protocol import AuthenticationError, RPCError
 from .rpc_runner import RPCRunner
@@ -22,4 +25,5 @@ from .runner import LocalRunner, Runner
 from .server import DeviceServer
 
 __all__ = ["Builder", "LocalBuilder", "BuildResult", "MeasureErrorKind", "MeasureInput", "MeasureResult",
-           "LocalRunner", "Runner", "RPCRunner", "DeviceServer", "RPCError", "AuthenticationError"]
+           "LocalRunner", "Runner", "RPCRunner", "RayRunner", "RayBuilder", "DeviceServer", "RPCError",
+           "AuthenticationError"]
