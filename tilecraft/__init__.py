@@ -40,13 +40,13 @@ _NAMES = {  # public name -> the module that defines it
     "RecordStore": ".database", "RecordToStore": ".database",
     "load_best_record": ".database", "load_records": ".database", "LocalBuilder": ".measure",
     "LocalRunner": ".measure", "MeasureErrorKind": ".measure", "LightGBMModel": ".search.cost_model",
-    "RPCRunner": ".measure", "DeviceServer": ".measure",
+    "RPCRunner": ".measure", "DeviceServer": ".measure", "RayRunner": ".measure", "RayBuilder": ".measure",
     "RandomModel": ".search.cost_model", "XGBModel": ".search.cost_model",
     "PreloadMeasuredStates": ".search.policy", "SketchPolicy": ".search.policy", "ScheduleFn": ".search.space",
     "DEFAULT_RECORDS": ".tune.transfer", "transfer_model": ".tune.transfer", "TaskScheduler": ".tune.scheduler",
     "SearchTask": ".tune.task", "TuningOptions": ".tune.task", "register_workload": ".tune.task",
     "CompiledModel": ".model", "compile_model": ".model", "extract_tasks": ".model", "load_model": ".model",
-    "print_tasks": ".model", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
+    "print_tasks": ".model", "from_torch": ".model.torch", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
     "CudaModule": ".runtime.cuda", "cuda_available": ".runtime.cuda",
 }
 

@@ -6,6 +6,7 @@
     tilecraft tasks MODEL.onnx                                 the tuning tasks of a model, with FLOPs and weights
     tilecraft tune-model MODEL.onnx [--trials N] [--log LOG]   tune all the tasks of a model, one shared budget
     tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
+    (MODEL: an .onnx file, or a .pt2 file that torch.export.save wrote)
     tilecraft serve [--port 9190] [--secret-file FILE]          measure candidates for tuners elsewhere (RPCRunner)
 
 Each command is one ``add_<name>_command(subparsers)`` function that declares its
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import os
 import re
 import sys
 import time
@@ -42,7 +44,7 @@ from .measure import LocalRunner
 from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
 from .tables import print_table
-from .target import Target
+from .target import CudaTarget, Target
 from .te.dtype import DTYPES
 from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
@@ -513,15 +515,26 @@ def add_serve_command(subparsers: Any) -> None:
                                                "python -c 'import secrets; print(secrets.token_hex(32))' > FILE)")
     command.add_argument("--key", default="cpu", help="the device's label, RPCRunner's key= (default cpu)")
     command.add_argument("--target", type=_target, help="the target to report (default: this machine)")
+    command.add_argument("--device", type=_cuda_device, help="measure CUDA kernels on this GPU (cuda:0, cuda:1, ...) "
+                                                             "instead of CPU kernels; its arch is the target")
     command.add_argument("--certfile", help="serve TLS with this PEM certificate (clients pass ca_file=)")
     command.add_argument("--keyfile", help="the certificate's private key, when not in --certfile")
     command.set_defaults(run=run_serve)
+
+
+def _cuda_device(text: str) -> int:
+    if not re.fullmatch(r"cuda:\d+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU; write cuda:0 (the first), cuda:1, ...")
+    return int(text.split(":")[1])
 
 
 def run_serve(args: argparse.Namespace) -> int:
     from .measure import DeviceServer
     from .measure.rpc_protocol import secret_bytes
 
+    if args.device is not None:  # the workers (and the target's reading of "GPU 0") see that GPU alone
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(args.device)
+        args.target = args.target or CudaTarget.device()  # no GPU there: a TargetError, one line
     with DeviceServer(args.host, args.port, secret_bytes(None, args.secret_file), args.key, target=args.target,
                       certfile=args.certfile, keyfile=args.keyfile, log=lambda line: print(line, flush=True)) as server:
         print(f"tilecraft serve: device {server.key!r} on {args.host}:{server.port}"
@@ -535,7 +548,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def _add_model_arguments(command: argparse.ArgumentParser) -> None:
-    command.add_argument("model", metavar="MODEL", help="an ONNX model file")
+    command.add_argument("model", metavar="MODEL",
+                         help="an ONNX model file, or a PyTorch program that torch.export.save wrote (.pt2)")
     command.add_argument("--target", type=_target, help="target string (default: this machine)")
     command.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...", type=_input_shape,
                          help="the shape of an input with dynamic sizes (repeatable)")
@@ -548,15 +562,24 @@ def _onnx_model(args: argparse.Namespace):
     if not Path(model).is_file():
         raise CommandError(f"MODEL: {model} does not exist" if not Path(model).exists() else
                            f"MODEL: {model} is not a file; give an ONNX model (.onnx)")
-    try:
-        import onnx
-    except ImportError:
-        raise CommandError("reading an ONNX model needs the onnx package: pip install 'tilecraft[onnx]'") from None
-    try:
-        loaded = onnx.load(model)
-    except Exception as error:  # protobuf's DecodeError or ParseError, by the format onnx infers from the suffix
-        raise CommandError(f"MODEL: {model} is not an ONNX model ({type(error).__name__}: {error}); give the "
-                           ".onnx file the model was exported to") from None
+    if Path(model).suffix == ".pt2":  # a program saved by torch.export.save, exported to ONNX here
+        from .frontend import OnnxImportError
+        from .frontend.torch import from_export_file
+
+        try:
+            loaded = from_export_file(model)
+        except (ImportError, OnnxImportError) as error:
+            raise CommandError(f"MODEL: {error}") from None
+    else:
+        try:
+            import onnx
+        except ImportError:
+            raise CommandError("reading an ONNX model needs the onnx package: pip install 'tilecraft[onnx]'") from None
+        try:
+            loaded = onnx.load(model)
+        except Exception as error:  # protobuf's DecodeError or ParseError, by the format onnx infers from the suffix
+            raise CommandError(f"MODEL: {model} is not an ONNX model ({type(error).__name__}: {error}); give the "
+                               ".onnx file the model was exported to") from None
     weights = {tensor.name for tensor in loaded.graph.initializer}
     inputs = [value.name for value in loaded.graph.input if value.name not in weights]
     for name, _ in args.input_shape:

@@ -266,3 +266,19 @@ def test_buffers_are_shared_once_every_reader_has_run_and_a_view_keeps_its_sourc
     chain[3] = Step(0, ("b", "v"), ("c",))  # the view is read later: its source stays alive
     buffers = _plan_buffers(chain, values, per_call={"d"})
     assert not any(np.shares_memory(buffers["c"], buffers[name]) for name in "ab")
+    chain[3] = Step(0, ("b",), ("c",))  # the view is an output, read when the call returns: never reused
+    buffers = _plan_buffers(chain, values, per_call={"d", "v"})
+    assert not any(np.shares_memory(buffers["a"], buffers[name]) for name in "bc")
+
+
+def test_an_output_that_is_a_view_is_not_overwritten_by_a_later_kernel(kernel_cache):
+    g = GraphBuilder()
+    y = g.emit("reshape", [g.emit("relu", [g.add_input("x", (2, 8), "float32")], {}, "relu")], {"newshape": (16,)},
+               "flat", output="y")
+    w = g.emit("reshape", [g.emit("sigmoid", [g.add_input("z", (16,), "float32")], {}, "sigmoid")],
+               {"newshape": (4, 4)}, "square", output="w")
+    model = compile_quietly(g.finish([y, w]), cache_dir=kernel_cache)
+    x, z = np.arange(-8, 8, dtype="float32").reshape(2, 8), np.zeros(16, "float32")
+    y, w = model(x=x, z=z)
+    np.testing.assert_array_equal(y, np.maximum(x, 0).reshape(16))
+    np.testing.assert_array_equal(w, np.full((4, 4), 0.5))

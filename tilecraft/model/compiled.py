@@ -134,7 +134,7 @@ class CompiledModel:
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
         self._root = _view_roots(self.steps)
-        self._fixed = {**self.constants, **_plan_buffers(self.steps, self.values, set(self._fresh))}
+        self._fixed = {**self.constants, **_plan_buffers(self.steps, self.values, set(self.outputs))}
         self._plan, self._plan_kernels = self._native_plan(runner)
 
     def __repr__(self) -> str:
@@ -294,12 +294,14 @@ def _view_roots(steps: Sequence[Step]) -> dict[str, str]:
 def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str]) -> dict[str, np.ndarray]:
     """An aligned array for each value a kernel writes, except ``per_call`` ones (the model's outputs).
     A buffer whose readers have all run is reused for a later value (the smallest free one that fits);
-    a view keeps its source's buffer alive until the view's last reader."""
+    a view keeps its source's buffer alive until the view's last reader, and an output that is a view
+    keeps it to the end (the call returns a copy of it)."""
     root = _view_roots(steps)
     last_read: dict[str, int] = {}
     for n, step in enumerate(steps):
         for name in step.inputs:
             last_read[root.get(name, name)] = n
+    last_read.update((root.get(name, name), len(steps)) for name in per_call)  # read when the call returns
     free: list[np.ndarray] = []
     owned: dict[str, np.ndarray] = {}
     buffers = {}

@@ -1,0 +1,208 @@
+"""PyTorch's way in: torch.compile(backend="tilecraft") and tc.from_torch on a branchy CNN, a transformer
+block and an MLP match eager PyTorch; an operator tilecraft cannot compile runs in PyTorch with one
+warning; graph breaks, new shapes and changed weights compile again; tuning logs are used; the
+command line reads a torch.export file; tilecraft works without torch."""
+
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+import tilecraft as tc  # noqa: E402
+from tilecraft.cli import main  # noqa: E402
+from tilecraft.database import TuningRecord, trace_key  # noqa: E402
+from tilecraft.frontend import UnsupportedOperatorError  # noqa: E402
+from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError  # noqa: E402
+from tilecraft.model.torch import TorchFallbackWarning  # noqa: E402
+from tilecraft.search.default import default_schedule  # noqa: E402
+from torch_networks import MODELS, network  # noqa: E402
+
+nn = torch.nn
+
+
+def assert_close(got, expected):
+    relative = ((got - expected).norm() / expected.norm()).item()
+    assert got.shape == expected.shape and got.dtype == expected.dtype and relative <= 1e-4, relative
+
+
+@pytest.fixture
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        yield
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, quiet):
+    net, x = network(name)
+    with torch.no_grad():
+        expected = net(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TorchFallbackWarning)
+            compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
+            assert_close(compiled(x), expected)
+        model = tc.from_torch(net, x, cache_dir=kernel_cache)
+    assert_close(model(x), expected)
+    assert all(not kernel.tuned for kernel in model.compiled.kernels)
+    again = torch.randn(x.shape)
+    with torch.no_grad():
+        assert_close(model(again), net(again))
+        assert_close(compiled(again), net(again))
+
+
+class Spectrum(nn.Module):
+    """A linear layer, then an FFT, which PyTorch cannot export to ONNX."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.fft.rfft(self.linear(x)).abs()
+
+
+def test_a_graph_tilecraft_cannot_compile_runs_in_pytorch_with_one_warning_naming_the_operator(kernel_cache):
+    torch.manual_seed(0)
+    net, x = Spectrum().eval(), torch.randn(4, 8)
+    compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
+    with torch.no_grad(), pytest.warns(TorchFallbackWarning) as caught:
+        first, second = compiled(x), compiled(2 * x)
+    assert len(caught) == 1
+    assert "it runs in PyTorch: PyTorch cannot export the program to ONNX: Exporting the operator " \
+           "'aten::fft_rfft'" in str(caught[0].message)
+    with torch.no_grad():
+        assert_close(first, net(x))
+        assert_close(second, net(2 * x))
+    with pytest.raises(UnsupportedOperatorError, match="aten::fft_rfft"):
+        tc.from_torch(net, x)
+
+
+class TwoHalves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.first(x))
+        torch._dynamo.graph_break()  # what print() or data-dependent Python would do
+        return self.second(x)
+
+
+def test_graph_breaks_new_shapes_and_weights_changed_in_place_compile_again(kernel_cache, quiet):
+    torch.manual_seed(0)
+    net = TwoHalves().eval()
+    compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TorchFallbackWarning)
+        for rows in (2, 3, 5):  # from the third shape on, dynamo gives the graphs symbolic sizes
+            x = torch.randn(rows, 8)
+            assert_close(compiled(x), net(x))
+        net.load_state_dict(TwoHalves().state_dict())  # new weights, copied in place
+        assert_close(compiled(x), net(x))
+        net.first.weight.mul_(2)
+        assert_close(compiled(x), net(x))
+
+
+class Lookup(nn.Module):
+    """Two inputs (token ids, a bias) and two outputs, one of them an int64 scalar."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding, self.linear = nn.Embedding(20, 8), nn.Linear(8, 4)
+
+    def forward(self, ids, bias):
+        return self.linear(self.embedding(ids)) + bias, ids.sum()
+
+
+def test_several_inputs_and_outputs_of_other_dtypes_with_dynamic_shapes_from_the_start(kernel_cache, quiet):
+    torch.manual_seed(0)
+    net, bias = Lookup().eval(), torch.randn(4)
+    compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache}, dynamic=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TorchFallbackWarning)
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # dynamo passes a float attribute as a 0-d tensor
+        for tokens in (5, 3):
+            ids = torch.randint(0, 20, (2, tokens))
+            (got, total), (expected, expected_total) = compiled(ids, bias), net(ids, bias)
+            assert_close(got, expected)
+            assert total.dtype == torch.int64 and total.item() == expected_total.item()
+        model = tc.from_torch(net, (ids, bias), cache_dir=kernel_cache)
+    assert_close(model(ids, bias)[0], expected)
+    with pytest.raises(ModelInputError, match=r"takes 2 input\(s\) \(int64\[2, 3\], float32\[4\]\) but was given 1"):
+        model(ids)
+
+
+def made_up_log(path, onnx_model):
+    """A log with one record for every task of the model: its default schedule, as if measured."""
+    tasks, _ = tc.extract_tasks(onnx_model)
+    with open(path, "w") as file:
+        for task in tasks:
+            trace = default_schedule(task.compute_dag, task.target).trace
+            file.write(TuningRecord(task.workload_key, task.workload, str(task.target), trace_key(trace), (1e-3,),
+                                    "none", "", 0.1, 0.0, task.compute_dag.flop_count(), None).to_json_line() + "\n")
+    return path
+
+
+def test_the_log_given_in_options_gives_every_kernel_its_tuned_schedule(tmp_path, kernel_cache):
+    net, x = network("mlp")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        untuned = tc.from_torch(net, x, cache_dir=kernel_cache)
+    untuned.save_onnx(tmp_path / "mlp.onnx")
+    log = made_up_log(tmp_path / "mlp.json", str(tmp_path / "mlp.onnx"))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no kernel left with the default schedule, nothing in PyTorch
+        compiled = torch.compile(net, backend="tilecraft", options={"log": str(log), "cache_dir": kernel_cache})
+        assert_close(compiled(x), net(x))
+        tuned = tc.from_torch(net, x, log=log, cache_dir=kernel_cache)
+    assert tuned.compiled.kernels and all(kernel.tuned for kernel in tuned.compiled.kernels)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed,
+                       match=r"takes options=\{...\} with the keys log, target, cache_dir, not \['logs'\]"):
+        torch.compile(net, backend="tilecraft", options={"logs": str(log)})(x)
+
+
+def test_the_command_line_reads_a_torch_export_file_as_an_onnx_model(tmp_path, capsys):
+    net, x = network("cnn")
+    program = tmp_path / "cnn.pt2"
+    torch.export.save(torch.export.export(net, (x,)), program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        tc.from_torch(net, x).save_onnx(tmp_path / "cnn.onnx")
+    listings = []
+    for path in (program, tmp_path / "cnn.onnx"):
+        assert main(["tasks", str(path)]) == 0
+        listings.append(capsys.readouterr().out)
+    assert listings[0] == listings[1] and "conv2d_nhwc" in listings[0]
+    (tmp_path / "not.pt2").write_text("not a program")
+    assert main(["tasks", str(tmp_path / "not.pt2")]) == 2
+    assert f"MODEL: {tmp_path / 'not.pt2'} is not a program saved by torch.export.save" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # tunes for a few seconds
+def test_tune_model_on_a_torch_export_file_tunes_kernels_that_from_torch_then_uses(tmp_path, kernel_cache):
+    net, x = network("mlp")
+    program, log = tmp_path / "mlp.pt2", tmp_path / "mlp.json"
+    torch.export.save(torch.export.export(net, (x,)), program)
+    assert main(["tune-model", str(program), "--trials", "4", "--per-round", "2", "--log", str(log),
+                 "--no-transfer"]) == 0
+    with torch.no_grad(), pytest.warns(DefaultScheduleWarning) as caught:
+        model = tc.from_torch(net, x, log=log, cache_dir=kernel_cache)
+    assert 0 < sum(kernel.tuned for kernel in model.compiled.kernels) < len(model.compiled.kernels)
+    assert f"no record in {log}" in str(caught[0].message)
+    assert_close(model(x), net(x))
+
+
+def test_tilecraft_works_without_torch_and_says_what_to_install():
+    script = ("import sys; sys.modules['torch'] = None\n"
+              "import tilecraft as tc\n"
+              "tc.extract_tasks\n"
+              "try:\n    tc.from_torch(None, ())\n"
+              "except ImportError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'tilecraft[torch]'" in result.stdout

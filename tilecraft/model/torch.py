@@ -1,0 +1,204 @@
+"""PyTorch's way in, for inference: ``torch.compile(module, backend="tilecraft")`` and ``from_torch``.
+
+``from_torch`` exports a module traced with example inputs to ONNX (``frontend.torch``) and
+compiles that as ``compile_model`` does; the ``TorchModel`` it returns is called with tensors
+like the module, and saves the ONNX model for ``tilecraft tune-model``.
+
+``tilecraft_backend`` is the backend that torch finds under the name "tilecraft" through the
+package's ``torch_dynamo_backends`` entry point, without importing tilecraft. It receives each
+graph that torch.compile captures; code between graphs (at graph breaks) runs in PyTorch, as
+with every backend. Dynamo passes a module's parameters and buffers as graph inputs: they are
+frozen into the ONNX model as its weights, and a weight changed in place (``load_state_dict``)
+or replaced makes the graph compile again. A graph is compiled at its first call, and again
+for each new set of input shapes (dynamo's dynamic shapes become one static model per shape)
+or value of a 0-d tensor (a Python number that dynamo passes as a tensor, and a trace may read).
+A graph that PyTorch cannot export, or tilecraft cannot import, runs in PyTorch with one
+``TorchFallbackWarning`` that names the operator. Outputs carry no autograd history.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..frontend.onnx_importer import OnnxImportError
+from ..frontend.torch import require_torch, to_onnx
+from .compiled import CompiledModel, ModelInputError, compile_model
+
+BACKEND_OPTIONS = ("log", "target", "cache_dir")  # compile_model's arguments, by the same names
+
+
+class TorchFallbackWarning(UserWarning):
+    """A graph that torch.compile captured runs in PyTorch: tilecraft cannot compile it."""
+
+
+class TorchModel:
+    """A PyTorch program compiled by tilecraft: called with CPU tensors in the program's order, it returns
+    a tensor (a tuple of them for several outputs), new at every call.
+
+    Attributes:
+        onnx_model: The ONNX model it was compiled from (``save_onnx`` writes it).
+        compiled: The ``CompiledModel`` that runs it, called with NumPy arrays by input name.
+        input_names: The name of each positional input in the ONNX model, in order; an input the
+            program does not read is not in the model, and is not passed on.
+    """
+
+    def __init__(self, onnx_model: Any, compiled: CompiledModel, input_names: Sequence[str]) -> None:
+        self.onnx_model, self.compiled, self.input_names = onnx_model, compiled, tuple(input_names)
+
+    def __repr__(self) -> str:
+        return f"TorchModel({self.compiled!r})"
+
+    def __call__(self, *inputs: Any) -> Any:
+        outputs = self.run(inputs)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def run(self, inputs: Sequence[Any]) -> tuple:
+        """The outputs, as a tuple of tensors, for ``inputs`` in the program's order.
+
+        Raises:
+            ModelInputError: If the count, a shape or a dtype of ``inputs`` is not the program's.
+        """
+        torch = require_torch()
+        if len(inputs) != len(self.input_names):
+            raise ModelInputError(f"the model takes {len(self.input_names)} input(s) "
+                                  f"({', '.join(map(str, self.compiled.inputs))}) but was given {len(inputs)}")
+        taken = {value.name for value in self.compiled.inputs}
+        arrays = {name: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+                  for name, x in zip(self.input_names, inputs) if name in taken}
+        results = self.compiled.run(arrays)
+        return tuple(torch.from_numpy(results[name]) for name in self.compiled.outputs)
+
+    def save_onnx(self, path: str | Path) -> None:
+        """Write the ONNX model to ``path``, for ``tilecraft tune-model PATH`` and ``tc.extract_tasks``."""
+        import onnx
+
+        onnx.save(self.onnx_model, os.fspath(path))
+
+
+def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str | Path] | None = None,
+               target: Any = None, cache_dir: str | Path | None = None) -> TorchModel:
+    """Compile a PyTorch module for inference: traced with ``example_inputs`` (in inference mode), exported
+    to ONNX and compiled with the best schedules of ``log``, as ``compile_model`` compiles.
+
+    The model has the example inputs' shapes and dtypes. The trace follows the Python control
+    flow that the example inputs take (PyTorch's TracerWarning says where it may not hold).
+
+    Args:
+        module: A ``torch.nn.Module``.
+        example_inputs: A tensor, or a tuple of them: the module's positional arguments.
+        log: A tuning log, or several in order of preference, as in ``compile_model``.
+        target: The target to compile for; None for the host.
+        cache_dir: Where kernels are compiled and cached; None for the default.
+
+    Raises:
+        ImportError: If torch or onnx is not installed (``pip install 'tilecraft[torch]'``).
+        UnsupportedOperatorError: If PyTorch cannot export the module, or it uses an operator
+            tilecraft lacks; the message names it. (``torch.compile(module, backend="tilecraft")``
+            runs such a graph in PyTorch instead.)
+
+    Example:
+        ::
+
+            model = tc.from_torch(net.eval(), torch.randn(1, 3, 224, 224), log="net.json")
+            logits = model(image)
+            model.save_onnx("net.onnx")   # tilecraft tune-model net.onnx --log net.json
+    """
+    torch = require_torch()
+    inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    return _compiled(module, inputs, log=log, target=target, cache_dir=cache_dir)
+
+
+def _compiled(module: Any, inputs: Sequence[Any], **options: Any) -> TorchModel:
+    """``module`` traced with ``inputs``, exported and compiled with ``compile_model``'s ``options``."""
+    names = [f"input_{n}" for n in range(len(inputs))]
+    onnx_model = to_onnx(module, inputs, names)
+    return TorchModel(onnx_model, compile_model(onnx_model, **options), names)
+
+
+def tilecraft_backend(graph_module: Any, example_inputs: Sequence[Any], options: dict | None = None,
+                      mode: str | None = None) -> CapturedGraph:
+    """The torch.compile backend "tilecraft": ``torch.compile(module, backend="tilecraft", options={"log": LOG})``.
+
+    ``options`` takes ``log`` (a tuning log or several, as in ``compile_model``), ``target``
+    and ``cache_dir``. Each graph compiles at its first call (module docstring).
+
+    Raises:
+        ValueError: If ``options`` has another key, or a ``mode`` is given (tilecraft has none).
+    """
+    unknown = sorted(set(options or {}) - set(BACKEND_OPTIONS))
+    if unknown or mode is not None:
+        wrong = f"not {unknown}" if unknown else f"and no mode ({mode!r})"
+        raise ValueError(f"torch.compile(backend='tilecraft') takes options={{...}} with the keys "
+                         f"{', '.join(BACKEND_OPTIONS)}, {wrong}")
+    static = require_torch()._dynamo.utils.get_static_address_type
+    return CapturedGraph(graph_module, [static(x) is not None for x in example_inputs], dict(options or {}))
+
+
+class CapturedGraph:
+    """A graph that torch.compile captured, called as the graph: a ``TorchModel`` for each input signature
+    (the shapes, dtypes and devices of its tensors, the values of its sizes and 0-d tensors), or the graph itself, in
+    PyTorch, for a signature that tilecraft cannot compile. The models hold the weights as they were
+    (each tensor and its version counter): when one changes, they are all compiled again.
+
+    Args:
+        graph_module: The captured ``torch.fx.GraphModule``.
+        weights: For each of its inputs, whether it is a parameter or buffer of the module.
+        options: ``compile_model``'s ``log``, ``target`` and ``cache_dir``.
+    """
+
+    def __init__(self, graph_module: Any, weights: Sequence[bool], options: dict) -> None:
+        self.graph_module, self.weights, self.options = graph_module, tuple(weights), options
+        self.models: dict[tuple, TorchModel | None] = {}
+        self.weights_seen: tuple = ()
+
+    def __call__(self, *args: Any) -> Any:
+        torch = require_torch()
+        weights = tuple((id(x), 0 if x.is_inference() else x._version) for x, w in zip(args, self.weights) if w)
+        if weights != self.weights_seen:
+            self.models, self.weights_seen = {}, weights
+        fixed = self._fixed(args)
+        key = tuple((tuple(x.shape), x.dtype, x.device) if isinstance(x, torch.Tensor) and not constant else
+                    (x.item(), x.dtype) if isinstance(x, torch.Tensor) else x
+                    for x, weight, constant in zip(args, self.weights, fixed) if not weight)
+        if key not in self.models:
+            self.models[key] = self._compile(args, fixed)
+        model = self.models[key]
+        if model is None:
+            return self.graph_module(*args)
+        return model.run([x for x, constant in zip(args, fixed) if not constant])
+
+    def _fixed(self, args: Sequence[Any]) -> list[bool]:
+        """Which arguments are constants of the compiled model: the weights, sizes, and 0-d tensors (Python
+        numbers that dynamo passes as tensors, which the trace may read as numbers)."""
+        torch = require_torch()
+        return [weight or not isinstance(x, torch.Tensor) or x.dim() == 0 for x, weight in zip(args, self.weights)]
+
+    def _compile(self, args: Sequence[Any], fixed: Sequence[bool]) -> TorchModel | None:
+        torch = require_torch()
+        inputs = [x for x, constant in zip(args, fixed) if not constant]
+        frozen = torch.nn.Module()  # the graph with its weights as buffers: the exporter makes them initializers
+        for n, (x, weight) in enumerate(zip(args, self.weights)):
+            if weight:
+                frozen.register_buffer(f"weight_{n}", x.detach())
+
+        def forward(*given):
+            given = iter(given)
+            return self.graph_module(*(getattr(frozen, f"weight_{n}") if weight else x if constant else next(given)
+                                       for n, (x, weight, constant) in enumerate(zip(args, self.weights, fixed))))
+
+        frozen.forward = forward
+        try:
+            devices = sorted({str(x.device) for x in inputs} - {"cpu"})
+            if devices:
+                raise OnnxImportError(f"its inputs are on {', '.join(devices)}; tilecraft compiles for the CPU")
+            return _compiled(frozen, inputs, **self.options)
+        except OnnxImportError as error:
+            operators = sum(node.op in ("call_function", "call_method", "call_module")
+                            for node in self.graph_module.graph.nodes)
+            reason = str(error).split("\nsupported (domain")[0]
+            warnings.warn(f"tilecraft cannot compile a graph of {operators} PyTorch operators that torch.compile "
+                          f"captured; it runs in PyTorch: {reason}", TorchFallbackWarning, stacklevel=2)
+            return None
