@@ -36,6 +36,7 @@ def quiet():
         yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, quiet):
     net, x = network(name)

@@ -126,6 +126,7 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dag", [lambda: matmul(512, 512, 512), conv_bias_relu,
                                  lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"),
                                                                te.placeholder((8, 8, 3, 3), name="W"))),

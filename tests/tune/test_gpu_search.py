@@ -57,6 +57,7 @@ class SimulatedGpuRunner:
         pass
 
 
+@pytest.mark.slow
 def test_a_cuda_task_tunes_with_gpu_sketches_and_its_best_matches_numpy(tmp_path):
     task = tc.SearchTask(func="matmul", args=(128, 64, 128, "float32"), target=TARGET)
     log = tmp_path / "gpu.json"
@@ -73,6 +74,7 @@ def test_a_cuda_task_tunes_with_gpu_sketches_and_its_best_matches_numpy(tmp_path
     assert "__global__" in tc.build(sch, TARGET).source
 
 
+@pytest.mark.slow
 def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(monkeypatch):
     """The policy lowers and verifies what it proposes, learns the refusals as failures,
     proposes others instead and counts them for the summary: here with the decision
