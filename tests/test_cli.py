@@ -209,7 +209,7 @@ def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, m
 def test_every_command_is_registered_and_one_is_required(capsys):
     assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command",
                                               "add_tasks_command", "add_tune_model_command", "add_run_model_command",
-                                              "add_serve_command"]
+                                              "add_serve_command", "add_db_command"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([])
     assert exit_info.value.code == 2
@@ -375,3 +375,16 @@ def test_run_model_of_a_saved_model_and_its_input_errors(onnx_model, tmp_path, c
     assert next(row for row in rows if row[:1] == ["all kernels"])[1] == "3"  # their calls, in all
     assert main(["run-model", str(tmp_path / "saved"), "--input", str(tmp_path / "x64.npy")]) == 2
     assert "--input: input x must be a numpy array float32[1, 2, 6, 6] but got float64" in capsys.readouterr().err
+
+
+def test_db_imports_logs_into_a_store_and_exports_them_as_one_log(log, tmp_path, capsys):
+    store, merged = tmp_path / "records.db", tmp_path / "merged.json"
+    assert main(["db", "import", str(store), str(log), str(log)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"{log}: 5 records added to {store} (10 in all)"
+    assert main(["db", "export", str(store), str(merged)]) == 0
+    assert merged.read_text() == log.read_text() * 2  # the same lines, in the order they were added
+    assert main(["best", str(merged)]) == 0
+    assert main(["db", "export", str(store), str(merged)]) == 2
+    assert f"{merged} exists; export into a new file" in capsys.readouterr().err
+    assert main(["db", "import", str(store), str(tmp_path / "nosuch.json")]) == 2
+    assert "no such file:" in capsys.readouterr().err

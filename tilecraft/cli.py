@@ -8,6 +8,7 @@
     tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
     (MODEL: an .onnx file, or a .pt2 file that torch.export.save wrote)
     tilecraft serve [--port 9190] [--secret-file FILE]          measure candidates for tuners elsewhere (RPCRunner)
+    tilecraft db import STORE LOG... | export STORE LOG         tuning logs into and out of a SQLite store
 
 Each command is one ``add_<name>_command(subparsers)`` function that declares its
 arguments and sets ``run``, the function that carries it out; ``COMMANDS`` lists them.
@@ -742,10 +743,47 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"tilecraft: warning: {message}", file=sys.stderr)
 
 
+# -- tilecraft db ---------------------------------------------------------------------
+
+def add_db_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "db", help="move tuning records between logs and a SQLite store",
+        description="Tuning logs (JSON lines) are the exchange format; a SQLite store is what several tuners "
+                    "write at once (tc.RecordToStore). `import STORE LOG...` adds logs to a store, made if "
+                    "missing; `export STORE LOG` writes its records as a new log (.xz compresses it).")
+    actions = command.add_subparsers(dest="action", required=True, metavar="{import,export}")
+    into = actions.add_parser("import", help="add tuning logs to a store (made if missing)")
+    into.add_argument("store", type=Path, help="the SQLite store")
+    into.add_argument("logs", type=Path, nargs="+", metavar="LOG", help="tuning logs (.json lines, or .xz)")
+    out = actions.add_parser("export", help="write a store's records as a new tuning log")
+    out.add_argument("store", type=Path, help="the SQLite store")
+    out.add_argument("log", type=Path, help="the log to write; it must not exist")
+    command.set_defaults(run=run_db)
+
+
+def run_db(args: argparse.Namespace) -> int:
+    from .database import RecordStore
+
+    missing = [str(path) for path in ([args.store] if args.action == "export" else args.logs) if not path.is_file()]
+    if missing:
+        raise CommandError(f"no such file: {', '.join(missing)}")
+    with RecordStore(args.store) as store:
+        if args.action == "import":
+            for log in args.logs:
+                print(f"{log}: {store.import_log(log)} records added to {args.store} ({store.count()} in all)")
+            return 0
+        try:
+            print(f"{args.log}: {store.export_log(args.log)} records from {args.store}")
+        except FileExistsError:
+            raise CommandError(f"{args.log} exists; export into a new file (to merge logs, import them into one "
+                               f"store)") from None
+    return 0
+
+
 # The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
 COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command,
                                                add_tasks_command, add_tune_model_command, add_run_model_command,
-                                               add_serve_command)
+                                               add_serve_command, add_db_command)
 
 
 if __name__ == "__main__":
