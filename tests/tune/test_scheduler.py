@@ -47,10 +47,22 @@ def test_a_short_warm_up_gives_each_task_its_trials_then_whole_rounds(tmp_path, 
     scheduler = TaskScheduler(tasks(), warm_up_trials=2)
     scheduler.tune(options(log, 14, runner))  # 3 x 2 warm-up trials, then rounds of (up to) 4
     keys = [r.workload_key for r in load_records(log)]
-    assert keys[:6] == [s.task.workload_key for s in scheduler.states for _ in range(2)]
+    most_work_first = sorted(scheduler.states, key=lambda s: -s.flop)  # the weights are equal
+    assert keys[:6] == [s.task.workload_key for s in most_work_first for _ in range(2)]
     assert len(keys) == 14 and max(s.summary.trials for s in scheduler.states) > 2
     with pytest.raises(ValueError, match="warm_up_trials=0: give at least 1 trial per task"):
         TaskScheduler(tasks(), warm_up_trials=0)
+
+
+@pytest.mark.slow
+def test_a_budget_short_of_a_round_each_warms_every_task_with_a_share(tmp_path, runner):
+    """30 trials for three tasks in rounds of 16 would leave the third none: each gets 10."""
+    log = tmp_path / "model.json"
+    scheduler = TaskScheduler(tasks())
+    scheduler.tune(tc.TuningOptions(num_measure_trials=30, num_measures_per_round=16, runner=runner,
+                                    measure_callbacks=[tc.RecordToFile(log)], verbose=0, num_remeasured=0))
+    assert [s.summary.trials for s in scheduler.states] == [10, 10, 10]
+    assert len(load_records(log)) == 30
 
 
 @pytest.mark.slow

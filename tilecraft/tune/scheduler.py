@@ -2,8 +2,10 @@
 
 The objective is the model's latency, the sum of weight x best latency over the tasks
 (or a user's ``objective_func`` of the best latencies). After a warm-up round for every
-task (skipped for tasks the log already covers; ``warm_up_trials`` shortens it, since a
-model of 29 tasks spends 1,856 trials on Ansor's), each round goes to the task whose next
+task, the most work (weight x FLOPs) first (skipped for tasks the log already covers;
+``warm_up_trials`` shortens it, since a model of 29 tasks spends 1,856 trials on Ansor's;
+a budget short of whole rounds gets each task an equal share of it, at least
+``MIN_WARM_UP_TRIALS``, rather than leaving the last tasks none), each round goes to the task whose next
 round is expected to lower the objective most. Its gradient mixes the improvement of its
 last ``backward_window_size`` rounds (backward) with an optimistic forecast (forward: the
 best of "one more round helps as much as the average round did" and "it reaches ``beta``
@@ -34,6 +36,9 @@ from .progress import ProgressReporter
 from .task import SearchTask, TuningOptions, TuningSummary, default_runner, final_round, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
+
+
+MIN_WARM_UP_TRIALS = 8  # a warm-up round measures each sketch's default and a few more
 
 
 @dataclass
@@ -191,6 +196,9 @@ class TaskScheduler:
                 per_round = options.num_measures_per_round
                 if not state.best_after_round and self.warm_up_trials is not None:
                     per_round = self.warm_up_trials
+                elif not state.best_after_round:  # a budget short of a round each: a share each, so all get one
+                    fresh = sum(not s.best_after_round and not s.done for s in self.states)
+                    per_round = min(per_round, max(MIN_WARM_UP_TRIALS, (options.num_measure_trials - trials) // fresh))
                 count = options.round_size(per_round, trials, time.perf_counter() - started)
                 if not count:
                     reporter.note("the time budget is spent")
@@ -252,8 +260,8 @@ class TaskScheduler:
         if not alive:
             return None
         fresh = [n for n in alive if not self.states[n].best_after_round]
-        if fresh:  # warm-up: one round for every task the log does not cover
-            return fresh[0]
+        if fresh:  # warm-up: one round for every task the log does not cover, the most work first
+            return max(fresh, key=lambda n: (self.states[n].weight * self.states[n].flop, -n))
         if self.strategy == "round-robin":
             later = [n for n in alive if n >= self._next_robin] or alive
             self._next_robin = later[0] + 1
