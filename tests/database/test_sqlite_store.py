@@ -22,7 +22,7 @@ import pytest
 import tilecraft as tc
 from tilecraft.database import (RECORD_VERSION, MalformedRecordWarning, NoValidRecordError, RecordFormatError,
                                 RecordStore, RecordToFile, RecordVersionError, TuningRecord, load_best_record,
-                                load_records)
+                                load_records, summarize)
 from tilecraft.database.best import rank
 from tilecraft.database.sqlite import SCHEMA
 
@@ -328,3 +328,24 @@ def test_four_writers_of_2000_records_lose_and_repeat_none_and_a_killed_one_lose
             assert [r.timestamp for r in records] == [float(n) for n in range(2000)]
         kept = [r.timestamp for r in store.records('["dag", "writer4"]')]
         assert len(kept) >= 200 and kept == [float(n) for n in range(len(kept))]  # a whole prefix: no gap, no torn row
+
+
+def test_every_reader_of_logs_reads_a_store_as_its_log(store, varied, write_log, tmp_path):
+    """load_records, load_best_record, summarize (tilecraft best) and apply_best take a store
+    where they take a log, and find what they find in the log it was imported from."""
+    log = tmp_path / "log.json"
+    write_log(log, varied)
+    store.import_log(log)
+    path = store.path
+    assert load_records(path) == load_records(log)
+    for key in {r.workload_key for r in varied}:
+        assert load_records(path, key) == load_records(log, key)
+        try:
+            expected = load_best_record(log, key)
+        except NoValidRecordError:
+            with pytest.raises(NoValidRecordError):
+                load_best_record(path, key)
+            continue
+        assert load_best_record(path, key) == expected
+    assert [(s.workload_key, s.count, s.valid) for s in summarize(path)] == \
+        [(s.workload_key, s.count, s.valid) for s in summarize(log)]

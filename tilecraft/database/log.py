@@ -134,8 +134,15 @@ def measured_records(task: Any, measure_inputs: Sequence[Any], measure_results: 
 def iter_records(path: str | Path, workload_key: str | None = None, target: Any = None) -> Iterator[TuningRecord]:
     """The records of the log in file order, optionally only those of one workload key and
     target (a string or ``Target``; compared in canonical form). A log named ``*.xz`` is read
-    through xz, as logs are kept compressed."""
+    through xz, as logs are kept compressed; a SQLite store (``RecordStore``) is read as its
+    log would be, so every reader of logs reads stores too."""
     path = Path(path)
+    if is_store(path):
+        from .sqlite import RecordStore  # it reads logs with this module: imported when used
+
+        with RecordStore(path) as store:
+            yield from store.records(workload_key, target)
+        return
     target = canonical_target(target)
     # A line in this version's layout that lacks the key or target as written cannot match:
     # skip it without decoding (a log of a whole network holds many workloads).
@@ -238,6 +245,11 @@ def load_best_record(path: str | Path, workload_key: str, target: Any = None) ->
     path = Path(path)
     if not path.exists():
         raise NoValidRecordError(f"{path} does not exist; a tuning run writes it (RecordToFile)")
+    if is_store(path):  # by its index, not by reading every record of the workload
+        from .sqlite import RecordStore
+
+        with RecordStore(path) as store:
+            return store.best(workload_key, target)
     found = BestSoFar(lambda record: _has_readable_trace(record, path))
     with _gc_paused():
         for record in iter_records(path, workload_key, target):
@@ -307,6 +319,15 @@ class _Tally:
         else:
             self.error_kinds[record.error_kind] += 1
             self.error_msgs[record.error_msg] += 1
+
+
+def is_store(path: Path) -> bool:
+    """Whether ``path`` is a SQLite file (a ``RecordStore``) rather than a tuning log."""
+    try:
+        with open(path, "rb") as file:
+            return file.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
 
 
 def canonical_target(target: Any) -> str | None:
