@@ -84,6 +84,27 @@ def test_rerunning_into_the_same_work_dir_resumes(tmp_path, runner):
     assert "3 trials already in the work dir, 3 to go" in log and "6 trials already in the work dir, 0 to go" in log
 
 
+@pytest.mark.slow
+def test_a_work_dir_with_a_store_is_written_and_read_through_it_by_two_tuners(tmp_path, runner):
+    """A work dir holding records.db (RecordStore) is that store: two tunings of two workloads
+    write it, each resumes from it, and the Database reads its bests by the store's index."""
+    tc.RecordStore(tmp_path / "records.db").close()
+    tasks = [tc.SearchTask(func="matmul", args=(n, 16, 16, "float32")) for n in (16, 32)]
+    for budget in (3, 5):
+        for task in tasks:
+            database = tc.tune_tir(task, TARGET, tmp_path, max_trials_global=budget, num_trials_per_iter=4,
+                                   strategy="replay-trace", runner=runner, verbose=0)
+    assert not (tmp_path / "records.json").exists() and "of 2 workload/target pairs" in repr(database)
+    with tc.RecordStore(tmp_path / "records.db") as store:
+        for task in tasks:
+            records = [r for r in store.records(task) if r.phase == "search"]
+            assert len(records) == 5 == len({trace_key(r.trace) for r in records})  # resumed, nothing twice
+            assert database.query_best(task, TARGET) == store.best(task)
+    sch = tc.compile_tir(tmp_path, tasks[1], TARGET)
+    a, b = tasks[1].compute_dag.random_inputs()
+    np.testing.assert_allclose(tc.build(sch, TARGET)(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def linear0_dag(n_in=64, n_out=16):
     X = te.placeholder((1, n_in), name="X")
     W = te.placeholder((n_out, n_in), name="W")

@@ -29,7 +29,7 @@ from .log import (MalformedRecordWarning, NoValidRecordError, _explain_no_best, 
 from .best import rank
 from .record import LINE_STARTS, RecordFormatError, RecordVersionError, TuningRecord
 
-RECORDS_FILE = "records.json"
+RECORDS_FILE, STORE_FILE = "records.json", "records.db"
 _HEADS = tuple(start.encode() for start in LINE_STARTS)
 _FINAL = b'"phase":"final"'  # written just before ',"costs":['
 
@@ -43,7 +43,10 @@ class Database:
 
     The work dir's ``records.json`` is a tuning log (as ``RecordToFile`` writes it);
     opening indexes it without decoding, so it is fast on large logs. A work dir without
-    one opens empty. ``tune_tir`` returns the Database of its work dir.
+    one opens empty. A work dir that holds a SQLite store, ``records.db`` (made by
+    ``RecordStore``), is that store instead, read through its index and written by
+    several tuners at once (``tune_tir`` writes there when it exists). ``tune_tir``
+    returns the Database of its work dir.
 
     Args:
         work_dir: The directory that holds ``records.json``.
@@ -62,7 +65,12 @@ class Database:
     def __init__(self, work_dir: str | Path) -> None:
         self.work_dir = Path(work_dir)
         self.path = self.work_dir / RECORDS_FILE
-        self._data = self.path.read_bytes() if self.path.exists() else b""
+        self._store = None
+        if (self.work_dir / STORE_FILE).exists():
+            from .sqlite import RecordStore  # sqlite.py names workloads with this module
+
+            self._store = RecordStore(self.work_dir / STORE_FILE)
+        self._data = self.path.read_bytes() if self.path.exists() and self._store is None else b""
         self._index: dict[bytes, list[Line]] = {}  # b'"<key>","target":"<target>"' -> its lines
         start = lineno = 0
         with _gc_paused():
@@ -75,13 +83,16 @@ class Database:
                 start = end
 
     def __len__(self) -> int:
-        return sum(map(len, self._index.values()))
+        return self._store.count() if self._store is not None else sum(map(len, self._index.values()))
 
     def __repr__(self) -> str:
-        return f"Database({str(self.work_dir)!r}: {len(self)} records of {len(self._index)} workload/target pairs)"
+        pairs = len(self._store.workloads()) if self._store is not None else len(self._index)
+        return f"Database({str(self.work_dir)!r}: {len(self)} records of {pairs} workload/target pairs)"
 
     def records(self, workload: Any, target: Any = None) -> list[TuningRecord]:
         """Every record of the workload on the target, errors included, oldest first."""
+        if self._store is not None:
+            return self._store.records(workload_key_of(workload), target)
         return [r for r in map(self._record, self._lines(workload, target)) if r is not None]
 
     def query_best(self, workload: Any, target: Any = None) -> TuningRecord:
@@ -94,6 +105,8 @@ class Database:
                 records of the workload, records for other targets only, only errors).
             TypeError: If ``workload`` names no computation.
         """
+        if self._store is not None:
+            return self._store.best(workload_key_of(workload), target)
         finals: list[Line] = []
         costed = sorted((self._mean_cost(line, finals), line) for line in self._lines(workload, target))
         if finals:  # a few lines a tuning run: decode them, and the fastest search line, and rank by the rule

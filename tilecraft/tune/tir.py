@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..database.database import RECORDS_FILE, Database, dag_of
+from ..database.database import RECORDS_FILE, STORE_FILE, Database, dag_of
 from ..database.log import NoValidRecordError, RecordToFile
+from ..database.sqlite import RecordToStore
 from ..schedule.trace import Trace
 from ..search.policy import SketchPolicy
 from ..search.replay import ReplayTrace
@@ -94,7 +95,7 @@ def tune_tir(mod: Any, target: Target | str, work_dir: str | Path, max_trials_gl
             policy.preload(done)
             options = TuningOptions(num_measure_trials=remaining, num_measures_per_round=num_trials_per_iter,
                                     builder=builder, runner=runner, verbose=verbose,
-                                    measure_callbacks=[RecordToFile(work_dir / RECORDS_FILE), _LogLines(log, done)])
+                                    measure_callbacks=[_recorder(work_dir), _LogLines(log, done)])
             summary = task.tune(options, search_policy=policy)
             log.write(f"measured {summary.trials} ({summary.valid} valid) in {summary.wall_secs:.1f} s: search "
                       f"{summary.search_secs:.1f} s, build {summary.build_secs:.1f} s, run {summary.run_secs:.1f} s\n")
@@ -138,6 +139,14 @@ def _task(mod: Any, target: Target | str, task_name: str) -> SearchTask:
         task.target = target
         return task
     return SearchTask(compute_dag=dag_of(mod), target=target, desc=task_name)
+
+
+def _recorder(work_dir: Path):
+    """Where the work dir's records go: its SQLite store if it has one (several tuners may
+    write it at once), else its log."""
+    if (work_dir / STORE_FILE).exists():
+        return RecordToStore(work_dir / STORE_FILE)
+    return RecordToFile(work_dir / RECORDS_FILE)
 
 
 class _LogLines:
