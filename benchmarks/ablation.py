@@ -394,8 +394,10 @@ class ModelSearch:
             return SketchPolicy(task, shared, params, seed=seed * 1000 + n, sketch_policy=chosen.sketch_policy,
                                 mutation_policy=chosen.mutation_policy)
 
+        # A whole round each by default, named: the scheduler would share the budget of the
+        # one round it is given at a time among the tasks still to warm up.
         self.scheduler = tc.TaskScheduler(tasks, weights, seed=seed, policy_factory=policy,
-                                          warm_up_trials=chosen.warm_up_trials)
+                                          warm_up_trials=chosen.warm_up_trials or PER_ROUND)
         self.runner = _ReplayRunner({id(m.task.compute_dag): m for m in measurements}, self._measured)
         self.weight = {id(t.compute_dag): w for t, w in zip(tasks, weights)}
         self.best = dict.fromkeys(self.weight, np.inf)
