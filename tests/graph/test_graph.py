@@ -82,9 +82,17 @@ def test_fold_batch_norm_into_the_convolution(rng, conv_op, with_bias):
     np.testing.assert_allclose(run_reference(folded, x)["y"], run_reference(graph, x)["y"], rtol=1e-4, atol=1e-5)
 
 
-def test_batch_norm_stays_when_the_convolution_output_is_read_elsewhere(rng):
+def test_a_norm_whose_convolution_is_read_elsewhere_or_that_follows_no_convolution_is_an_affine_map(rng):
+    """The convolution keeps its weights (another node reads its output); the norm becomes
+    x * s + t with per-channel constants, as before any node of a pre-activation network."""
     graph = conv_bn_graph(rng, "conv2d", True, extra_consumer=True)
-    assert "batch_norm" in [n.op for n in fold_batch_norm(graph).nodes]
+    x = {"x": rng.standard_normal((1, 4, 6, 6)).astype("float32")}
+    folded = eliminate_dead_code(fold_batch_norm(graph))
+    assert [n.op for n in folded.nodes] == ["conv2d", "add", "multiply", "add", "relu"]
+    assert folded.constants["k"] is graph.constants["k"] and folded.values["bn_scale"].shape == (1, 8, 1, 1)
+    for name in ("y", "y2"):
+        np.testing.assert_allclose(run_reference(folded, x)[name], run_reference(graph, x)[name], rtol=1e-4,
+                                   atol=1e-5)
 
 
 @pytest.mark.parametrize("form", ["div_then_half_last", "mul_then_half_first"])

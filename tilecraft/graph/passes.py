@@ -55,11 +55,17 @@ def fold_batch_norm(graph: Graph) -> Graph:
 
     Applies when the convolution's weight and the norm's parameters are constants and nothing
     else reads the convolution's output; the bias becomes an ``add`` of an [F, 1, 1] constant.
+    A norm with constant parameters after anything else (a pre-activation network's) becomes
+    ``x * s + (beta - mean * s)``: its kernel has no square root of a variance, which the
+    tuner's random inputs would make negative (every candidate a NaN, none checked right).
     """
     graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
     for norm in [n for n in graph.nodes if n.op == "batch_norm" and n.attrs.get("axis", 1) == 1]:
+        if not all(graph.is_constant(p) for p in norm.inputs[1:]):
+            continue
         found = _conv_before(graph, norm)
-        if found is None or not all(graph.is_constant(p) for p in norm.inputs[1:]):
+        if found is None:
+            _fold_into_affine(graph, norm)
             continue
         conv, bias_add = found
         gamma, beta, mean, var = (graph.constants[p].astype(np.float64) for p in norm.inputs[1:])
@@ -82,6 +88,21 @@ def fold_batch_norm(graph: Graph) -> Graph:
             graph.nodes.remove(bias_add)
         graph.nodes[graph.nodes.index(norm)] = Node("add", (conv.output, new_bias), norm.output, {}, norm.name)
     return graph
+
+
+def _fold_into_affine(graph: Graph, norm: Node) -> None:
+    """``norm`` (constant parameters, channels on axis 1) as a ``multiply`` and an ``add`` of per-channel constants."""
+    gamma, beta, mean, var = (graph.constants[p].astype(np.float64) for p in norm.inputs[1:])
+    scale = gamma / np.sqrt(var + norm.attrs.get("epsilon", 1e-5))
+    value = graph.values[norm.inputs[0]]
+    shape = [1] * len(value.shape)
+    shape[1] = -1
+    factors = _add_constant(graph, f"{norm.name}_scale", scale.reshape(shape).astype(value.dtype))
+    shift = _add_constant(graph, f"{norm.name}_shift", (beta - mean * scale).reshape(shape).astype(value.dtype))
+    scaled = _add_value(graph, f"{norm.output}_scaled", value.shape, value.dtype)
+    index = graph.nodes.index(norm)
+    graph.nodes[index:index + 1] = [Node("multiply", (norm.inputs[0], factors), scaled, {}, f"{norm.name}_scale"),
+                                    Node("add", (scaled, shift), norm.output, {}, norm.name)]
 
 
 def _conv_before(graph: Graph, norm: Node) -> tuple[Node, Node | None] | None:
