@@ -74,10 +74,10 @@ def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
         columns.append(logs[:, group].sum(axis=1))
     for form in sketch.vector_loops.values():
         columns.append(form.evaluate(logs))
-    extents = sketch.gpu_extents(rows)
+    extents = sketch.gpu_extents(rows, logs)
     columns += list(extents.values())
     if sketch.shared_tiles:
-        columns.append(np.log2(sketch.shared_bytes(rows)))
+        columns.append(np.log2(sketch.shared_bytes(rows, logs)))
     if "blockIdx.x" in extents and "threadIdx.x" in extents:  # 2,048 threads and 32 blocks an SM
         blocks_per_sm = np.clip(11 - extents["threadIdx.x"], 0, 5)  # log2 min(2048 / threads, 32)
         columns.append(extents["blockIdx.x"] - blocks_per_sm - np.log2(sketch.gpu_limits.get("sm_count", 1)))

@@ -141,17 +141,20 @@ class Sketch:
             rows[broken] = self.sample_uniform(rng, int(broken.sum()))
         return rows
 
-    def gpu_extents(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+    def gpu_extents(self, rows: np.ndarray, logs: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Per GPU axis, log2 of the size of the launch along it for each candidate: the
-        largest extent bound to it (a block's threads are as many as its widest thread loop)."""
-        logs = self.log_factors(rows)
+        largest extent bound to it (a block's threads are as many as its widest thread loop).
+        ``logs``: the rows' ``log_factors``, where the caller has them."""
+        logs = self.log_factors(rows) if logs is None else logs
         return {axis: np.max([form.evaluate(logs) for form in forms], axis=0) for axis, forms in self.gpu_axes.items()}
 
-    def shared_bytes(self, rows: np.ndarray) -> np.ndarray:
+    def shared_bytes(self, rows: np.ndarray, logs: np.ndarray | None = None) -> np.ndarray:
         """Bytes of shared memory each candidate's block uses: per cached tile, the product
         over its dimensions of ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it
-        (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows)."""
-        logs, total = self.log_factors(rows), np.zeros(len(rows))
+        (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows). ``logs`` as for
+        ``gpu_extents``."""
+        logs = self.log_factors(rows) if logs is None else logs
+        total = np.zeros(len(rows))
         for element_bytes, dimensions in self.shared_tiles:
             size = np.full(len(rows), float(element_bytes))
             for terms in dimensions:
@@ -163,8 +166,9 @@ class Sketch:
         """Whether each candidate keeps the target's threads per block, virtual threads and
         shared memory, read from the decisions alone, as the CPU path checks its choices: a
         candidate that breaks them is never built (the verifier checks the lowered loops too)."""
-        fits = self.shared_bytes(rows) <= self.gpu_limits.get("shared_bytes", np.inf)
-        for axis, log_extent in self.gpu_extents(rows).items():
+        logs = self.log_factors(rows)
+        fits = self.shared_bytes(rows, logs) <= self.gpu_limits.get("shared_bytes", np.inf)
+        for axis, log_extent in self.gpu_extents(rows, logs).items():
             limit = self.gpu_limits.get(axis.split(".")[0])
             if limit is not None:
                 fits &= log_extent <= np.log2(limit) + 1e-9
