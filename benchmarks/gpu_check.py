@@ -55,32 +55,12 @@ def run(title: str, command: list[str], timeout: float) -> dict:
     return {"title": title, "exit_code": code, "seconds": round(time.perf_counter() - start, 1), "tail": tail}
 
 
-def time_torch(a, b, number: int, repeat: int) -> float:
-    """Median over ``repeat`` of the mean of ``number`` ``torch.matmul`` calls, each after an L2 flush."""
-    import torch
-
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    torch.matmul(a, b)
-    means = []
-    for _ in range(repeat):
-        total = 0.0
-        for _ in range(number):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            torch.matmul(a, b)
-            end.record()
-            end.synchronize()
-            total += start.elapsed_time(end) / 1e3
-        means.append(total / number)
-    return float(np.median(means))
-
-
 def benchmark(sizes: list[int]) -> list[dict]:
     import torch
 
     import cuda_matmul
     import tilecraft as tc
+    from gpu_ops import time_torch  # beside this script: each call after an L2 flush, as ours
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -101,7 +81,7 @@ def benchmark(sizes: list[int]) -> list[dict]:
             variant = tc.build(cuda_matmul.schedule(n, k_step, vthreads), "cuda")
             seconds = variant.time_evaluator(number=10, repeat=5, flush_l2=True)(a, b).median
             variants[f"k_step={k_step},vthreads={vthreads}"] = 2 * n**3 / seconds / 1e12
-        cublas = time_torch(a, b, 10, 5)
+        cublas = time_torch(torch.matmul, (a, b), 10, 5)
         flops = 2 * n**3
         row = {"n": n, "tilecraft_tflops": flops / ours / 1e12, "cublas_tflops": flops / cublas / 1e12,
                "ratio": cublas / ours, "tilecraft_ms": ours * 1e3, "cublas_ms": cublas * 1e3,
