@@ -42,7 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .builder import LocalBuilder
-from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
+from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, check_run, error_line
 from .runner import LocalRunner
 from .server import _UploadedDataRunner  # a LocalRunner whose workload data arrived as bytes
 
@@ -231,11 +231,7 @@ class RayRunner:
             ValueError: If ``inputs`` and ``builds`` differ in length.
             RuntimeError: If the runner was closed.
         """
-        if len(inputs) != len(builds):
-            raise ValueError(f"RayRunner.run got {len(inputs)} inputs and {len(builds)} build results; "
-                             f"pass the builder's results for exactly these inputs")
-        if not self._actors:
-            raise RuntimeError("this RayRunner was closed; create a new one")
+        check_run("RayRunner", inputs, builds, closed=not self._actors)
         results: list[Any] = [None] * len(inputs)
 
         def finish(index: int, result: MeasureResult) -> None:

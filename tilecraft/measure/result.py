@@ -14,6 +14,7 @@ import math
 import statistics
 import traceback
 from dataclasses import dataclass
+from typing import Any, Sequence
 
 from ..runtime.module import ArgSpec, PackSpec
 from ..schedule.trace import Trace
@@ -121,3 +122,17 @@ def trim_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
 def error_line(error: BaseException) -> str:
     """``Type: message``, as the last line of a traceback reads."""
     return traceback.format_exception_only(type(error), error)[-1].strip()
+
+
+def check_run(runner: str, inputs: Sequence[Any], builds: Sequence[Any], closed: bool) -> None:
+    """What every runner's ``run`` checks of its call before measuring anything.
+
+    Raises:
+        ValueError: If ``inputs`` and ``builds`` differ in length.
+        RuntimeError: If the runner was closed.
+    """
+    if len(inputs) != len(builds):
+        raise ValueError(f"{runner}.run got {len(inputs)} inputs and {len(builds)} build results; "
+                         f"pass the builder's results for exactly these inputs")
+    if closed:
+        raise RuntimeError(f"this {runner} was closed; create a new one")

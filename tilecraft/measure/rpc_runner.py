@@ -25,7 +25,7 @@ from time import perf_counter, sleep, time
 from typing import Any, Callable, Sequence
 
 from ..target import Target
-from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
+from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, check_run, error_line
 from .rpc_protocol import Channel, RPCError, connect, secret_bytes
 from .runner import LocalRunner
 
@@ -132,11 +132,7 @@ class RPCRunner:
                 (before anything is sent).
             RuntimeError: If the runner was closed.
         """
-        if len(inputs) != len(builds):
-            raise ValueError(f"RPCRunner.run got {len(inputs)} inputs and {len(builds)} build results; "
-                             f"pass the builder's results for exactly these inputs")
-        if not self._sessions:
-            raise RuntimeError("this RPCRunner was closed; create a new one")
+        check_run("RPCRunner", inputs, builds, closed=not self._sessions)
         todo = [n for n, build in enumerate(builds) if build.error_kind is MeasureErrorKind.NONE]
         for n in todo:
             if str(inputs[n].target) != str(self._target):

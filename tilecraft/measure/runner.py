@@ -35,7 +35,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..te.dag import ComputeDAG
-from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, error_line
+from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, check_run, error_line
 
 REFERENCE_SEED = 0
 # A random candidate may be thousands of times slower than the best (a reduction recomputed
@@ -172,11 +172,7 @@ class LocalRunner:
             ValueError: If ``inputs`` and ``builds`` differ in length.
             RuntimeError: If the runner was closed.
         """
-        if len(inputs) != len(builds):
-            raise ValueError(f"LocalRunner.run got {len(inputs)} inputs and {len(builds)} build results; "
-                             f"pass the builder's results for exactly these inputs")
-        if not Path(self._directory.name).is_dir():
-            raise RuntimeError("this LocalRunner was closed; create a new one")
+        check_run("LocalRunner", inputs, builds, closed=not Path(self._directory.name).is_dir())
         results = []
         for index, (candidate, build) in enumerate(zip(inputs, builds)):
             if build.error_kind is MeasureErrorKind.NONE:
