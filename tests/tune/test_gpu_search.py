@@ -82,10 +82,26 @@ def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(
     monkeypatch.setattr(Sketch, "within_gpu_limits", lambda self, rows: np.ones(len(rows), dtype=bool))
     task = tc.SearchTask(func="matmul", args=(1024, 1024, 1024, "float32"), target=TARGET)
     policy = tc.SketchPolicy(task, seed=3)
+    for sketch in policy.sketches:  # as a user's rule whose shared tiles no form says
+        sketch.limits_in_decisions = False
     batch = policy.next_batch(48)
     assert len(batch) >= 32 and policy.rejected > 0  # rounds of proposals replace the refused
     for candidate in batch:
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)  # raises if over a limit
+
+
+def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(monkeypatch):
+    """The builder lowers each candidate; the policy lowers only each sketch's default once,
+    for its structure, and still proposes nothing the verifier would refuse."""
+    task = tc.SearchTask(func="matmul", args=(1, 2048, 1000, "float32"), target=TARGET)
+    policy = tc.SketchPolicy(task, seed=3)
+    lowered = []
+    monkeypatch.setattr("tilecraft.search.policy.lower", lambda sch: lowered.append(sch) or lower(sch))
+    batch = policy.next_batch(32)
+    assert all(s.limits_in_decisions for s in policy.sketches) and len(policy.sketches) == 2
+    assert len(batch) == 32 and len(lowered) == 2 and policy.rejected == 0
+    for candidate in batch:
+        verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)
 
 
 def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch):

@@ -29,7 +29,7 @@ from .evolution import Candidate, SearchParams, evolutionary_search, rows_by_ske
 from .features import FeatureSpace
 from .mutation_predictor import MUTATION_POLICIES, FixedMutations
 from .shared_model import SharedCostModel
-from .space import ScheduleFn, generate_sketches
+from .space import ScheduleFn, Sketch, generate_sketches
 
 
 class SketchPolicy:
@@ -83,6 +83,7 @@ class SketchPolicy:
         self.measured_traces: set[str] = set()  # from logs: traces no sketch here stands for
         self.best: list[tuple[float, Candidate]] = []
         self.rejected = 0  # candidates the GPU verifier refused before any build
+        self.matrix_suffices: dict[int, bool] = {}  # GPU sketch -> its decisions alone tell its limits
         # Offered in the first batch even when a log was preloaded: the defaults improve between
         # releases, and a log tuned before may hold nothing as fast as today's default.
         self.defaults_pending = self.params.defaults_first
@@ -178,20 +179,31 @@ class SketchPolicy:
         """Compute locations depend on each other (a block's consumer may itself be
         inlined), so a candidate with several of them may not replay; check it here. A GPU
         candidate is lowered and verified (for what its decisions do not tell, as in a
-        user's sketch rule), as MetaSchedule's postprocessors do before measuring."""
+        user's sketch rule), as MetaSchedule's postprocessors do before measuring. Where every
+        limit that the decisions change is in the sketch's forms, and its default candidate
+        verifies (the structure), the decision matrix's check has said it all: lowering each
+        proposal again, before the builder lowers it, would only cost time."""
         sketch = self.sketches[candidate.sketch]
         if sketch.gpu_limits:
-            try:
-                verify_gpu(lower(sketch.trace_of(candidate.row).replay(self.task.compute_dag)), self.task.target)
-            except ScheduleError:  # a GpuLimitError too
-                self.rejected += 1
-                return False
-            return True
+            if candidate.sketch not in self.matrix_suffices:
+                self.matrix_suffices[candidate.sketch] = (sketch.limits_in_decisions
+                                                          and self._verifies(sketch, default_row(sketch, 1)))
+            if self.matrix_suffices[candidate.sketch] or self._verifies(sketch, candidate.row):
+                return True
+            self.rejected += 1
+            return False
         if sum(slot.role == "location" for slot in sketch.slots) < 2:
             return True
         try:
             sketch.trace_of(candidate.row).replay(self.task.compute_dag)
         except ScheduleError:
+            return False
+        return True
+
+    def _verifies(self, sketch: Sketch, row) -> bool:
+        try:
+            verify_gpu(lower(sketch.trace_of(row).replay(self.task.compute_dag)), self.task.target)
+        except ScheduleError:  # a GpuLimitError too
             return False
         return True
 

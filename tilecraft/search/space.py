@@ -81,6 +81,9 @@ class Sketch:
     # per tile cached in shared memory: element bytes, and per dimension the (|coefficient|,
     # extent form) of each variable its index steps with, inside the level it is fetched at
     shared_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
+    # every limit that the decisions change is a form above (threads, vthreads, each shared
+    # tile): what else the GPU verifier checks is the trace's structure, the same for all rows
+    limits_in_decisions: bool = False
     _index: list[dict] = field(default_factory=list, repr=False)
     _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -212,6 +215,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     gpu_axes: dict[str, list[LogForm]] = {}
     shared_reads: dict[str, tuple] = {}  # cached block -> (its consumer, the reads of it there)
     shared_tiles: list = []
+    unformed = 0  # shared tiles whose footprint no form says
 
     def form_of(sch: Schedule, loop_id: int) -> LogForm:
         if loop_id not in forms:
@@ -219,6 +223,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
         return forms[loop_id]
 
     def observe(sch: Schedule, index: int, step, kwargs: dict, result) -> None:
+        nonlocal unformed
         kind = step.kind
         if kind in ("get_block", "cache_write", "cache_read"):
             block_names[step.outputs[0]] = result.name
@@ -287,6 +292,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), form_of(sch, kwargs["loop"].id), slots, columns)
             if tile is not None:
                 shared_tiles.append(tile)
+            unformed += tile is None
         elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
             block = kwargs["block_or_loop"].name
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
@@ -298,6 +304,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     if getattr(target, "kind", None) == "cuda":
         sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
                              "shared_bytes": target.max_shared_memory_per_block, "sm_count": target.sm_count}
+        sketch.limits_in_decisions = not (unformed or shared_reads or vector
+                                          or any(slot.role == "location" for slot in slots))
     elif target is not None:
         sketch.register_tiles = find_register_tiles(sketch, {t.op.name: t.op for t in dag.compute_ops}, target)
     return sketch
