@@ -2,6 +2,8 @@
 driver call, so they run without a GPU), and, where a GPU and cuda-bindings are found,
 calls and timings with NumPy arrays and PyTorch tensors."""
 
+import collections
+import ctypes
 import gc
 import shutil
 from types import SimpleNamespace
@@ -9,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tilecraft.measure import worker
 from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
 from tilecraft.runtime import ArgSpec, ProfileResult
 from tilecraft.runtime import cuda as cuda_runtime
@@ -265,6 +268,74 @@ def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it
         del kernel
         gc.collect()
     assert driver.contexts_made == 1 and driver.references == 1
+
+
+class FakeMemoryDriver(FakeDriver):
+    """GPU memory as a dict of byte buffers, counting the copies each way."""
+
+    def __init__(self):
+        super().__init__()
+        self.memory, self.uploads, self.downloads = {}, 0, 0
+
+    def cuMemAlloc(self, size):
+        pointer = 4096 * (len(self.memory) + 1)
+        self.memory[pointer] = bytearray(size)
+        return 0, pointer
+
+    def cuMemcpyHtoD(self, pointer, host, size):
+        self.uploads += 1
+        self.memory[pointer][:size] = (ctypes.c_char * size).from_address(host).raw
+        return (0,)
+
+    def cuMemcpyDtoH(self, host, pointer, size):
+        self.downloads += 1
+        ctypes.memmove(host, bytes(self.memory[pointer][:size]), size)
+        return (0,)
+
+    def cuMemFree(self, pointer):
+        del self.memory[pointer]
+        return (0,)
+
+
+def test_a_device_array_is_a_gpu_array_to_a_call_and_comes_back_as_numpy(monkeypatch):
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    a, b = host_inputs()
+    arrays = [cuda_runtime.DeviceArray(x) for x in (a, b, np.zeros(N, np.float32))]
+    binding = bind_arrays("vector_add", ADD_ARGS, arrays)
+    assert binding.on_device and binding.pointers == {i: x.pointer for i, x in enumerate(arrays)}
+    np.testing.assert_array_equal(arrays[1].numpy(), b)
+    del arrays, binding
+    gc.collect()
+    assert driver.memory == {} and driver.references == 1  # freed; the context kept
+
+
+def test_the_measuring_worker_uploads_a_candidates_arguments_once(monkeypatch, tmp_path):
+    """One upload an argument serves the check and every timing; only outputs come back."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+
+    class AddOnGpu(CudaModule):  # the kernel's effect, written into the fake memory
+        def __call__(self, a, b, c):
+            driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
+                                           + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
+
+        def time_evaluator(self, number=10, repeat=3, flush_l2=True):
+            return lambda *arrays: ProfileResult((1e-5,) * repeat)
+
+    monkeypatch.setattr(cuda_runtime, "CudaModule", AddOnGpu)
+    a, b = host_inputs()
+    np.savez(tmp_path / "reference.npz", a=a, b=b, c=a + b)
+    (tmp_path / "kernel.cubin").write_bytes(b"cubin")
+    request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
+               "launch": [[4, 1, 1], [256, 1, 1]], "lib_path": str(tmp_path / "kernel.cubin"),
+               "entry_name": "vector_add", "reference": str(tmp_path / "reference.npz"), "number": 10, "repeat": 3,
+               "min_repeat_ms": 0}
+    reply = worker.measure(request, collections.OrderedDict())
+    assert reply == {"error_kind": "none", "costs": [1e-5] * 3}
+    assert (driver.uploads, driver.downloads) == (3, 1)
 
 
 def device_arch() -> str:

@@ -113,27 +113,28 @@ def measure(request: dict[str, Any], references: OrderedDict[str, dict[str, np.n
 
 def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference: dict[str, np.ndarray],
                   reached: Callable[[str], object]) -> dict[str, Any]:
-    """A CUDA candidate (a cubin and its launch): checked on NumPy arrays copied to the GPU
-    and back, then timed with CUDA events after an L2 flush before every launch (Triton's
-    ``do_bench``), the inputs uploaded once. Its first call loads the cubin and copies the
-    data, so it neither stops nor times a slow candidate as a CPU kernel's first call does."""
+    """A CUDA candidate (a cubin and its launch): its arguments uploaded to the GPU once,
+    checked after one call (the outputs copied back), then timed on the same buffers with
+    CUDA events after an L2 flush before every launch (Triton's ``do_bench``). Its first
+    call loads the cubin, so it neither stops nor times a slow candidate as a CPU kernel's
+    first call does."""
     from pathlib import Path
 
-    from ..runtime.cuda import CudaModule, LaunchSpec
+    from ..runtime.cuda import CudaModule, DeviceArray, LaunchSpec
 
     stage = "loading the kernel"
     try:
         grid, block = request["launch"]
         module = CudaModule(Path(request["lib_path"]).read_bytes(), "", request["entry_name"], args,
                             LaunchSpec(tuple(grid), tuple(block)))
-        buffers = {arg.name: poisoned(reference[arg.name]) if arg.is_output else reference[arg.name].copy()
+        buffers = {arg.name: DeviceArray(poisoned(reference[arg.name]) if arg.is_output else reference[arg.name])
                    for arg in args}
         stage = "running the kernel"
         reached("running")
         module(*buffers.values())
         stage = "checking the outputs"
         for arg in args:
-            if arg.is_output and (message := compare(arg.name, buffers[arg.name], reference[arg.name])):
+            if arg.is_output and (message := compare(arg.name, buffers[arg.name].numpy(), reference[arg.name])):
                 return {"error_kind": "wrong_answer", "error_msg": message}
         reached("checked")
         stage = "timing the kernel"

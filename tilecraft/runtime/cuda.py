@@ -9,6 +9,9 @@ The map:
 - ``bind_arrays``: the check of a call's arrays, a pure function, so every user mistake is
   caught (and tested) before the driver is touched, on machines without a GPU.
 - ``cuda_available``: whether kernels can run here; it never raises, for test skips.
+- ``DeviceArray``: a NumPy array's copy in GPU memory, for callers with neither PyTorch
+  nor CuPy (the measuring worker uploads a candidate's inputs once, for its check and
+  every timing).
 - ``_Kernel``: the entry loaded on one GPU through the driver API: launch, synchronize, time.
 
 Why the driver API (``cuda-bindings``, an optional extra) and not CuPy or PyTorch: it is a
@@ -388,16 +391,77 @@ def _error_name(status: Any) -> str:
     return name.decode() if name else str(status)
 
 
-# One reference to each GPU's primary context that no kernel releases: without it the last
-# kernel's release destroys the context, and the next kernel (a tuner's next candidate in
-# the measuring worker) pays for a new one, a large part of a trial on an H100.
+# One reference to each GPU's primary context, held until the process ends as the CUDA
+# runtime holds it: were each kernel to retain and release its own, the last release would
+# destroy the context, and the next kernel (a tuner's next candidate in the measuring
+# worker) would pay for a new one, a large part of a trial on an H100.
 _KEPT_CONTEXTS: dict[int, Any] = {}
 
 
+def _primary_context(device: int) -> Any:
+    """GPU ``device``'s primary context (the CUDA runtime's, so PyTorch's and CuPy's pointers
+    are valid in it), retained on first use."""
+    if device not in _KEPT_CONTEXTS:
+        cu = _driver()
+        try:
+            _call(cu.cuInit, 0)
+        except RuntimeError as error:  # cuda-bindings raises this when libcuda.so.1 is missing
+            raise TargetError(f"no NVIDIA driver was found ({error}); CUDA kernels run only on a machine with a "
+                              f"GPU and its driver") from None
+        _KEPT_CONTEXTS[device] = _call(cu.cuDevicePrimaryCtxRetain, _call(cu.cuDeviceGet, device))
+    return _KEPT_CONTEXTS[device]
+
+
+@contextlib.contextmanager
+def _current(context: Any):
+    """``context`` made current for the calling thread, and the thread's own restored after."""
+    cu = _driver()
+    _call(cu.cuCtxPushCurrent, context)
+    try:
+        yield
+    finally:
+        cu.cuCtxPopCurrent()
+
+
+class DeviceArray:
+    """A copy of a NumPy array in the memory of GPU ``device``, freed with this object.
+
+    A ``CudaModule`` takes it as it takes a PyTorch or CuPy array (by pointer, through
+    ``__cuda_array_interface__``), so a caller with neither library can upload inputs once
+    and launch or time a kernel on them many times; ``numpy()`` copies the data back.
+    """
+
+    def __init__(self, array: np.ndarray, device: int = 0) -> None:
+        array = np.ascontiguousarray(array)
+        self.shape, self.dtype, self.device = array.shape, array.dtype, device
+        cu, context = _driver(), _primary_context(device)
+        with _current(context):
+            self.pointer = int(_call(cu.cuMemAlloc, max(array.nbytes, 1)))
+            weakref.finalize(self, _free, cu, context, self.pointer).atexit = False
+            _call(cu.cuMemcpyHtoD, self.pointer, array.ctypes.data, array.nbytes)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.pointer, False), "version": 3,
+                "strides": None}
+
+    def numpy(self) -> np.ndarray:
+        """The data, copied back once the work queued on the legacy default stream is done."""
+        out = np.empty(self.shape, self.dtype)
+        with _current(_primary_context(self.device)):
+            _call(_driver().cuMemcpyDtoH, out.ctypes.data, self.pointer, out.nbytes)
+        return out
+
+
+def _free(cu: Any, context: Any, pointer: int) -> None:
+    if cu.cuCtxPushCurrent(context)[0] == 0:
+        cu.cuMemFree(pointer)
+        cu.cuCtxPopCurrent()
+
+
 class _Kernel:
-    """The entry of a cubin, loaded on one GPU in its primary context (the CUDA runtime's,
-    so PyTorch's and CuPy's pointers are valid in it); the module is unloaded and the
-    context released when this is garbage-collected."""
+    """The entry of a cubin, loaded on one GPU in its primary context; the module is
+    unloaded when this is garbage-collected."""
 
     def __init__(self, cubin: bytes, entry: str, launch: LaunchSpec, device: int) -> None:
         self.entry, self.spec, self.device = entry, launch, device
@@ -407,23 +471,15 @@ class _Kernel:
             return _call(cu.cuFuncGetAttribute, getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}"),
                          self.function)
 
-        try:
-            _call(cu.cuInit, 0)
-        except RuntimeError as error:  # cuda-bindings raises this when libcuda.so.1 is missing
-            raise TargetError(f"no NVIDIA driver was found ({error}); CUDA kernels run only on a machine with a "
-                              f"GPU and its driver") from None
-        handle = _call(cu.cuDeviceGet, device)
-        self.context = _call(cu.cuDevicePrimaryCtxRetain, handle)
-        if device not in _KEPT_CONTEXTS:  # held until the process ends, as the CUDA runtime holds it
-            _KEPT_CONTEXTS[device] = _call(cu.cuDevicePrimaryCtxRetain, handle)
+        self.context = _primary_context(device)
         with self.current():
             module = _call(cu.cuModuleLoadData, cubin)
-            weakref.finalize(self, _unload, cu, handle, self.context, module).atexit = False
+            weakref.finalize(self, _unload, cu, self.context, module).atexit = False
             self.function = _call(cu.cuModuleGetFunction, module, entry.encode())
             if launch.shared_bytes > _STATIC_SHARED_LIMIT:
                 static, limit = attribute("SHARED_SIZE_BYTES"), _call(
                     cu.cuDeviceGetAttribute, cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                    handle)
+                    _call(cu.cuDeviceGet, device))
                 if static + launch.shared_bytes > limit:
                     raise TilecraftError(f"kernel {entry!r} asks for {launch.shared_bytes} bytes of dynamic shared "
                                          f"memory beside {static} static; cuda:{device} allows {limit} per block")
@@ -435,15 +491,9 @@ class _Kernel:
                                  f"with {self.registers} registers per thread it allows at most {self.max_threads} "
                                  f"threads per block; choose a smaller block")
 
-    @contextlib.contextmanager
     def current(self):
         """This GPU's context made current for the calling thread, and the thread's own restored after."""
-        cu = _driver()
-        _call(cu.cuCtxPushCurrent, self.context)
-        try:
-            yield
-        finally:
-            cu.cuCtxPopCurrent()
+        return _current(self.context)
 
     def launch(self, pointers: Sequence[int], stream: int, times: int = 1) -> None:
         """Launch the kernel ``times`` times on ``stream``, its arguments packed once."""
@@ -497,9 +547,8 @@ class _Kernel:
         return ProfileResult(tuple(results))
 
 
-def _unload(cu: Any, handle: Any, context: Any, module: Any) -> None:
-    """Unload a kernel's module and release its GPU's primary context (a weakref finalizer)."""
+def _unload(cu: Any, context: Any, module: Any) -> None:
+    """Unload a kernel's module (a weakref finalizer)."""
     if cu.cuCtxPushCurrent(context)[0] == 0:
         cu.cuModuleUnload(module)
         cu.cuCtxPopCurrent()
-    cu.cuDevicePrimaryCtxRelease(handle)
