@@ -44,6 +44,7 @@ from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
 from ..graph.fuse import partition, subgraph_dag
 from ..graph.ir import Value
+from .gpu import GpuModel
 from .tasks import describe, prepare_graph
 
 UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
@@ -191,7 +192,7 @@ class CompiledModel:
 
     def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The checked inputs and new arrays for the outputs kernels write: the plan's slots."""
-        arrays = self._checked(inputs)
+        arrays = check_inputs(self.inputs, inputs)
         arrays.update((name, aligned_empty(self.values[name].shape, self.values[name].dtype)) for name in self._fresh)
         return arrays
 
@@ -232,27 +233,6 @@ class CompiledModel:
         root = self._root.get(name, name)
         return self._fixed[root].ctypes.data if root in self._fixed else root
 
-    def _checked(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        expected = {value.name: value for value in self.inputs}
-        missing, unknown = sorted(set(expected) - set(inputs)), sorted(set(inputs) - set(expected))
-        if missing or unknown:
-            wrong = [f"{what} input(s) {names}" for what, names in (("missing", missing), ("unknown", unknown))
-                     if names]
-            raise ModelInputError(f"{' and '.join(wrong)}; the model takes "
-                                  f"{', '.join(f'{v.name}: {v}' for v in self.inputs)}, one array each, by name")
-        checked = {}
-        for name, array in inputs.items():
-            value = expected[name]
-            if isinstance(array, np.generic):  # a NumPy scalar is a 0-d array
-                array = np.asarray(array)
-            if not isinstance(array, np.ndarray) or array.shape != value.shape or \
-                    array.dtype != NUMPY_DTYPES[value.dtype]:
-                got = f"{array.dtype}{list(array.shape)}" if isinstance(array, np.ndarray) else type(array).__name__
-                raise ModelInputError(f"input {name} must be a numpy array {value} but got {got}; pass "
-                                      f"np.asarray(x, dtype={value.dtype!r}) of shape {value.shape}")
-            checked[name] = np.require(array, requirements="C")
-        return checked
-
     def save(self, directory: str | Path) -> None:
         """Write the model to ``directory`` (created if needed) for ``load_model``: ``model.json``
         (the plan), each kernel's library and C source, the runner library and the weights as
@@ -280,6 +260,40 @@ class CompiledModel:
                 "weights": weights, "kernels": kernels, "runner": runner,
                 "steps": [[s.kernel, list(s.inputs), list(s.outputs)] for s in self.steps]}
         (directory / "model.json").write_text(json.dumps(plan, indent=1))
+
+
+def check_inputs(expected: Sequence[Value], inputs: Mapping[str, Any], gpu: bool = False) -> dict[str, Any]:
+    """``inputs`` checked against the model's ``expected`` ones: each by name, of its shape and
+    dtype, NumPy arrays made C-contiguous; with ``gpu``, GPU arrays (``__cuda_array_interface__``)
+    are taken as they are.
+
+    Raises:
+        ModelInputError: If an input is missing or unknown, or has the wrong shape, dtype or type.
+    """
+    expected = {value.name: value for value in expected}
+    missing, unknown = sorted(set(expected) - set(inputs)), sorted(set(inputs) - set(expected))
+    if missing or unknown:
+        wrong = [f"{what} input(s) {names}" for what, names in (("missing", missing), ("unknown", unknown)) if names]
+        raise ModelInputError(f"{' and '.join(wrong)}; the model takes "
+                              f"{', '.join(f'{v.name}: {v}' for v in expected.values())}, one array each, by name")
+    checked = {}
+    for name, array in inputs.items():
+        value = expected[name]
+        if isinstance(array, np.generic):  # a NumPy scalar is a 0-d array
+            array = np.asarray(array)
+        face = getattr(array, "__cuda_array_interface__", None) if gpu else None
+        if face is not None:
+            shape, dtype = tuple(face["shape"]), np.dtype(face["typestr"])
+        elif isinstance(array, np.ndarray):
+            shape, dtype = array.shape, array.dtype
+        else:
+            shape = dtype = None
+        if shape != value.shape or dtype != NUMPY_DTYPES[value.dtype]:
+            got = f"{dtype}{list(shape)}" if shape is not None else type(array).__name__
+            raise ModelInputError(f"input {name} must be a {'GPU or ' if gpu else ''}numpy array {value} but got "
+                                  f"{got}; pass np.asarray(x, dtype={value.dtype!r}) of shape {value.shape}")
+        checked[name] = array if face is not None else np.require(array, requirements="C")
+    return checked
 
 
 def _view_roots(steps: Sequence[Step]) -> dict[str, str]:
@@ -324,7 +338,7 @@ def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: 
 def compile_model(model_or_graph: Any, target: Target | str | None = None,
                   log: str | Path | Sequence[str | Path] | None = None,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                  cache_dir: str | Path | None = None) -> CompiledModel:
+                  cache_dir: str | Path | None = None) -> CompiledModel | GpuModel:
     """Compile an ONNX model (a ``ModelProto`` or a path) or a Graph for ``target`` (the host by default),
     with the best schedules of the tuning ``log``; subgraphs without one get the default schedule,
     listed in one ``DefaultScheduleWarning``.
@@ -339,13 +353,15 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
 
     Args:
         model_or_graph: An ONNX model (a ``ModelProto`` or a path) or a ``Graph``.
-        target: The target to compile for; None for the host.
+        target: The target to compile for; None for the host. A CUDA target (``"cuda"``,
+            ``"cuda -arch=sm_90"``) gives a ``GpuModel``: its kernels run on a GPU, built here
+            with nvcc, and ``GpuModel.emulate`` checks them on a machine without one.
         log: A tuning log, or several in order of preference; None for default schedules only.
         input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
         cache_dir: Where kernels are compiled and cached (see ``tc.build``); None for the default.
 
     Returns:
-        The compiled model.
+        The compiled model (a ``GpuModel`` for a CUDA target).
 
     Raises:
         FileNotFoundError: If a log does not exist.
@@ -394,7 +410,12 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
                      reverse=True)
     if untuned:
         _warn_untuned(untuned, len(kernels))
-    model = _assemble(graph, steps, kernels, target, cache_dir)
+    if getattr(target, "kind", "llvm") == "cuda":
+        values, constants = _model_values(graph, steps)
+        model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
+                         [dag for _, dag, _, _ in jobs.values()])
+    else:
+        model = _assemble(graph, steps, kernels, target, cache_dir)
     model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
     return model
 
@@ -413,12 +434,17 @@ def _warn_untuned(untuned: list[tuple[float, str, str]], kernels: int) -> None:
                   DefaultScheduleWarning, stacklevel=3)
 
 
-def _assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
-    """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it keeps."""
+def _model_values(graph, steps) -> tuple[dict[str, Value], dict[str, np.ndarray]]:
+    """The values the steps and the model's ends name (not those inside kernels), and the weights."""
     constants = {name: np.require(array, requirements="C") for name, array in graph.constants.items()}
     used = {*constants, *graph.outputs, *(v.name for v in graph.inputs),
             *(name for step in steps for name in step.inputs + step.outputs)}
-    values = {name: value for name, value in graph.values.items() if name in used}  # not those inside kernels
+    return {name: value for name, value in graph.values.items() if name in used}, constants
+
+
+def _assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
+    """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it keeps."""
+    values, constants = _model_values(graph, steps)
     runner = compile_plan_runner(max((len(k.module.args) for k in kernels), default=1), target, cache_dir)
     return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), runner)
 

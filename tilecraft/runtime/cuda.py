@@ -281,6 +281,13 @@ class CudaModule:
             self._kernel.launch(pointers, stream)
         return result
 
+    def wait(self) -> None:
+        """Wait for this kernel's launches on the legacy default stream (where calls with
+        ``DeviceArray`` arguments run); an error inside the kernel is raised here."""
+        if self._kernel is not None:
+            with self._kernel.current():
+                self._kernel.synchronize(0)
+
     def time_evaluator(self, number: int = 10, repeat: int = 3, flush_l2: bool = True):
         """A function that times the kernel with CUDA events.
 
@@ -431,14 +438,41 @@ class DeviceArray:
     and launch or time a kernel on them many times; ``numpy()`` copies the data back.
     """
 
-    def __init__(self, array: np.ndarray, device: int = 0) -> None:
-        array = np.ascontiguousarray(array)
-        self.shape, self.dtype, self.device = array.shape, array.dtype, device
+    def __init__(self, array: np.ndarray | None, device: int = 0, shape: tuple[int, ...] = (),
+                 dtype: str = "float32") -> None:
+        array = None if array is None else np.ascontiguousarray(array)
+        if array is None:
+            self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        else:
+            self.shape, self.dtype = array.shape, array.dtype
+        self.device, self.base = device, None
         cu, context = _driver(), _primary_context(device)
         with _current(context):
-            self.pointer = int(_call(cu.cuMemAlloc, max(array.nbytes, 1)))
+            self.pointer = int(_call(cu.cuMemAlloc, max(self.nbytes, 1)))
             weakref.finalize(self, _free, cu, context, self.pointer).atexit = False
-            _call(cu.cuMemcpyHtoD, self.pointer, array.ctypes.data, array.nbytes)
+            if array is not None:
+                _call(cu.cuMemcpyHtoD, self.pointer, array.ctypes.data, array.nbytes)
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: str, device: int = 0) -> DeviceArray:
+        """GPU memory for an array of ``shape`` and ``dtype``, not initialized."""
+        return cls(None, device, tuple(shape), dtype)
+
+    @classmethod
+    def view(cls, array: Any, shape: tuple[int, ...]) -> DeviceArray:
+        """``array`` (a GPU array of any library, C-contiguous) seen with another ``shape`` of the
+        same size, without a copy; it keeps ``array`` alive."""
+        face = array.__cuda_array_interface__
+        view = cls.__new__(cls)
+        view.shape, view.dtype, view.pointer = tuple(shape), np.dtype(face["typestr"]), int(face["data"][0])
+        view.device, view.base = array.device if isinstance(array, DeviceArray) else 0, array
+        if view.nbytes != math.prod(face["shape"]) * view.dtype.itemsize:
+            raise ValueError(f"a view of shape {view.shape} does not cover the {list(face['shape'])} array it views")
+        return view
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
     ops = {tensor.op.name: tensor.op for tensor in dag.compute_ops}
     for n, sketch in enumerate(generate_sketches(dag, target=target)):
         try:
-            sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * target.num_cores)).replay(dag)
+            sch = sketch.trace_of(default_row(sketch, JOBS_PER_CORE * getattr(target, "num_cores", 1))).replay(dag)
         except ScheduleError as error:
             errors.append(f"{sketch.name}: {error}")
             continue

@@ -1,0 +1,100 @@
+"""compile_model for a CUDA target: every fused subgraph built with nvcc for sm_90 on its default
+GPU schedule; the model's steps checked against onnxruntime with each kernel emulated on the CPU;
+and a call's traffic (weights uploaded once, activations in GPU buffers allocated once, outputs
+copied back) checked with a fake driver whose kernels run their emulations on its memory."""
+
+import dataclasses
+import gc
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError
+from tilecraft.model.gpu import GpuModel
+from tilecraft.runtime import cuda as cuda_runtime
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx_models import tiny_cnn, tiny_transformer  # noqa: E402
+from test_cuda_runtime import FakeMemoryDriver  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+TARGET = "cuda -arch=sm_90"
+
+
+@pytest.fixture(scope="module", params=[tiny_cnn, tiny_transformer], ids=["cnn", "transformer"])
+def compiled(request, tmp_path_factory):
+    model = request.param()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DefaultScheduleWarning)
+        gpu = tc.compile_model(model, TARGET, cache_dir=tmp_path_factory.mktemp("cubins"))
+    assert any(issubclass(w.category, DefaultScheduleWarning) for w in caught)  # untuned, and said so
+    rng = np.random.default_rng(0)
+    feeds = {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in gpu.inputs}
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    return gpu, feeds, dict(zip(gpu.outputs, expected))
+
+
+def test_a_model_compiled_for_cuda_is_cuda_kernels_that_compute_what_onnxruntime_does(compiled):
+    gpu, feeds, expected = compiled
+    assert isinstance(gpu, GpuModel) and all("__global__" in k.module.source for k in gpu.kernels)
+    got = gpu.emulate(feeds)
+    for name in gpu.outputs:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+
+
+class EmulatedKernel:
+    """A kernel that runs its CPU emulation on the fake driver's memory, as the GPU would on its own."""
+
+    def __init__(self, emulated, args, driver):
+        self.emulated, self.args, self.driver = emulated, args, driver
+        self.source = ""
+
+    def __call__(self, *arrays):
+        host = [np.frombuffer(self.driver.memory[a.__cuda_array_interface__["data"][0]], spec.dtype,
+                              count=int(np.prod(spec.shape))).reshape(spec.shape).copy()
+                for a, spec in zip(arrays, self.args)]
+        self.emulated(*host)
+        for a, spec, values in zip(arrays, self.args, host):
+            if spec.is_output:
+                self.driver.memory[a.__cuda_array_interface__["data"][0]][:values.nbytes] = values.tobytes()
+
+    def wait(self):
+        pass
+
+
+def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compiled, monkeypatch):
+    gpu, feeds, expected = compiled
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    gpu.emulate(feeds)  # makes the emulations
+    kernels = [dataclasses.replace(k, module=EmulatedKernel(e, k.module.args, driver))
+               for k, e in zip(gpu.kernels, gpu._emulated)]
+    model = GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target, gpu._dags)
+    for call in range(2):
+        uploads, downloads = driver.uploads, driver.downloads
+        got = model.run(feeds)
+        gc.collect()
+        for name in model.outputs:
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+        weights = len(model.constants) if call == 0 else 0
+        assert driver.uploads - uploads == weights + len(feeds)  # the inputs; the weights once
+        assert driver.downloads - downloads == len(model.outputs)
+        allocated = len(driver.memory)
+    written = {name for step in model.steps if step.kernel is not None for name in step.outputs}
+    assert allocated == len(model.constants) + len(written)  # the inputs' copies freed after each call
+    times = model.profile(feeds, rounds=2)
+    assert sorted(t.desc for t in times) == sorted(k.desc for k in model.kernels)
+
+
+def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):
+    gpu, feeds, _ = compiled
+    name = gpu.inputs[0].name
+    with pytest.raises(ModelInputError, match=f"input {name} must be a GPU or numpy array"):
+        gpu.run({name: feeds[name][..., :1]})
+    with pytest.raises(ModelInputError, match="missing input"):
+        gpu.emulate({})

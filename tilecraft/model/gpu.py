@@ -1,0 +1,137 @@
+"""GpuModel: a compiled model whose kernels run on an NVIDIA GPU.
+
+``compile_model(model, "cuda")`` builds the same steps as for a CPU (one kernel per distinct
+fused subgraph, reshapes as views) into CUDA kernels, and this class runs them: the weights
+are uploaded on the first call and stay on the GPU, every value between kernels has a GPU
+buffer allocated once, and a call uploads the inputs, launches every kernel in order on
+one stream without waiting between them, and copies the outputs back. Inputs that are
+already GPU arrays (PyTorch, CuPy) are read where they are.
+
+Without a GPU, ``emulate`` runs the same steps with each kernel's schedule emulated on the
+CPU (``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against
+NumPy on any machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..schedule.trace import Trace
+from ..te.dag import ComputeDAG
+from ..graph.ir import Value
+
+
+class GpuModel:
+    """A whole model as CUDA kernels, called with NumPy arrays (or GPU arrays) by input name.
+
+    ``model(**inputs)`` returns the output (a tuple for several), ``model.run(inputs)`` a
+    dict by output name; outputs are NumPy arrays. Made by ``compile_model`` for a CUDA
+    target; the GPU buffers are shared by all calls, so a model must not be called from
+    several threads at once.
+
+    Attributes:
+        inputs, outputs, kernels, target, untuned: as ``CompiledModel``'s; each kernel's
+            ``module`` is a ``CudaModule``.
+    """
+
+    def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
+                 kernels: Sequence, steps: Sequence, constants: Mapping[str, np.ndarray], target: str,
+                 dags: Sequence[ComputeDAG]) -> None:
+        self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
+        self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
+        self.untuned: tuple = ()
+        self._dags = tuple(dags)
+        self._device: dict[str, Any] | None = None  # weights and buffers, on the GPU from the first call
+        self._emulated: list | None = None
+
+    def __repr__(self) -> str:
+        tuned = sum(kernel.tuned for kernel in self.kernels)
+        return (f"GpuModel(({', '.join(f'{v.name}: {v}' for v in self.inputs)}) -> ({', '.join(self.outputs)}); "
+                f"{len(self.steps)} steps, {len(self.kernels)} kernels of which {tuned} tuned; target {self.target})")
+
+    def __call__(self, **inputs: Any):
+        results = self.run(inputs)
+        return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Run the model once on the GPU; the outputs come back as new NumPy arrays.
+
+        Raises:
+            ModelInputError: If an input is missing or unknown, or has the wrong shape or dtype.
+            TargetError: If there is no GPU or cuda-bindings here.
+        """
+        from ..runtime.cuda import DeviceArray
+
+        arrays = self._launch_all(inputs, lambda step: None)
+        return {name: DeviceArray.view(arrays[name], self.values[name].shape).numpy() for name in self.outputs}
+
+    def profile(self, inputs: Mapping[str, Any], rounds: int = 20) -> list:
+        """Per kernel, the median over ``rounds`` calls of the seconds its launches take, each
+        waited for before the next starts; most expensive first (``CompiledModel.profile``)."""
+        from .compiled import KernelTime
+
+        if rounds < 1:
+            raise ValueError(f"profile: rounds={rounds} must be >= 1")
+        spent = np.zeros((rounds, len(self.kernels)))
+        for r in range(rounds):
+            def wait(step, start=[time.perf_counter()], row=spent[r]):  # noqa: B006 - the clock of this round
+                self.kernels[step.kernel].module.wait()
+                now = time.perf_counter()
+                row[step.kernel] += now - start[0]
+                start[0] = now
+            self._launch_all(inputs, wait)
+        calls = Counter(step.kernel for step in self.steps)
+        times = [KernelTime(k.desc, k.workload_key, calls[n], float(np.median(spent[:, n])), k.tuned)
+                 for n, k in enumerate(self.kernels)]
+        return sorted(times, key=lambda t: -t.seconds)
+
+    def emulate(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the model's steps on this CPU, each kernel's GPU schedule emulated (serially,
+        as the GPU would distribute it): slow, but it checks the model where there is no GPU.
+
+        Raises:
+            ModelInputError: As ``run``.
+        """
+        from ..build import emulate_gpu
+        from .compiled import check_inputs
+
+        if self._emulated is None:
+            self._emulated = [emulate_gpu(Trace.from_json(k.trace).replay(dag), self.target)
+                              for k, dag in zip(self.kernels, self._dags)]
+        arrays: dict[str, np.ndarray] = {**self.constants, **check_inputs(self.inputs, inputs)}
+        for step in self.steps:
+            if step.kernel is None:
+                arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
+                continue
+            outs = [np.empty(self.values[n].shape, self.values[n].dtype) for n in step.outputs]
+            self._emulated[step.kernel](*(arrays[n] for n in step.inputs), *outs)
+            arrays.update(zip(step.outputs, outs))
+        return {name: arrays[name].copy() for name in self.outputs}
+
+    def _launch_all(self, inputs: Mapping[str, Any], after) -> dict[str, Any]:
+        """Every step launched on the GPU arrays of its values, ``after(step)`` following each
+        kernel's launch; the values by name."""
+        from ..runtime.cuda import DeviceArray
+        from .compiled import check_inputs
+
+        given = check_inputs(self.inputs, inputs, gpu=True)
+        if self._device is None:
+            self._device = {name: DeviceArray(array) for name, array in self.constants.items()}
+            written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
+            self._device.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
+                                for name in written)
+        arrays = dict(self._device)
+        arrays.update((name, array if hasattr(array, "__cuda_array_interface__") else DeviceArray(array))
+                      for name, array in given.items())
+        for step in self.steps:
+            if step.kernel is None:
+                source = arrays[step.inputs[0]]
+                arrays[step.outputs[0]] = DeviceArray.view(source, self.values[step.outputs[0]].shape)
+                continue
+            self.kernels[step.kernel].module(*(arrays[name] for name in step.inputs + step.outputs))
+            after(step)
+        return arrays
