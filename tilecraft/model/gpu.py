@@ -57,8 +57,13 @@ class GpuModel:
         results = self.run(inputs)
         return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Run the model once on the GPU; the outputs come back as new NumPy arrays.
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run the model once on the GPU; new outputs at every call, by name.
+
+        With NumPy inputs, the call waits and the outputs are NumPy arrays. With GPU inputs
+        (PyTorch or CuPy arrays), it returns without waiting and the outputs are
+        ``DeviceArray``s, which ``torch.as_tensor(y, device="cuda")`` or ``cupy.asarray(y)``
+        take without a copy.
 
         Raises:
             ModelInputError: If an input is missing or unknown, or has the wrong shape or dtype.
@@ -67,7 +72,9 @@ class GpuModel:
         from ..runtime.cuda import DeviceArray
 
         arrays = self._launch_all(inputs, lambda step: None)
-        return {name: DeviceArray.view(arrays[name], self.values[name].shape).numpy() for name in self.outputs}
+        outputs = {name: DeviceArray.view(arrays[name], self.values[name].shape) for name in self.outputs}
+        on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
+        return outputs if on_gpu else {name: array.numpy() for name, array in outputs.items()}
 
     def profile(self, inputs: Mapping[str, Any], rounds: int = 20) -> list:
         """Per kernel, the median over ``rounds`` calls of the seconds its launches take, each
@@ -119,12 +126,13 @@ class GpuModel:
         from .compiled import check_inputs
 
         given = check_inputs(self.inputs, inputs, gpu=True)
-        if self._device is None:
+        written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
+        if self._device is None:  # the model's outputs are new at every call, the rest allocated once
             self._device = {name: DeviceArray(array) for name, array in self.constants.items()}
-            written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
             self._device.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
-                                for name in written)
-        arrays = dict(self._device)
+                                for name in written - set(self.outputs))
+        arrays = {**self._device, **{name: DeviceArray.empty(self.values[name].shape, self.values[name].dtype)
+                                     for name in written & set(self.outputs)}}
         arrays.update((name, array if hasattr(array, "__cuda_array_interface__") else DeviceArray(array))
                       for name, array in given.items())
         for step in self.steps:

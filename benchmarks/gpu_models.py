@@ -1,0 +1,110 @@
+"""Whole networks on a GPU: tilecraft's GpuModel against PyTorch eager on the same GPU, in one run.
+
+    python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--out FILE]
+
+Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
+``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with
+``--trials N``, tuned on this GPU for N trials shared by its tasks (TaskScheduler) and
+compiled again from the log. Each compiled model's output is checked against onnxruntime
+on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed once
+per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with the
+input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``. Needs a
+GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+import tilecraft as tc
+from tilecraft.model.compiled import DefaultScheduleWarning
+
+sys.path.insert(0, str(Path(__file__).parent))
+from model_zoo import MODELS, export  # noqa: E402
+from tables import numeric_table, print_table  # noqa: E402  (benchmarks/tables.py)
+
+ROUNDS = 30
+
+
+def latency_ms(systems: dict, rounds: int = ROUNDS) -> dict[str, float]:
+    """The median milliseconds of each system's call, the systems interleaved round by round."""
+    times = {name: [] for name in systems}
+    for call in systems.values():  # warm-up: loads, first allocations
+        call()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for name, call in systems.items():
+            start = time.perf_counter()
+            call()
+            torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def bench(name: str, trials: int, directory: Path) -> dict:
+    path = export(name, directory)
+    factory, shape = MODELS[name]
+    torch.manual_seed(0)
+    module = factory().eval().cuda()
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
+    tensor = torch.from_numpy(x).cuda()
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        untuned = tc.compile_model(str(path), "cuda")
+    row = {"model": name, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
+           "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
+    systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor)}
+    if trials:
+        log = directory / f"{name}_cuda.json"
+        tasks, weights = tc.extract_tasks(str(path), "cuda")
+        started = time.perf_counter()
+        scheduler = tc.TaskScheduler(tasks, weights)
+        scheduler.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))],
+                                        verbose=1))
+        tuned = tc.compile_model(str(path), "cuda", log=str(log))
+        row.update(tasks=len(tasks), trials=trials, tuning_secs=time.perf_counter() - started,
+                   tuned_correct=bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4)))
+        systems["tilecraft_tuned"] = lambda: tuned(input=tensor)
+    with torch.no_grad():
+        row.update({f"{system}_ms": ms for system, ms in latency_ms(systems).items()})
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="bert_layer,resnet50", help="comma-separated models of model_zoo.MODELS")
+    parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_models.json"))
+    args = parser.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    with tempfile.TemporaryDirectory() as scratch:
+        rows = [bench(name, args.trials, Path(scratch)) for name in args.only.split(",")]
+    table = numeric_table("model", "kernels", "eager ms", "untuned ms", "tuned ms", "eager/tuned", "trials",
+                          "tuning s", "correct", title=f"whole models on {torch.cuda.get_device_name()}, batch 1, fp32")
+    for r in rows:
+        tuned = r.get("tilecraft_tuned_ms")
+        table.add_row(r["model"], str(r["kernels"]), f"{r['pytorch_eager_ms']:.3f}", f"{r['tilecraft_untuned_ms']:.3f}",
+                      f"{tuned:.3f}" if tuned else "-", f"{r['pytorch_eager_ms'] / tuned:.2f}" if tuned else "-",
+                      str(r.get("trials", 0)), f"{r.get('tuning_secs', 0):.0f}",
+                      str(r["untuned_correct"] and r.get("tuned_correct", True)))
+    print_table(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
