@@ -271,11 +271,33 @@ def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it
 
 
 class FakeMemoryDriver(FakeDriver):
-    """GPU memory as a dict of byte buffers, counting the copies each way."""
+    """GPU memory as a dict of byte buffers, counting the copies each way; a cubin loaded is
+    a function of the GPU addresses of its arguments (``kernels[cubin]``), run at each launch."""
 
     def __init__(self):
         super().__init__()
-        self.memory, self.uploads, self.downloads = {}, 0, 0
+        self.memory, self.uploads, self.downloads, self.launches = {}, 0, 0, 0
+        self.kernels = {}
+
+    def cuModuleLoadData(self, cubin):
+        return 0, cubin
+
+    def cuModuleGetFunction(self, module, entry):
+        return 0, module
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        self.launches += 1
+        count = len(self.kernels[function].args)
+        addresses = np.frombuffer((ctypes.c_uint64 * count).from_address(params), np.uint64)
+        self.kernels[function](*(int(np.frombuffer((ctypes.c_uint64 * 1).from_address(int(a)), np.uint64)[0])
+                                 for a in addresses))
+        return (0,)
+
+    def cuMemcpyDtoD(self, destination, source, size):
+        self.memory[destination][:size] = self.memory[source][:size]
+        return (0,)
+
+    cuStreamSynchronize = staticmethod(lambda stream: (0,))
 
     def cuMemAlloc(self, size):
         pointer = 4096 * (len(self.memory) + 1)

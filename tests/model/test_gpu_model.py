@@ -4,7 +4,6 @@ and a call's traffic (weights uploaded once, activations in GPU buffers allocate
 copied back) checked with a fake driver whose kernels run their emulations on its memory."""
 
 import dataclasses
-import gc
 import shutil
 import warnings
 
@@ -47,23 +46,18 @@ def test_a_model_compiled_for_cuda_is_cuda_kernels_that_compute_what_onnxruntime
 
 
 class EmulatedKernel:
-    """A kernel that runs its CPU emulation on the fake driver's memory, as the GPU would on its own."""
+    """What the fake driver runs for a kernel: its CPU emulation, on the fake GPU memory."""
 
     def __init__(self, emulated, args, driver):
         self.emulated, self.args, self.driver = emulated, args, driver
-        self.source = ""
 
-    def __call__(self, *arrays):
-        host = [np.frombuffer(self.driver.memory[a.__cuda_array_interface__["data"][0]], spec.dtype,
-                              count=int(np.prod(spec.shape))).reshape(spec.shape).copy()
-                for a, spec in zip(arrays, self.args)]
+    def __call__(self, *pointers):
+        host = [np.frombuffer(self.driver.memory[p], spec.dtype, count=int(np.prod(spec.shape))).reshape(spec.shape)
+                .copy() for p, spec in zip(pointers, self.args)]
         self.emulated(*host)
-        for a, spec, values in zip(arrays, self.args, host):
+        for p, spec, values in zip(pointers, self.args, host):
             if spec.is_output:
-                self.driver.memory[a.__cuda_array_interface__["data"][0]][:values.nbytes] = values.tobytes()
-
-    def wait(self):
-        pass
+                self.driver.memory[p][:values.nbytes] = values.tobytes()
 
 
 def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compiled, monkeypatch):
@@ -72,23 +66,33 @@ def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compil
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
     gpu.emulate(feeds)  # makes the emulations
-    kernels = [dataclasses.replace(k, module=EmulatedKernel(e, k.module.args, driver))
-               for k, e in zip(gpu.kernels, gpu._emulated)]
+    kernels = []
+    for n, (kernel, emulated) in enumerate(zip(gpu.kernels, gpu._emulated)):
+        module = cuda_runtime.CudaModule(f"kernel {n}".encode(), "", kernel.module.entry, kernel.module.args,
+                                         kernel.module.launch)
+        driver.kernels[module.cubin] = EmulatedKernel(emulated, module.args, driver)
+        kernels.append(dataclasses.replace(kernel, module=module))
     model = GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target, gpu._dags)
+    launches = sum(step.kernel is not None for step in model.steps)
     for call in range(2):
         uploads, downloads = driver.uploads, driver.downloads
         got = model.run(feeds)
-        gc.collect()
         for name in model.outputs:
             np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
         weights = len(model.constants) if call == 0 else 0
         assert driver.uploads - uploads == weights + len(feeds)  # the inputs; the weights once
         assert driver.downloads - downloads == len(model.outputs)
+        assert driver.launches == (call + 1) * launches
         allocated = len(driver.memory)
     written = {name for step in model.steps if step.kernel is not None for name in step.outputs}
-    assert allocated == len(model.constants) + len(written - set(model.outputs))  # inputs and outputs freed
+    assert allocated == len(model.constants) + len(model.inputs) + len(written)  # once, on the first call
+    on_gpu = model.run({name: cuda_runtime.DeviceArray(array) for name, array in feeds.items()})
+    for name in model.outputs:  # GPU arrays in, new GPU arrays out
+        assert isinstance(on_gpu[name], cuda_runtime.DeviceArray)
+        np.testing.assert_allclose(on_gpu[name].numpy(), expected[name], rtol=1e-4, atol=1e-5)
     times = model.profile(feeds, rounds=2)
     assert sorted(t.desc for t in times) == sorted(k.desc for k in model.kernels)
+    assert sum(t.calls for t in times) == launches
 
 
 def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):

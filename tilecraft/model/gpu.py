@@ -45,7 +45,8 @@ class GpuModel:
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         self.untuned: tuple = ()
         self._dags = tuple(dags)
-        self._device: dict[str, Any] | None = None  # weights and buffers, on the GPU from the first call
+        self._buffers: dict[str, Any] = {}  # a GPU array for every value, from the first call
+        self._plan = None  # the launches over them
         self._emulated: list | None = None
 
     def __repr__(self) -> str:
@@ -69,12 +70,9 @@ class GpuModel:
             ModelInputError: If an input is missing or unknown, or has the wrong shape or dtype.
             TargetError: If there is no GPU or cuda-bindings here.
         """
-        from ..runtime.cuda import DeviceArray
-
-        arrays = self._launch_all(inputs, lambda step: None)
-        outputs = {name: DeviceArray.view(arrays[name], self.values[name].shape) for name in self.outputs}
         on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
-        return outputs if on_gpu else {name: array.numpy() for name, array in outputs.items()}
+        self._launch(inputs)
+        return {name: self._buffers[name].copy() if on_gpu else self._buffers[name].numpy() for name in self.outputs}
 
     def profile(self, inputs: Mapping[str, Any], rounds: int = 20) -> list:
         """Per kernel, the median over ``rounds`` calls of the seconds its launches take, each
@@ -83,15 +81,12 @@ class GpuModel:
 
         if rounds < 1:
             raise ValueError(f"profile: rounds={rounds} must be >= 1")
-        spent = np.zeros((rounds, len(self.kernels)))
+        owners = [step.kernel for step in self.steps if step.kernel is not None]
+        seconds, spent = np.zeros(len(owners)), np.zeros((rounds, len(self.kernels)))
         for r in range(rounds):
-            def wait(step, start=[time.perf_counter()], row=spent[r]):  # noqa: B006 - the clock of this round
-                self.kernels[step.kernel].module.wait()
-                now = time.perf_counter()
-                row[step.kernel] += now - start[0]
-                start[0] = now
-            self._launch_all(inputs, wait)
-        calls = Counter(step.kernel for step in self.steps)
+            self._launch(inputs, seconds)
+            np.add.at(spent[r], owners, seconds)
+        calls = Counter(owners)
         times = [KernelTime(k.desc, k.workload_key, calls[n], float(np.median(spent[:, n])), k.tuned)
                  for n, k in enumerate(self.kernels)]
         return sorted(times, key=lambda t: -t.seconds)
@@ -119,27 +114,30 @@ class GpuModel:
             arrays.update(zip(step.outputs, outs))
         return {name: arrays[name].copy() for name in self.outputs}
 
-    def _launch_all(self, inputs: Mapping[str, Any], after) -> dict[str, Any]:
-        """Every step launched on the GPU arrays of its values, ``after(step)`` following each
-        kernel's launch; the values by name."""
-        from ..runtime.cuda import DeviceArray
+    def _launch(self, inputs: Mapping[str, Any], seconds: np.ndarray | None = None) -> None:
+        """The inputs checked and copied into their GPU buffers, then every kernel launched."""
         from .compiled import check_inputs
 
         given = check_inputs(self.inputs, inputs, gpu=True)
-        written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
-        if self._device is None:  # the model's outputs are new at every call, the rest allocated once
-            self._device = {name: DeviceArray(array) for name, array in self.constants.items()}
-            self._device.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
-                                for name in written - set(self.outputs))
-        arrays = {**self._device, **{name: DeviceArray.empty(self.values[name].shape, self.values[name].dtype)
-                                     for name in written & set(self.outputs)}}
-        arrays.update((name, array if hasattr(array, "__cuda_array_interface__") else DeviceArray(array))
-                      for name, array in given.items())
+        if self._plan is None:
+            self._plan = self._launch_plan()
+        for name, array in given.items():
+            self._buffers[name].copy_from(array)
+        self._plan.run(seconds)
+
+    def _launch_plan(self):
+        """On the first call: the weights uploaded, a GPU buffer for every input and for every
+        value a kernel writes (a reshape a view of its source's), and the launches over them."""
+        from ..runtime.cuda import DeviceArray, LaunchPlan
+
+        buffers = {name: DeviceArray(array) for name, array in self.constants.items()}
+        written = [name for step in self.steps if step.kernel is not None for name in step.outputs]
+        buffers.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
+                       for name in [*(v.name for v in self.inputs), *written])
         for step in self.steps:
             if step.kernel is None:
-                source = arrays[step.inputs[0]]
-                arrays[step.outputs[0]] = DeviceArray.view(source, self.values[step.outputs[0]].shape)
-                continue
-            self.kernels[step.kernel].module(*(arrays[name] for name in step.inputs + step.outputs))
-            after(step)
-        return arrays
+                buffers[step.outputs[0]] = DeviceArray.view(buffers[step.inputs[0]], self.values[step.outputs[0]].shape)
+        self._buffers = buffers
+        return LaunchPlan([(self.kernels[step.kernel].module, [buffers[name].pointer for name in step.inputs
+                                                              + step.outputs])
+                           for step in self.steps if step.kernel is not None])

@@ -12,6 +12,7 @@ The map:
 - ``DeviceArray``: a NumPy array's copy in GPU memory, for callers with neither PyTorch
   nor CuPy (the measuring worker uploads a candidate's inputs once, for its check and
   every timing).
+- ``LaunchPlan``: kernels launched in order on fixed addresses, arguments packed once.
 - ``_Kernel``: the entry loaded on one GPU through the driver API: launch, synchronize, time.
 
 Why the driver API (``cuda-bindings``, an optional extra) and not CuPy or PyTorch: it is a
@@ -33,6 +34,7 @@ import contextlib
 import math
 import operator
 import sys
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -311,12 +313,19 @@ class CudaModule:
 
         return evaluate
 
+    def loaded(self, device: int = 0) -> _Kernel:
+        """The kernel loaded on GPU ``device`` (by the first call, or here)."""
+        if self._kernel is None:
+            self._kernel = _Kernel(self.cubin, self.entry, self.launch, device)
+        if self._kernel.device != device:
+            raise ValueError(f"{self.entry} is loaded on cuda:{self._kernel.device}, not cuda:{device}")
+        return self._kernel
+
     def _prepare(self, arrays: Sequence[Any], out: Any) -> tuple[list[Any], int, Any]:
         """Every argument in order (GPU addresses, or NumPy arrays), outputs made where not
         given; the stream to launch on; what the call returns. The first call loads the kernel."""
         binding = bind_arrays(self.entry, self.args, arrays, out, None if self._kernel is None else self._kernel.device)
-        if self._kernel is None:
-            self._kernel = _Kernel(self.cubin, self.entry, self.launch, binding.device)
+        self.loaded(binding.device)
         missing = [i for i in range(len(self.args)) if i not in binding.arrays]
         specs = [self.args[i] for i in missing]
         if binding.on_device:
@@ -485,6 +494,61 @@ class DeviceArray:
         with _current(_primary_context(self.device)):
             _call(_driver().cuMemcpyDtoH, out.ctypes.data, self.pointer, out.nbytes)
         return out
+
+    def copy_from(self, array: Any) -> None:
+        """Overwrite the data with ``array``'s, a NumPy array or a GPU array of the same size."""
+        cu, face = _driver(), getattr(array, "__cuda_array_interface__", None)
+        with _current(_primary_context(self.device)):
+            if face is None:
+                array = np.ascontiguousarray(array)
+                _call(cu.cuMemcpyHtoD, self.pointer, array.ctypes.data, self.nbytes)
+            else:
+                _call(cu.cuMemcpyDtoD, self.pointer, int(face["data"][0]), self.nbytes)
+
+    def copy(self) -> DeviceArray:
+        """A new GPU array holding this one's data."""
+        out = DeviceArray.empty(self.shape, self.dtype.name, self.device)
+        out.copy_from(self)
+        return out
+
+
+class LaunchPlan:
+    """Kernels launched in order on fixed GPU addresses, each one's arguments packed once, so
+    that a call costs the driver's launches and little else (a compiled model's steps; the
+    same fixed addresses would let a CUDA graph capture them).
+
+    Args:
+        calls: Each launch: a ``CudaModule`` and the GPU address of each of its arguments.
+        device: The GPU they run on.
+    """
+
+    def __init__(self, calls: Sequence[tuple[CudaModule, Sequence[int]]], device: int = 0) -> None:
+        self.device, self._launches = device, []
+        for module, pointers in calls:
+            if len(pointers) != len(module.args):
+                raise ValueError(f"{module.entry} takes {len(module.args)} arguments, not {len(pointers)}")
+            values = np.array(pointers, dtype=np.uint64)  # kernelParams: the address of each argument's value
+            params = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
+            self._launches.append((module.loaded(device), values, params))
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def run(self, seconds: np.ndarray | None = None, stream: int = 0) -> None:
+        """Launch every kernel on ``stream`` without waiting; with ``seconds`` (one float per
+        launch), wait for each and write the seconds it took from the end of the one before."""
+        cu = _driver()
+        with _current(_primary_context(self.device)):
+            start = time.perf_counter()
+            for n, (kernel, _, params) in enumerate(self._launches):
+                spec = kernel.spec
+                status, = cu.cuLaunchKernel(kernel.function, *spec.grid, *spec.block, spec.shared_bytes, stream,
+                                            params.ctypes.data, 0)
+                if status != 0:
+                    raise kernel._failure(status)
+                if seconds is not None:
+                    kernel.synchronize(stream)
+                    seconds[n], start = time.perf_counter() - start, time.perf_counter()
 
 
 def _free(cu: Any, context: Any, pointer: int) -> None:
