@@ -21,7 +21,7 @@ tests/test_layers.py checks it, docs/architecture.md draws it):
   measure/    building and timing candidates in isolated processes
   search/     sketch rules, decision spaces, features, cost models, evolutionary search
   tune/       SearchTask, TuningOptions, the tuning loop, the task scheduler, transfer
-  model/      task extraction from a model and CompiledModel (compile_model, save, load_model)
+  model/      task extraction from a model, CompiledModel (compile_model, save, load_model) and GpuModel
   cli.py      the ``tilecraft`` command
 """
 
@@ -45,8 +45,9 @@ _NAMES = {  # public name -> the module that defines it
     "PreloadMeasuredStates": ".search.policy", "SketchPolicy": ".search.policy", "ScheduleFn": ".search.space",
     "DEFAULT_RECORDS": ".tune.transfer", "transfer_model": ".tune.transfer", "TaskScheduler": ".tune.scheduler",
     "SearchTask": ".tune.task", "TuningOptions": ".tune.task", "register_workload": ".tune.task",
-    "CompiledModel": ".model", "compile_model": ".model", "extract_tasks": ".model", "load_model": ".model",
-    "print_tasks": ".model", "from_torch": ".model.torch", "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
+    "CompiledModel": ".model", "GpuModel": ".model", "compile_model": ".model", "extract_tasks": ".model",
+    "load_model": ".model", "print_tasks": ".model", "from_torch": ".model.torch", "compile_tir": ".tune.tir",
+    "tune_tir": ".tune.tir",
     "CudaModule": ".runtime.cuda", "cuda_available": ".runtime.cuda",
 }
 

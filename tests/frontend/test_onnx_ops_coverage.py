@@ -142,8 +142,6 @@ def test_an_unread_indices_output_of_max_pool_is_no_reason_to_refuse():
 
 
 @pytest.mark.parametrize("nodes, outputs, opset, refusal", [
-    ([N("MaxPool", ["x"], ["y", "indices"], kernel_shape=[2, 2])], [("y", FLOAT), ("indices", INT64)], 17,
-     r"node MaxPool_0 \(MaxPool, opset 17\): the Indices output is not supported"),
     ([N("BatchNormalization", ["x", "s", "s", "s", "s"], ["y", "mean", "var"], training_mode=1)], [("y", FLOAT)], 17,
      r"\(BatchNormalization, opset 17\): training mode \(the running statistics outputs\) is not supported"),
     ([N("BatchNormalization", ["x", "s", "s", "s", "s"], ["y", "mean", "var"])], [("y", FLOAT), ("mean", FLOAT)], 17,

@@ -4,7 +4,14 @@ Convolution biases become an ``add`` of a [F, 1, 1] constant after the convoluti
 form ``passes.fold_batch_norm`` folds into; a constant right-hand side of Gemm and MatMul
 becomes a ``dense`` weight (layout-free, packable ahead of time); a batched MatMul is a
 ``batch_matmul`` between reshapes. Convolutions and pools are 2-D (NCHW); a 1-D one is the
-2-D one over a view of height 1.
+2-D one over a view of height 1, and a 3-D one is made of 2-D ones: a pool one axis after
+the other, a Conv with its depth taps unfolded into the channels.
+A ConvTranspose is the te op ``conv2d_transpose`` when plain (2-D, ungrouped, undilated);
+otherwise the stride-1 Conv it is the adjoint of, over the input spread ``stride`` apart, with
+the kernel transposed per group and flipped: conv2d already takes groups and dilations, so
+nothing new is needed. MaxPool's Indices are composed apart from its values (strided slices
+of each tap, an argmax over them, constant tables of positions). AveragePool's ceil_mode with
+count_include_pad counts the pads but not the ceil overhang: the pads become real zeros.
 InstanceNormalization and GroupNormalization are a ``layer_norm`` of unit scale over each
 instance or group, then a per-channel scale and shift; RMSNormalization is element-wise
 nodes around a ``mean``; LRN's sum over neighbouring channels is an ``avg_pool2d`` that
@@ -162,10 +169,11 @@ def _with_bias(ctx: Importer, node: OnnxNode, op: str, inputs: list[str], attrs:
 
 
 def _lifted(convert: Converter) -> Converter:
-    """``convert`` that also takes a 1-D convolution or pool, as the 2-D one over a [N, C, 1, L] view."""
+    """``convert`` that also takes a 1-D convolution or pool, as the 2-D one over a [N, C, 1, L] view, and a 3-D
+    pool or Conv, made of 2-D ones (a 3-D ConvTranspose is ``convert``'s own)."""
     def lift(ctx: Importer, node: OnnxNode) -> None:
-        if len(ctx.shape(node.inputs[0])) == 5 and "Pool" in node.op_type:
-            return _separable_3d(convert, ctx, node)
+        if len(ctx.shape(node.inputs[0])) == 5 and node.op_type != "ConvTranspose":
+            return _conv_3d(ctx, node) if node.op_type == "Conv" else _separable_3d(convert, ctx, node)
         if len(ctx.shape(node.inputs[0])) != 3:
             return convert(ctx, node)
         inputs = list(node.inputs)
@@ -222,57 +230,184 @@ def _conv(ctx: Importer, node: OnnxNode) -> None:
     _with_bias(ctx, node, "conv2d", [node.inputs[0], weight], {**attrs, "groups": groups})
 
 
+def _conv_3d(ctx: Importer, node: OnnxNode) -> None:
+    """A 3-D convolution as a 2-D one with the depth taps among the channels: output depth z reads the KD planes
+    z * sd + kd * dd of the depth-padded input (a strided slice per tap), laid side by side as [N*OD, C*KD, H, W],
+    and the kernel viewed as [F, C/group*KD, KH, KW] sums them with the channels (a group's channels stay
+    together); the bias is added to the 2-D result, and [N*OD, F, OH, OW] transposed back to [N, F, OD, OH, OW]."""
+    x, weight = node.inputs[:2]
+    (n, c, d, h, w), (f, per_group, kd, kh, kw) = ctx.shape(x), ctx.shape(weight)
+    (sd, sh, sw), (dd, dh, dw) = (tuple(node.attrs.get(key, (1, 1, 1))) for key in ("strides", "dilations"))
+    front, top, left, back, bottom, right = _window_pads(node, (d, h, w), (kd, kh, kw), (sd, sh, sw), (dd, dh, dw))
+    if front or back:
+        x = ctx.emit("pad", [x], {"pad_before": (0, 0, front, 0, 0), "pad_after": (0, 0, back, 0, 0)},
+                     f"{node.name}_depth_pad")
+    depth = (d + front + back - (kd - 1) * dd - 1) // sd + 1
+    taps = [ctx.reshape(ctx.emit("strided_slice", [x], {"begin": (k * dd,), "end": (k * dd + (depth - 1) * sd + 1,),
+                                                        "strides": (sd,), "axes": (2,)}, f"{node.name}_depth_tap"),
+                        (n, c, 1, depth, h, w), f"{node.name}_depth_tap_6d") for k in range(kd)]
+    stacked = ctx.emit("concat", taps, {"axis": 2}, f"{node.name}_depth_taps") if kd > 1 else taps[0]
+    unfolded = ctx.emit("transpose", [stacked], {"axes": (0, 3, 1, 2, 4, 5)}, f"{node.name}_unfolded")
+    planes = ctx.fresh_value(f"{node.name}_2d")
+    _conv(ctx, replace(node, inputs=(ctx.reshape(unfolded, (n * depth, c * kd, h, w), f"{node.name}_planes"),
+                                     ctx.reshape(weight, (f, per_group * kd, kh, kw), f"{node.name}_kernel_2d"),
+                                     *node.inputs[2:3]), outputs=(planes,),
+                       attrs={**node.attrs, "strides": (sh, sw), "dilations": (dh, dw),
+                              "pads": (top, left, bottom, right), "auto_pad": "NOTSET"}))
+    out_h, out_w = ctx.shape(ctx.resolve(planes))[2:]
+    volume = ctx.reshape(ctx.resolve(planes), (n, depth, f, out_h, out_w), f"{node.name}_volume")
+    ctx.emit_for(node, "transpose", [volume], {"axes": (0, 2, 1, 3, 4)})
+
+
 def _conv_transpose(ctx: Importer, node: OnnxNode) -> None:
-    shape = _spatial_2d(ctx, node, "transposed convolution")
-    kernel = ctx.shape(node.inputs[1])[2:]
-    if node.attrs.get("group", 1) != 1 or any(d != 1 for d in node.attrs.get("dilations", (1, 1))):
-        raise node.unsupported("a grouped or dilated transposed convolution")
-    strides = tuple(node.attrs.get("strides", (1, 1)))
-    extra = tuple(node.attrs.get("output_padding", (0, 0)))
+    """Pads from ``pads``, ``auto_pad`` or ``output_shape`` (a larger output is more output_padding); then the te
+    op ``conv2d_transpose`` where it applies (2-D, ungrouped, undilated), else the convolution it is the adjoint
+    of (``_transposed_as_conv``)."""
+    shape, kernel = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])[2:]
+    rank = len(kernel)
+    if rank not in (2, 3):
+        raise node.unsupported(f"a {rank}-D transposed convolution (only 1-D, 2-D and 3-D)")
+    strides, dilations = (tuple(node.attrs.get(key, (1,) * rank)) for key in ("strides", "dilations"))
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    extra = tuple(node.attrs.get("output_padding", (0,) * rank))
     auto_pad, target = node.attrs.get("auto_pad", "NOTSET"), node.attrs.get("output_shape")
     if target is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        target = target[-2:] if target is not None else [n * s for n, s in zip(shape[2:], strides)]
-        totals = [s * (n - 1) + e + k - t for s, n, e, k, t in zip(strides, shape[2:], extra, kernel, target)]
-        extra = tuple(e + max(-t, 0) for e, t in zip(extra, totals))  # a larger output: more output_padding
-        totals = [max(t, 0) for t in totals]
-        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]
+        target = target[-rank:] if target is not None else [n * s for n, s in zip(shape[2:], strides)]
+        totals = [s * (n - 1) + e + k - t for s, n, e, k, t in zip(strides, shape[2:], extra, spans, target)]
+        if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):  # output_shape alone: a larger output, more output_padding
+            extra = tuple(e + max(-t, 0) for e, t in zip(extra, totals))
+            totals = [max(t, 0) for t in totals]
+        begin = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals]  # floored, as ONNX's reference
         pads = (*begin, *(t - b for t, b in zip(totals, begin)))
     else:
-        pads = tuple(node.attrs.get("pads", (0,) * 4)) if auto_pad == "NOTSET" else (0,) * 4
-    if min(pads) < 0 or any(e >= s for e, s in zip(extra, strides)):
-        raise node.unsupported(f"pads {pads} with output_padding {extra} and strides {strides}")
-    _with_bias(ctx, node, "conv2d_transpose", node.inputs[:2],
-               {"stride": strides, "padding": pads, "output_padding": extra})
+        pads = tuple(node.attrs.get("pads", (0,) * 2 * rank)) if auto_pad == "NOTSET" else (0,) * 2 * rank
+    groups = node.attrs.get("group", 1)
+    plain = groups == 1 and dilations == (1, 1) and min(pads) >= 0 and all(e < s for e, s in zip(extra, strides))
+    if rank == 2 and plain:
+        return _with_bias(ctx, node, "conv2d_transpose", node.inputs[:2],
+                          {"stride": strides, "padding": pads, "output_padding": extra})
+    _transposed_as_conv(ctx, node, strides, dilations, pads, extra, groups)
+
+
+def _transposed_as_conv(ctx: Importer, node: OnnxNode, strides, dilations, pads, extra, groups: int) -> None:
+    """A transposed convolution as the stride-1 convolution it is the adjoint of: over the input spread
+    ``stride`` apart (s - 1 zeros after each element), bordered by the dilated kernel's reach less the pads
+    (cropped where a pad reaches further), with the kernel [C, F/group, *K] made [F, C/group, *K] group by
+    group and flipped along every spatial axis. Any group, dilation, pads and output_padding; 2-D or 3-D."""
+    x, weight = node.inputs[:2]
+    (n, c, *sizes), (_, per_group, *kernel) = ctx.shape(x), ctx.shape(weight)
+    rank, axes = len(sizes), tuple(range(2, 2 + len(sizes)))
+    if max(strides) > 1:  # [N, C, S1, 1, S2, 1] padded to [N, C, S1, s1, S2, s2], then viewed as [N, C, S1*s1, ...]
+        pairs = ctx.reshape(x, (n, c, *(v for size in sizes for v in (size, 1))), f"{node.name}_pairs")
+        spread = ctx.emit("pad", [pairs], {"pad_before": (0,) * (2 + 2 * rank), "pad_after": (
+            0, 0, *(v for s in strides for v in (0, s - 1)))}, f"{node.name}_spread")
+        x = ctx.reshape(spread, (n, c, *(size * s for size, s in zip(sizes, strides))), f"{node.name}_stuffed")
+    reach = [d * (k - 1) for d, k in zip(dilations, kernel)]
+    begins = [r - p for r, p in zip(reach, pads[:rank])]
+    ends = [r - p + e - (s - 1) for r, p, e, s in zip(reach, pads[rank:], extra, strides)]  # less the trailing zeros
+    if min(begins + ends) < 0:
+        x = ctx.emit("strided_slice", [x], {"begin": tuple(max(-b, 0) for b in begins), "end": tuple(
+            size - max(-e, 0) for size, e in zip(ctx.shape(x)[2:], ends)), "axes": axes}, f"{node.name}_crop")
+    grouped = ctx.reshape(weight, (groups, c // groups, per_group, *kernel), f"{node.name}_kernel_groups")
+    swapped = ctx.emit("transpose", [grouped], {"axes": (0, 2, 1, *range(3, 3 + rank))}, f"{node.name}_kernel_oi")
+    flipped = ctx.emit("strided_slice", [ctx.reshape(swapped, (groups * per_group, c // groups, *kernel),
+                                                     f"{node.name}_kernel_oihw")],
+                       {"begin": (-1,) * rank, "end": tuple(-k - 1 for k in kernel), "strides": (-1,) * rank,
+                        "axes": axes}, f"{node.name}_kernel_flipped")
+    conv = replace(node, inputs=(x, flipped, *node.inputs[2:3]), attrs={
+        "group": groups, "dilations": dilations, "pads": (*(max(b, 0) for b in begins), *(max(e, 0) for e in ends))})
+    (_conv_3d if rank == 3 else _conv)(ctx, conv)
+
+
+def _ceil_end(size: int, span: int, stride: int, begin: int, end: int) -> int:
+    """The end pad of ceil_mode: more padding at the end for a last, partial window, unless it would start there."""
+    count = -(-(size + begin + end - span) // stride) + 1
+    count -= (count - 1) * stride >= size + begin
+    return end + max((count - 1) * stride + span - (size + begin + end), 0)
+
+
+def _pool_window(node: OnnxNode, sizes) -> tuple[tuple[int, ...], ...]:
+    """A pool's kernel, strides, dilations, pads (begins, then ends) and its end pads as ceil_mode widens them."""
+    rank, kernel = len(sizes), tuple(node.attrs["kernel_shape"])
+    strides, dilations = (tuple(node.attrs.get(key, (1,) * rank)) for key in ("strides", "dilations"))
+    pads = _window_pads(node, sizes, kernel, strides, dilations)
+    ends = pads[rank:]
+    if node.attrs.get("ceil_mode", 0):
+        ends = tuple(_ceil_end(size, (k - 1) * d + 1, s, lo, hi)
+                     for size, k, d, s, lo, hi in zip(sizes, kernel, dilations, strides, pads[:rank], ends))
+    return kernel, strides, dilations, pads, ends
 
 
 def _pool(op: str) -> Converter:
     def convert(ctx: Importer, node: OnnxNode) -> None:
-        shape = _spatial_2d(ctx, node, "pooling")
-        if len(node.outputs) > 1 and node.outputs[1] in ctx.read:
-            raise node.unsupported("the Indices output")
-        kernel, strides = tuple(node.attrs["kernel_shape"]), tuple(node.attrs.get("strides", (1, 1)))
-        dilations = tuple(node.attrs.get("dilations", (1, 1)))
-        spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]  # what a dilated window covers
-        top, left, bottom, right = _window_pads(node, shape[2:], kernel, strides, dilations)
-        include_pad = bool(node.attrs.get("count_include_pad", 0))
-        if node.attrs.get("ceil_mode", 0):  # ceil mode = more padding at the end, unless a window would start there
-            ends = []
-            for size, k, s, lo, hi in zip(shape[2:], spans, strides, (top, left), (bottom, right)):
-                count = -(-(size + lo + hi - k) // s) + 1
-                count -= (count - 1) * s >= size + lo
-                ends.append(hi + max((count - 1) * s + k - (size + lo + hi), 0))
-            if include_pad and (ends[0], ends[1]) != (bottom, right):
-                raise node.unsupported("ceil_mode with count_include_pad")
-            bottom, right = ends
+        x, shape = node.inputs[0], _spatial_2d(ctx, node, "pooling")
+        kernel, strides, dilations, (top, left, bottom, right), ends = _pool_window(node, shape[2:])
+        include_pad = op == "avg_pool2d" and bool(node.attrs.get("count_include_pad", 0))
+        if include_pad and ends != (bottom, right):  # the windows past the pads count the pads only: real zeros
+            if any((top, left, bottom, right)):
+                x = ctx.emit("pad", [x], {"pad_before": (0, 0, top, left), "pad_after": (0, 0, bottom, right)},
+                             f"{node.name}_pad")
+            top, left, ends, include_pad = 0, 0, (ends[0] - bottom, ends[1] - right), False
+        (bottom, right), spans = ends, [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
         if max(top, bottom) >= spans[0] or max(left, right) >= spans[1]:
             raise node.unsupported(f"padding {(top, left, bottom, right)} as large as the kernel {kernel}")
         attrs = {"kernel": kernel, "stride": strides, "padding": (top, left, bottom, right),
                  **({"dilation": dilations} if dilations != (1, 1) else {})}
         if op == "avg_pool2d":
             attrs["count_include_pad"] = include_pad
-        ctx.emit_for(node, op, node.inputs[:1], attrs)
+        ctx.emit_for(node, op, [x], attrs)
 
     return convert
+
+
+def _pool_indices(ctx: Importer, node: OnnxNode) -> None:
+    """MaxPool's Indices (any rank): the flat position in the input of each window's first largest element. The
+    windows' taps are strided slices of the input padded with its lowest value, stacked on a last axis; the
+    first tap that holds the window's maximum and lies in the input (a constant mask: padding never wins a tie)
+    is an argmax, and constant tables give the position of the tap in its window and of the window's origin,
+    row-major, or column-major over the spatial axes for storage_order 1 (image after image, as ONNX counts)."""
+    x = node.inputs[0]
+    (n, c, *sizes), dtype = ctx.shape(x), np.dtype(ctx.values[x].dtype)
+    rank = len(sizes)
+    kernel, strides, dilations, pads, ends = _pool_window(node, sizes)
+    counts = [(size + lo + hi - (k - 1) * d - 1) // s + 1
+              for size, lo, hi, k, d, s in zip(sizes, pads[:rank], ends, kernel, dilations, strides)]
+    if any(pads[:rank]) or any(ends):
+        x = ctx.emit("pad", [x], {"pad_before": (0, 0, *pads[:rank]), "pad_after": (0, 0, *ends), "pad_value": (
+            -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min))}, f"{node.name}_indices_pad")
+    taps = np.array(list(np.ndindex(*kernel))) * dilations  # [K, rank], row-major as ONNX scans a window
+    windows = ctx.emit("concat", [ctx.reshape(ctx.emit("strided_slice", [x], {
+        "begin": tuple(tap), "end": tuple(t + (m - 1) * s + 1 for t, m, s in zip(tap, counts, strides)),
+        "strides": strides, "axes": tuple(range(2, 2 + rank))}, f"{node.name}_tap"), (n, c, *counts, 1),
+        f"{node.name}_tap_column") for tap in taps], {"axis": rank + 2}, f"{node.name}_windows")
+    origins = np.stack(np.meshgrid(*(np.arange(m) * s - lo for m, s, lo in zip(counts, strides, pads[:rank])),
+                                   indexing="ij"), -1)  # [*counts, rank]
+    inside = np.all((origins[..., None, :] + taps >= 0) & (origins[..., None, :] + taps < sizes), -1)
+    largest = ctx.emit("max", [windows], {"axis": rank + 2, "keepdims": True}, f"{node.name}_largest")
+    hits = ctx.emit("binary", [ctx.emit("binary", [windows, largest], {"function": "equal"}, f"{node.name}_hits"),
+                               ctx.add_constant(ctx.fresh_value(f"{node.name}_inside"), inside)],
+                    {"function": "logical_and"}, f"{node.name}_real_hits")
+    first = ctx.emit("argmax", [ctx.emit("cast", [hits], {"dtype": "int32"}, f"{node.name}_hits_int")],
+                     {"axis": rank + 2, "keepdims": False}, f"{node.name}_first")
+    place = np.array([math.prod(sizes[d + 1:]) if not node.attrs.get("storage_order", 0) else math.prod(sizes[:d])
+                      for d in range(rank)])
+    in_window = ctx.emit("take", [ctx.add_constant(ctx.fresh_value(f"{node.name}_tap_places"), taps @ place), first],
+                         {"axis": 0}, f"{node.name}_in_window")
+    in_image = ctx.emit("add", [in_window, ctx.add_constant(ctx.fresh_value(f"{node.name}_origins"), origins @ place)],
+                        {}, f"{node.name}_in_image")
+    images = np.arange(n * c, dtype="int64").reshape(n, c, *(1,) * rank) * math.prod(sizes)
+    ctx.emit("add", [in_image, ctx.add_constant(ctx.fresh_value(f"{node.name}_images"), images)], {}, node.name,
+             output=node.outputs[1])
+
+
+_max_pool_values = _lifted(_pool("max_pool2d"))
+
+
+def _max_pool(ctx: Importer, node: OnnxNode) -> None:
+    """MaxPool: ``max_pool2d`` (lifted) for the values, and the Indices, when read, composed apart."""
+    _max_pool_values(ctx, replace(node, outputs=node.outputs[:1]))
+    if len(node.outputs) > 1 and node.outputs[1] in ctx.read:
+        _pool_indices(ctx, node)
 
 
 def _global_pool(op: str) -> Converter:
@@ -341,6 +476,6 @@ NN_CONVERTERS: dict[str, Converter] = {
     "LayerNormalization": _layer_norm, "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm,
     "GroupNormalization": _group_norm, "RMSNormalization": _rms_norm, "LRN": _lrn,
     "Conv": _lifted(_conv), "ConvTranspose": _lifted(_conv_transpose), "Gemm": _gemm, "MatMul": _matmul,
-    "MaxPool": _lifted(_pool("max_pool2d")), "AveragePool": _lifted(_pool("avg_pool2d")),
+    "MaxPool": _max_pool, "AveragePool": _lifted(_pool("avg_pool2d")),
     "GlobalAveragePool": _global_pool("mean"), "GlobalMaxPool": _global_pool("max"),
 }

@@ -27,9 +27,14 @@ from ..graph.operators import BROADCAST, ELEMENTWISE, INJECTIVE, OPERATORS, REDU
 from ..ops.common import broadcast_shape
 from ..te.dtype import DTYPES, is_float
 from .onnx_importer import Importer, OnnxNode, checked_array
+from .onnx_conv import CONV_CONVERTERS
 from .onnx_nn import NN_CONVERTERS
 from .onnx_quant import QUANT_CONVERTERS
+from .onnx_recurrent import RECURRENT_CONVERTERS
 from .onnx_resize import convert_resize
+from .onnx_sampling import SAMPLING_CONVERTERS
+from .onnx_scatter import SCATTER_CONVERTERS
+from .onnx_signal import SIGNAL_CONVERTERS
 from .onnx_tensor import TENSOR_CONVERTERS
 
 Converter = Callable[[Importer, OnnxNode], None]
@@ -344,5 +349,6 @@ CONVERTERS: dict[str, Converter] = {
     "Range": _range, "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "Trilu": _trilu,
     "Gather": _gather("take"), "GatherElements": _gather("gather_elements"),
     "Resize": convert_resize, "Upsample": convert_resize,
-    **NN_CONVERTERS, **QUANT_CONVERTERS, **TENSOR_CONVERTERS,
+    **NN_CONVERTERS, **QUANT_CONVERTERS, **TENSOR_CONVERTERS, **RECURRENT_CONVERTERS, **SCATTER_CONVERTERS,
+    **SIGNAL_CONVERTERS, **SAMPLING_CONVERTERS, **CONV_CONVERTERS,
 }

@@ -1,13 +1,13 @@
 """Converters of ONNX operators that tilecraft composes from its own nodes rather than a te operator each:
 products (ReduceProd, CumProd), one-hot forms (Hardmax, OneHot), Tile, EyeLike, DepthToSpace, the
-p-norms (LpNormalization, LpPool), and TopK.
+p-norms (LpNormalization, LpPool, GlobalLpPool), and TopK.
 
 A product over an axis multiplies its two halves until one element is left, and a running
 product is the log-step scan (each step multiplies by the values ``2^k`` positions back),
 so both are ``log2(size)`` element-wise nodes, exact for integers. One-hot forms compare
 the positions along an axis with a constant ``arange``. An Lp pool is the ``p``-th root of
 the sum of ``|x|^p`` over each window, an average pool counting its padding times the
-window's size.
+window's size; a global one is the root of the sum over all the spatial dims.
 """
 
 from __future__ import annotations
@@ -170,6 +170,15 @@ def _lp_pool(ctx: Importer, node: OnnxNode) -> None:
     ctx.emit_for(node, "power", [total, ctx.scalar(1 / p, x)])
 
 
+def _global_lp_pool(ctx: Importer, node: OnnxNode) -> None:
+    x, p = node.inputs[0], float(node.attrs.get("p", 2))
+    powered = ctx.emit("power", [ctx.emit("abs", [x], {}, f"{node.name}_abs"), ctx.scalar(p, x)], {},
+                       f"{node.name}_powered")
+    total = ctx.emit("sum", [powered], {"axis": tuple(range(2, len(ctx.shape(x)))), "keepdims": True},
+                     f"{node.name}_sum")
+    ctx.emit_for(node, "power", [total, ctx.scalar(1 / p, x)])
+
+
 def _top_k(ctx: Importer, node: OnnxNode) -> None:
     """The ``k`` largest (smallest) along an axis by rank: an element's rank is the number of elements that beat it,
     or equal it at a lower index; the output ``r`` is the element of rank ``r``. Comparing every pair costs
@@ -203,5 +212,5 @@ def _top_k(ctx: Importer, node: OnnxNode) -> None:
 TENSOR_CONVERTERS: dict[str, Converter] = {
     "ReduceProd": _reduce_prod, "CumProd": _cumprod, "Hardmax": _hardmax, "OneHot": _one_hot, "Tile": _tile,
     "EyeLike": _eye_like, "DepthToSpace": _depth_to_space, "LpNormalization": _lp_normalization, "LpPool": _lp_pool,
-    "TopK": _top_k,
+    "GlobalLpPool": _global_lp_pool, "TopK": _top_k,
 }
