@@ -143,8 +143,10 @@ class BoundInference:
             found = [interval(substitute(r[dim], index), varying, ranges) for r, index, varying in uses]
             region = _union(found, ranges)
             mins_dim, extent = (const(0), size) if region is None else region
-            if region is not None and self._may_pad(stage, dim, mins_dim, extent, ranges):
+            covered = _covered(stage, dim, extent)
+            if region is not None and self._may_pad(stage, dim, mins_dim, covered, ranges):
                 padded.add(dim)
+                extent = covered
             else:
                 mins_dim, extent = _clamp(mins_dim, extent, size, ranges)
             mins.append(mins_dim)
@@ -158,14 +160,15 @@ class BoundInference:
         """Whether a block may compute its last tile along output axis ``dim`` past the
         tensor's end, unguarded, rather than shift the tile back to end at the border.
 
-        It may when it writes a local buffer of its own (its consumer stores only what lies
-        inside the tensor) and whatever it reads along that axis stays inside its input even
-        past the end: an input not indexed by the axis, or a weight packed in whole tiles
+        It may when it writes a buffer of its own (a local cache, or an intermediate computed
+        inside its consumer: the consumer stores only what lies inside the tensor) and
+        whatever it reads along that axis stays inside its input even past the end: an input not indexed by the axis, or a weight packed in whole tiles
         (``transform_layout`` pads it). A shifted tile of a packed weight starts inside a
         packed tile, so its vector reads become gathers: a 997x1021x1009 matmul ran at 72
         GFLOPS shifted and 281 padded (docs/experiments/padded-tiles.md)."""
         span = bounds(low, ranges)
-        if stage.scope != "local" or dim >= len(stage.op.axis) or span is None or span[0] < 0:
+        own_buffer = stage.scope == "local" or (stage.scope == "global" and not stage.is_output)
+        if not own_buffer or dim >= len(stage.op.axis) or span is None or span[0] < 0:
             return False
         axis = stage.op.axis[dim].var
         reach = {iv.var: iv.extent for iv in stage.op.axis + stage.op.reduce_axis}
@@ -303,6 +306,14 @@ def refresh_extents(state: State, name: str) -> State:
     extents = loop_extents(stage, b.root_extent)
     loops = tuple(replace(l, extent=extents.get(l.id, l.extent)) for l in stage.loops)
     return state.with_stage(replace(stage, loops=loops))
+
+
+def _covered(stage: Stage, dim: int, extent: int) -> int:
+    """``extent`` rounded up to whole innermost tiles of the split of root ``dim``: what its
+    loops cover when a region narrower than its tiling (24 channels in tiles of 16) is
+    computed past its end."""
+    split = next((r for r in stage.relations if isinstance(r, Split) and r.parent == stage.roots[dim]), None)
+    return extent if split is None else ceil_div(extent, split.factors[-1]) * split.factors[-1]
 
 
 def loop_extents(stage: Stage, root_extents) -> dict[int, int]:

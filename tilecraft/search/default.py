@@ -37,7 +37,10 @@ UNROLL_STEP = 512  # unrolls a whole register tile (its vector loop counts every
 def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
     """The rule-made candidate of the best sketch that replays: the most register tiles,
     then tiles that accumulate in a local buffer inside their consumer's tile, then the most
-    rows reduced in vector lanes."""
+    rows reduced in vector lanes, then the deepest fusion into the consumer (the smaller
+    tile, consumed while in cache: inception's 3x3 convolution 128→192 at 28x28 ran 1.64 ms
+    fused at the first level, 1.21 at the second; over GoogLeNet's and ResNet-50's layers
+    the second level was 8% and 1% faster in all)."""
     ranked, errors = [], []
     ops = {tensor.op.name: tensor.op for tensor in dag.compute_ops}
     for n, sketch in enumerate(generate_sketches(dag, target=target)):
@@ -47,7 +50,8 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
             errors.append(f"{sketch.name}: {error}")
             continue
         local = all(sch.state.stage(tile.block).attach is not None for tile in sketch.register_tiles)
-        ranked.append(((-len(sketch.register_tiles), not local, -_vector_reductions(ops, sketch), n), sch))
+        fused = max((int(level) for level in re.findall(r"fuse(\d)", sketch.name)), default=0)
+        ranked.append(((-len(sketch.register_tiles), not local, -_vector_reductions(ops, sketch), -fused, n), sch))
     if not ranked:
         raise ScheduleError("no sketch gave a default schedule: " + "; ".join(errors))
     return min(ranked, key=lambda entry: entry[0])[1]
