@@ -60,8 +60,8 @@ class EmulatedKernel:
                 self.driver.memory[p][:values.nbytes] = values.tobytes()
 
 
-def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compiled, monkeypatch):
-    gpu, feeds, expected = compiled
+def on_fake_gpu(gpu, feeds, monkeypatch):
+    """A fake driver, and ``gpu`` with each kernel's cubin standing for its emulation there."""
     driver = FakeMemoryDriver()
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
@@ -72,7 +72,13 @@ def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compil
                                          kernel.module.launch)
         driver.kernels[module.cubin] = EmulatedKernel(emulated, module.args, driver)
         kernels.append(dataclasses.replace(kernel, module=module))
-    model = GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target, gpu._dags)
+    return driver, GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target,
+                            gpu._dags)
+
+
+def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compiled, monkeypatch):
+    gpu, feeds, expected = compiled
+    driver, model = on_fake_gpu(gpu, feeds, monkeypatch)
     launches = sum(step.kernel is not None for step in model.steps)
     for call in range(2):
         uploads, downloads = driver.uploads, driver.downloads
@@ -102,3 +108,19 @@ def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):
         gpu.run({name: feeds[name][..., :1]})
     with pytest.raises(ModelInputError, match="missing input"):
         gpu.emulate({})
+
+
+def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, monkeypatch, tmp_path):
+    gpu, feeds, expected = compiled
+    _, model = on_fake_gpu(gpu, feeds, monkeypatch)
+    model.save(tmp_path / "saved")
+    assert sorted(p.suffix for p in (tmp_path / "saved").iterdir() if p.is_file()).count(".cubin") == len(gpu.kernels)
+    loaded = tc.load_model(tmp_path / "saved")
+    assert isinstance(loaded, GpuModel) and loaded.target == gpu.target
+    assert [k.module.cubin for k in loaded.kernels] == [k.module.cubin for k in model.kernels]
+    assert [k.module.launch for k in loaded.kernels] == [k.module.launch for k in gpu.kernels]
+    got = loaded.run(feeds)
+    for name in gpu.outputs:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+    with pytest.raises(tc.TilecraftError, match="compile the model with compile_model to emulate it"):
+        loaded.emulate(feeds)

@@ -238,7 +238,7 @@ class CompiledModel:
         (the plan), each kernel's library and C source, the runner library and the weights as
         ``.npy`` files. Files of an earlier save there are overwritten."""
         directory = Path(directory)
-        (directory / "weights").mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
         kernels = []
         for n, kernel in enumerate(self.kernels):
             module = kernel.module
@@ -251,15 +251,22 @@ class CompiledModel:
                             "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in module.packs]})
         runner = f"runner{self._plan.library.suffix}"
         shutil.copyfile(self._plan.library, directory / runner)
-        weights = {name: f"weights/{n}.npy" for n, name in enumerate(self.constants)}
-        for name, path in weights.items():
-            np.save(directory / path, self.constants[name], allow_pickle=False)
-        plan = {"format": FORMAT, "version": FORMAT_VERSION, "target": self.target,
-                "inputs": [v.name for v in self.inputs], "outputs": list(self.outputs),
-                "values": {name: [list(v.shape), v.dtype] for name, v in self.values.items()},
-                "weights": weights, "kernels": kernels, "runner": runner,
-                "steps": [[s.kernel, list(s.inputs), list(s.outputs)] for s in self.steps]}
-        (directory / "model.json").write_text(json.dumps(plan, indent=1))
+        write_plan(directory, self, kernels, runner=runner)
+
+
+def write_plan(directory: Path, model, kernels: list[dict], **more: Any) -> None:
+    """``model``'s weights as ``.npy`` files and ``model.json``, the plan that names them, its
+    ``kernels`` (as saved) and ``more`` entries."""
+    (directory / "weights").mkdir(parents=True, exist_ok=True)
+    weights = {name: f"weights/{n}.npy" for n, name in enumerate(model.constants)}
+    for name, path in weights.items():
+        np.save(directory / path, model.constants[name], allow_pickle=False)
+    plan = {"format": FORMAT, "version": FORMAT_VERSION, "target": model.target,
+            "inputs": [v.name for v in model.inputs], "outputs": list(model.outputs),
+            "values": {name: [list(v.shape), v.dtype] for name, v in model.values.items()},
+            "weights": weights, "kernels": kernels, **more,
+            "steps": [[s.kernel, list(s.inputs), list(s.outputs)] for s in model.steps]}
+    (directory / "model.json").write_text(json.dumps(plan, indent=1))
 
 
 def check_inputs(expected: Sequence[Value], inputs: Mapping[str, Any], gpu: bool = False) -> dict[str, Any]:
@@ -474,9 +481,9 @@ def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cach
     return Kernel(desc, dag.workload_key, build(sch, target, name, cache_dir), False, sch.trace.dumps()), why
 
 
-def load_model(directory: str | Path) -> CompiledModel:
-    """The model that ``CompiledModel.save`` wrote to ``directory``, loaded without the ONNX
-    model, the tuning log or a compiler.
+def load_model(directory: str | Path) -> CompiledModel | GpuModel:
+    """The model that ``CompiledModel.save`` (or ``GpuModel.save``) wrote to ``directory``,
+    loaded without the ONNX model, the tuning log or a compiler.
 
     Raises:
         ModelLoadError: If the directory holds no saved model, or a file of it is missing,
@@ -493,8 +500,12 @@ def load_model(directory: str | Path) -> CompiledModel:
                                  "with this tilecraft")
         values = {name: Value(name, tuple(shape), dtype) for name, (shape, dtype) in plan["values"].items()}
         constants = {name: _load_weight(directory / file, values[name]) for name, file in plan["weights"].items()}
-        kernels = [_load_kernel(directory, entry) for entry in plan["kernels"]]
         steps = [Step(kernel, tuple(inputs), tuple(outputs)) for kernel, inputs, outputs in plan["steps"]]
+        if plan["target"].split()[0] == "cuda":
+            kernels = [_load_cuda_kernel(directory, entry) for entry in plan["kernels"]]
+            return GpuModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
+                            constants, plan["target"], dags=())
+        kernels = [_load_kernel(directory, entry) for entry in plan["kernels"]]
         runner = directory / plan["runner"]
         try:
             return CompiledModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
@@ -518,6 +529,18 @@ def _load_weight(path: Path, value: Value) -> np.ndarray:
         raise ModelLoadError(f"{path} holds {array.dtype}{list(array.shape)} but the weight {value.name} is {value}; "
                              "save the model again")
     return array
+
+
+def _load_cuda_kernel(directory: Path, entry: dict) -> Kernel:
+    from ..runtime.cuda import CudaModule
+
+    cubin, source = directory / entry["cubin"], directory / entry["source"]
+    try:
+        module = CudaModule.from_artifact(cubin.read_bytes(), entry, source.read_text())
+    except OSError as error:
+        raise ModelLoadError(f"cannot read the kernel {entry['desc']} from {cubin}: {error}; save the model "
+                             "again") from None
+    return Kernel(entry["desc"], entry["workload_key"], module, entry["tuned"], entry["trace"])
 
 
 def _load_kernel(directory: Path, entry: dict) -> Kernel:

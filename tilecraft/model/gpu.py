@@ -7,19 +7,21 @@ buffer allocated once, and a call uploads the inputs, launches every kernel in o
 one stream without waiting between them, and copies the outputs back. Inputs that are
 already GPU arrays (PyTorch, CuPy) are read where they are.
 
-Without a GPU, ``emulate`` runs the same steps with each kernel's schedule emulated on the
+``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
+``emulate`` runs the same steps with each kernel's schedule emulated on the
 CPU (``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against
 NumPy on any machine.
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import TilecraftError
 from ..schedule.trace import Trace
 from ..te.dag import ComputeDAG
 from ..graph.ir import Value
@@ -91,6 +93,22 @@ class GpuModel:
                  for n, k in enumerate(self.kernels)]
         return sorted(times, key=lambda t: -t.seconds)
 
+    def save(self, directory: str | Path) -> None:
+        """Write the model to ``directory`` for ``load_model``: ``model.json`` (the plan), each
+        kernel's cubin and CUDA source, and the weights as ``.npy`` files."""
+        from .compiled import write_plan
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        kernels = []
+        for n, kernel in enumerate(self.kernels):
+            (directory / f"kernel_{n}.cubin").write_bytes(kernel.module.cubin)
+            (directory / f"kernel_{n}.cu").write_text(kernel.module.source)
+            kernels.append({"desc": kernel.desc, "workload_key": kernel.workload_key, "tuned": kernel.tuned,
+                            "trace": kernel.trace, "cubin": f"kernel_{n}.cubin", "source": f"kernel_{n}.cu",
+                            **kernel.module.to_json()})
+        write_plan(directory, self, kernels)
+
     def emulate(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the model's steps on this CPU, each kernel's GPU schedule emulated (serially,
         as the GPU would distribute it): slow, but it checks the model where there is no GPU.
@@ -101,6 +119,9 @@ class GpuModel:
         from ..build import emulate_gpu
         from .compiled import check_inputs
 
+        if not self._dags:
+            raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that "
+                                 "emulation replays its schedules on; compile the model with compile_model to emulate it")
         if self._emulated is None:
             self._emulated = [emulate_gpu(Trace.from_json(k.trace).replay(dag), self.target)
                               for k, dag in zip(self.kernels, self._dags)]
