@@ -447,25 +447,24 @@ class DeviceArray:
     and launch or time a kernel on them many times; ``numpy()`` copies the data back.
     """
 
-    def __init__(self, array: np.ndarray | None, device: int = 0, shape: tuple[int, ...] = (),
-                 dtype: str = "float32") -> None:
-        array = None if array is None else np.ascontiguousarray(array)
-        if array is None:
-            self.shape, self.dtype = tuple(shape), np.dtype(dtype)
-        else:
-            self.shape, self.dtype = array.shape, array.dtype
-        self.device, self.base = device, None
-        cu, context = _driver(), _primary_context(device)
-        with _current(context):
-            self.pointer = int(_call(cu.cuMemAlloc, max(self.nbytes, 1)))
-            weakref.finalize(self, _free, cu, context, self.pointer).atexit = False
-            if array is not None:
-                _call(cu.cuMemcpyHtoD, self.pointer, array.ctypes.data, array.nbytes)
+    def __init__(self, array: np.ndarray, device: int = 0) -> None:
+        array = np.ascontiguousarray(array)
+        self._allocate(array.shape, array.dtype, device)
+        self.copy_from(array)
 
     @classmethod
     def empty(cls, shape: tuple[int, ...], dtype: str, device: int = 0) -> DeviceArray:
         """GPU memory for an array of ``shape`` and ``dtype``, not initialized."""
-        return cls(None, device, tuple(shape), dtype)
+        out = cls.__new__(cls)
+        out._allocate(tuple(shape), np.dtype(dtype), device)
+        return out
+
+    def _allocate(self, shape: tuple[int, ...], dtype: np.dtype, device: int) -> None:
+        self.shape, self.dtype, self.device, self.base = shape, dtype, device, None
+        cu, context = _driver(), _primary_context(device)
+        with _current(context):
+            self.pointer = int(_call(cu.cuMemAlloc, max(self.nbytes, 1)))
+        weakref.finalize(self, _free, cu, context, self.pointer).atexit = False
 
     @classmethod
     def view(cls, array: Any, shape: tuple[int, ...]) -> DeviceArray:
