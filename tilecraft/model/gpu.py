@@ -3,9 +3,10 @@
 ``compile_model(model, "cuda")`` builds the same steps as for a CPU (one kernel per distinct
 fused subgraph, reshapes as views) into CUDA kernels, and this class runs them: the weights
 are uploaded on the first call and stay on the GPU, every value between kernels has a GPU
-buffer allocated once, and a call uploads the inputs, launches every kernel in order on
-one stream without waiting between them, and copies the outputs back. Inputs that are
-already GPU arrays (PyTorch, CuPy) are read where they are.
+buffer allocated once (the inputs too), and a call copies the inputs in, launches every
+kernel in order on one stream without waiting between them (``LaunchPlan``: the arguments
+of each launch packed once), and copies the outputs out. Inputs that are already GPU arrays
+(PyTorch, CuPy) are copied on the GPU, and the outputs stay there.
 
 ``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
 ``emulate`` runs the same steps with each kernel's schedule emulated on the
@@ -31,9 +32,9 @@ class GpuModel:
     """A whole model as CUDA kernels, called with NumPy arrays (or GPU arrays) by input name.
 
     ``model(**inputs)`` returns the output (a tuple for several), ``model.run(inputs)`` a
-    dict by output name; outputs are NumPy arrays. Made by ``compile_model`` for a CUDA
-    target; the GPU buffers are shared by all calls, so a model must not be called from
-    several threads at once.
+    dict by output name (NumPy arrays, or GPU arrays for GPU inputs). Made by
+    ``compile_model`` for a CUDA target or by ``load_model``; the GPU buffers are shared by
+    all calls, so a model must not be called from several threads at once.
 
     Attributes:
         inputs, outputs, kernels, target, untuned: as ``CompiledModel``'s; each kernel's
@@ -120,8 +121,8 @@ class GpuModel:
         from .compiled import check_inputs
 
         if not self._dags:
-            raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that "
-                                 "emulation replays its schedules on; compile the model with compile_model to emulate it")
+            raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
+                                 "replays its schedules on; compile the model with compile_model to emulate it")
         if self._emulated is None:
             self._emulated = [emulate_gpu(Trace.from_json(k.trace).replay(dag), self.target)
                               for k, dag in zip(self.kernels, self._dags)]

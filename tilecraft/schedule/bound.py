@@ -162,10 +162,12 @@ class BoundInference:
 
         It may when it writes a buffer of its own (a local cache, or an intermediate computed
         inside its consumer: the consumer stores only what lies inside the tensor) and
-        whatever it reads along that axis stays inside its input even past the end: an input not indexed by the axis, or a weight packed in whole tiles
-        (``transform_layout`` pads it). A shifted tile of a packed weight starts inside a
-        packed tile, so its vector reads become gathers: a 997x1021x1009 matmul ran at 72
-        GFLOPS shifted and 281 padded (docs/experiments/padded-tiles.md)."""
+        whatever it reads along that axis stays inside its input even past the end: an input
+        not indexed by the axis, or a weight packed in whole tiles (``transform_layout`` pads
+        it). A shifted tile of a packed weight starts inside a packed tile, so its vector
+        reads become gathers: a 997x1021x1009 matmul ran at 72 GFLOPS shifted and 281 padded
+        (docs/experiments/padded-tiles.md); a guarded one runs its vector loop scalar
+        (docs/experiments/fused-tile-padding.md)."""
         span = bounds(low, ranges)
         own_buffer = stage.scope == "local" or (stage.scope == "global" and not stage.is_output)
         if not own_buffer or dim >= len(stage.op.axis) or span is None or span[0] < 0:
