@@ -10,6 +10,8 @@ overlap; a reshape is a view. A call allocates only the model's outputs, new eve
 makes all the kernels' calls in one C call (``runtime/plan.py``); the shared buffers make a
 CompiledModel unsafe to call from several threads at once.
 
+For a CUDA target the same steps are built with nvcc into a ``GpuModel`` (``gpu.py``).
+
 ``save`` writes a directory that ``load_model`` reads without the ONNX model, the log or a
 compiler: ``model.json`` (the plan), each kernel's shared library and C source, the runner
 library that calls them, and the weights as ``.npy`` files.
