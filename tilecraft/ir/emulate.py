@@ -17,8 +17,8 @@ import math
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, reduction_identity, substitute
-from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce, seq,
-                    walk_stmts)
+from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce, map_stmt,
+                    seq, substitute_stmt, walk_stmts)
 
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -61,7 +61,7 @@ class _Emulation:
             if s.extent != self.block[s.kind]:
                 raise LoweringError(f"a barrier lies inside loop {s.var.name} bound to {s.kind} with extent "
                                     f"{s.extent}, fewer than the block's {self.block[s.kind]} threads on that axis")
-            return self.phases(_substitute_stmt(s.body, {s.var: self.threads[s.kind]}))
+            return self.phases(substitute_stmt(s.body, {s.var: self.threads[s.kind]}))
         if isinstance(s, For):  # every thread runs this loop alike, so its phases interleave per iteration
             return For(s.var, s.extent, "serial", self.phases(s.body))
         if isinstance(s, Allocate) and s.buffer.scope == "local":  # a per-thread array that lives across phases
@@ -100,7 +100,7 @@ class _Emulation:
         """What one thread runs of a phase: its own iterations of each thread loop."""
         if isinstance(s, For) and s.kind.startswith("threadIdx"):
             thread = self.threads[s.kind]
-            body = self.one_thread(_substitute_stmt(s.body, {s.var: thread}))
+            body = self.one_thread(substitute_stmt(s.body, {s.var: thread}))
             return body if s.extent == self.block[s.kind] else IfThenElse(thread < s.extent, body)
         if isinstance(s, For):
             kind = s.kind if s.kind in ("serial", "unroll") else "serial"
@@ -123,27 +123,6 @@ def _as_local(buffer: Buffer) -> Buffer:
     return buffer if buffer.scope == "local" else Buffer(buffer.name, buffer.shape, buffer.dtype, "local")
 
 
-def _map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b) -> Stmt:
-    """``s`` with every expression passed through ``expr_fn`` and every stored buffer through ``buffer_fn``."""
-    if isinstance(s, Store):
-        return Store(buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices), expr_fn(s.value))
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _map_stmt(s.body, expr_fn, buffer_fn), s.unroll_max_step)
-    if isinstance(s, Seq):
-        return Seq(tuple(_map_stmt(c, expr_fn, buffer_fn) for c in s.stmts))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(expr_fn(s.cond), _map_stmt(s.then, expr_fn, buffer_fn))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _map_stmt(s.body, expr_fn, buffer_fn))
-    if isinstance(s, ThreadAllReduce):
-        return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices))
-    return s
-
-
-def _substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
-    return _map_stmt(s, lambda e: substitute(e, mapping))
-
-
 def _rewrite_reads(old: Buffer, new: Buffer, prefix: tuple[Expr, ...]):
     def rewrite(e: Expr) -> Expr:
         if isinstance(e, TensorRead) and e.tensor is old:
@@ -155,7 +134,7 @@ def _rewrite_reads(old: Buffer, new: Buffer, prefix: tuple[Expr, ...]):
 
 def _rebuffer(s: Stmt, old: Buffer, new: Buffer) -> Stmt:
     """``s`` using ``new`` wherever it used ``old`` (the same shape)."""
-    return _map_stmt(s, _rewrite_reads(old, new, ()), lambda b: new if b is old else b)
+    return map_stmt(s, _rewrite_reads(old, new, ()), lambda b: new if b is old else b)
 
 
 def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:
@@ -169,7 +148,7 @@ def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:
             return ThreadAllReduce(s.combiner, rewrite(s.value), new, (thread,) + indices)
         return ThreadAllReduce(s.combiner, rewrite(s.value), s.buffer, indices)
     if isinstance(s, Store):
-        return _map_stmt(s, rewrite)
+        return map_stmt(s, rewrite)
     if isinstance(s, For):
         return For(s.var, s.extent, s.kind, _expand(s.body, old, new, thread), s.unroll_max_step)
     if isinstance(s, Seq):

@@ -20,11 +20,11 @@ from ..errors import LoweringError
 from ..schedule.bound import BoundInference, StageBounds, loop_path
 from ..schedule.state import Stage, common_prefix
 from ..te.arith import bounds, simplify
-from ..te.expr import (Cast, Compare, Const, Expr, Logical, TensorRead, Var, binary, const, map_children,
-                       reduction_identity, substitute)
+from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, Var, binary, const, map_children,
+                       reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
 from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
-                    ThreadAllReduce, seq)
+                    ThreadAllReduce, seq, substitute_stmt, walk_stmts)
 
 _IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}
 _KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
@@ -293,12 +293,19 @@ def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
     ranges = dict(ranges)
 
     def visit(node: Stmt) -> Stmt | None:
+        if isinstance(node, For) and (points := _partition_points(node, ranges)):
+            ends = [0, *points, node.extent]
+            pieces = [For(node.var, end - start, node.kind, substitute_stmt(node.body, {
+                node.var: binary("add", node.var, const(start))}) if start else node.body, node.unroll_max_step)
+                for start, end in zip(ends, ends[1:])]
+            return seq([piece for piece in map(visit, pieces) if piece is not None])
         if isinstance(node, For):
             ranges[node.var] = node.extent
             body = visit(node.body)
             return None if body is None else For(node.var, node.extent, node.kind, body, node.unroll_max_step)
         if isinstance(node, Store):
-            return Store(node.buffer, tuple(simplify(i, ranges) for i in node.indices), simplify(node.value, ranges))
+            return Store(node.buffer, tuple(simplify(i, ranges) for i in node.indices),
+                         _fold_selects(simplify(node.value, ranges), ranges))
         if isinstance(node, IfThenElse):
             cond = _simplify_condition(node.cond, ranges)
             then = visit(node.then)
@@ -313,6 +320,39 @@ def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
         return node
 
     return visit(stmt)
+
+
+def _partition_points(loop: For, ranges: dict) -> list[int]:
+    """Where a loop's selects change side: the ``c`` of each ``select(i < c, ...)`` on the loop's
+    own variable inside it (0 < c < extent), for the serial, unrolled and vector loops. Cut
+    there (TVM's LoopPartition), each piece reads one source and its selects fold away: a
+    concatenation's vector loop over its channels copies each input with whole vectors."""
+    if loop.kind not in ("serial", "unroll", "vectorize"):
+        return []
+    points = set()
+
+    def visit(e: Expr) -> None:
+        cond = simplify(e.cond, ranges) if isinstance(e, Select) else None
+        if isinstance(cond, Compare) and cond.op == "lt" and cond.a == loop.var and isinstance(cond.b, Const) \
+                and 0 < cond.b.value < loop.extent:
+            points.add(int(cond.b.value))
+
+    for node in walk_stmts(loop.body):
+        if isinstance(node, Store):
+            walk(node.value, visit)
+    return sorted(points)
+
+
+def _fold_selects(expr: Expr, ranges: dict) -> Expr:
+    """``expr`` with every select whose condition the loop ranges decide replaced by its side."""
+    def fold(e: Expr) -> Expr:
+        if isinstance(e, Select):
+            cond = _simplify_condition(e.cond, ranges)
+            if isinstance(cond, Const):
+                return fold(e.true_value if cond.value else e.false_value)
+        return map_children(e, fold)
+
+    return fold(expr)
 
 
 def _simplify_condition(cond: Expr, ranges: dict) -> Expr:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ..te.expr import Expr, Var
+from ..te.expr import Expr, Var, substitute
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -126,3 +126,24 @@ def walk_stmts(s: Stmt):
         yield from walk_stmts(s.body)
     elif isinstance(s, IfThenElse):
         yield from walk_stmts(s.then)
+
+
+def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b) -> Stmt:
+    """``s`` with every expression passed through ``expr_fn`` and every stored buffer through ``buffer_fn``."""
+    if isinstance(s, Store):
+        return Store(buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices), expr_fn(s.value))
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, map_stmt(s.body, expr_fn, buffer_fn), s.unroll_max_step)
+    if isinstance(s, Seq):
+        return Seq(tuple(map_stmt(c, expr_fn, buffer_fn) for c in s.stmts))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(expr_fn(s.cond), map_stmt(s.then, expr_fn, buffer_fn))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, map_stmt(s.body, expr_fn, buffer_fn))
+    if isinstance(s, ThreadAllReduce):
+        return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices))
+    return s
+
+
+def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:
+    return map_stmt(s, lambda e: substitute(e, mapping))
