@@ -9,7 +9,9 @@ Passes, in order:
                          outermost reduction loop (or where decompose_reduction says);
                          on a GPU, a stage filling shared memory fenced by barriers, and a
                          reduction bound to threadIdx.x ending in a ThreadAllReduce;
-  4. simplify            index arithmetic in canonical form, proven guards dropped.
+  4. simplify            index arithmetic in canonical form, proven guards dropped; a loop
+                         cut where a select on its own variable changes side (a
+                         concatenation's channels), the selects its pieces decide folded.
 """
 
 from __future__ import annotations
