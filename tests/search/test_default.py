@@ -178,7 +178,9 @@ def _pad_location_defaults(*tensors) -> set[bool]:
 def test_the_default_inlines_a_padding_read_only_within_a_depthwise_window():
     """A depthwise convolution reads each padded element only within one output's 3x3
     window, so a padding pass apart costs memory for nothing; a convolution reuses it
-    across output channels, and a pool (no weights) ran slower with it inlined."""
+    across output channels. A pool over NHWC reduces its window outside vector lanes over
+    the channels, so the padding's check is one a vector and it is inlined; over NCHW the
+    window runs along the lanes, and the padding stays apart."""
     from tilecraft import ops, te
 
     data = te.placeholder((1, 12, 12, 16), name="data")
@@ -186,7 +188,9 @@ def test_the_default_inlines_a_padding_read_only_within_a_depthwise_window():
     depthwise = ops.depthwise_conv2d_nhwc(data, kernel, stride=1, padding=1)
     assert _pad_location_defaults(data, kernel, depthwise) == {True}
     assert _pad_location_defaults(data, weight, ops.conv2d_nhwc(data, weight, stride=1, padding=1)) == {False}
-    assert _pad_location_defaults(data, ops.max_pool2d(data, 3, 2, padding=1, layout="NHWC")) == {False}
+    assert _pad_location_defaults(data, ops.max_pool2d(data, 3, 2, padding=1, layout="NHWC")) == {True}
+    nchw = te.placeholder((1, 16, 12, 12), name="nchw")
+    assert _pad_location_defaults(nchw, ops.max_pool2d(nchw, 3, 2, padding=1)) == {False}
 
 
 @pytest.mark.parametrize("size, pixels", [(12, 2), (7, 1)])

@@ -101,6 +101,27 @@ def test_rfactor_only_where_a_reduction_lacks_spatial_parallelism(workload, args
     assert any("rfactor" in name for name in names) == factored
 
 
+def test_a_pool_over_nhwc_reduces_its_window_outside_vector_lanes_over_the_channels(kernel_cache):
+    import numpy as np
+
+    from tilecraft.search.default import default_schedule
+
+    x = te.placeholder((1, 9, 9, 32), name="x")
+    dag = tc.ComputeDAG([x, ops.max_pool2d(x, 3, 2, padding=1, layout="NHWC")])
+    assert [s.name for s in generate_sketches(dag, target=TARGET)] == ["window_outside_lanes(max_pool2d)"]
+    sch = default_schedule(dag, tc.Target.host())
+    stage = sch.state.stage("max_pool2d")
+    kinds = [stage.loop(leaf).kind for leaf in stage.leaves]
+    assert kinds[-1] == "spatial" and kinds[-3:-1] == ["reduce", "reduce"]  # the window, then the channels
+    assert "max_pool2d_pad" not in [s.name for s in sch.state.stages]  # the padding inlined
+    data = np.random.default_rng(0).standard_normal((1, 9, 9, 32)).astype("float32")
+    np.testing.assert_allclose(tc.build(sch, tc.Target.host(), cache_dir=kernel_cache)(data),
+                               dag.evaluate_numpy([data])[0], rtol=1e-6)
+    nchw = te.placeholder((1, 32, 9, 9), name="nchw")  # the window runs along W, the innermost axis
+    assert "window_outside_lanes" not in [s.name for s in generate_sketches(
+        tc.ComputeDAG([nchw, ops.max_pool2d(nchw, 3, 2, padding=1)]), target=TARGET)][0]
+
+
 def test_a_transpose_back_to_nchw_walks_its_input_a_cache_line_at_a_time(kernel_cache):
     import numpy as np
 

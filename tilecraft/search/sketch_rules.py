@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass, replace
 
 from ..schedule.schedule import Schedule
-from .access import is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling, transposed_axis
+from .access import (is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling, reduces_outside_lanes,
+                     transposed_axis)
 
 
 class Condition(enum.Enum):
@@ -216,6 +217,30 @@ class TileTranspose(SketchRule):
 
 
 @dataclass
+class WindowOutsideLanes(SketchRule):
+    """A reduction that needs no tiling (a pool over NHWC) whose every read moves along its
+    innermost output axis as that axis does (the channels) reduces with that axis innermost:
+    each step of the window is one vector operation over the channels, where the window
+    reduced channel by channel leaves the vector loop scalar (GoogLeNet's 3x3 max pool of
+    56x56x192 down to 28x28: 0.103 ms; 0.056 with the window outside the lanes and the
+    padding inlined, ``access.reused_only_in_a_window``)."""
+
+    name: str = "window_outside_lanes"
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        stage = draft.stage(block)
+        wanted = not stage.attach and not stage.relations and reduces_outside_lanes(stage.op)
+        return Condition.APPLY_AND_SKIP_REST if wanted else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        loops = sch.get_loops(sch.get_block(block))
+        spatial = len(draft.stage(block).op.axis)
+        sch.reorder(*loops[:spatial - 1], *loops[spatial:], loops[spatial - 1])
+        return [(draft.derive(sch, f"window_outside_lanes({block})"), draft.index(block) - 1)]
+
+
+@dataclass
 class SkipStage(SketchRule):
     name: str = "skip"
 
@@ -256,7 +281,7 @@ def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_fa
 
 SKETCH_RULES: list[SketchRule] = [
     AlwaysInline(), AddRfactor(), AddCacheWrite(), MultiLevelTilingWithFusion(), MultiLevelTiling(), TileTranspose(),
-    SkipStage(),
+    WindowOutsideLanes(), SkipStage(),
 ]
 
 
