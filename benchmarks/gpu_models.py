@@ -1,6 +1,7 @@
 """Whole networks on a GPU: tilecraft's GpuModel against PyTorch eager on the same GPU, in one run.
 
     python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--out FILE]
+    python benchmarks/gpu_models.py --emulate [--only ...]      # any machine with nvcc, no GPU
 
 Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
 ``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with
@@ -9,7 +10,9 @@ compiled again from the log. Each compiled model's output is checked against onn
 on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed once
 per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with the
 input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``. Needs a
-GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime.
+GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime. With ``--emulate``, each model
+is compiled for sm_90 and its kernels emulated on the CPU (``GpuModel.emulate``), checked
+against onnxruntime: what the GPU will compute, on a machine without one.
 """
 
 from __future__ import annotations
@@ -83,12 +86,42 @@ def bench(name: str, trials: int, directory: Path) -> dict:
     return row
 
 
+def emulate(name: str, directory: Path) -> dict:
+    """The model compiled for sm_90 (default GPU schedules), emulated, against onnxruntime."""
+    path = export(name, directory)
+    x = np.random.default_rng(0).standard_normal(MODELS[name][1]).astype("float32")
+    expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        model = tc.compile_model(str(path), "cuda -arch=sm_90")
+    compiled = time.perf_counter() - started
+    got = model.emulate({"input": x})["output"]
+    return {"model": name, "kernels": len(model.kernels), "compile_secs": compiled,
+            "emulate_secs": time.perf_counter() - started - compiled,
+            "max_relative_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
+            "correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="bert_layer,resnet50", help="comma-separated models of model_zoo.MODELS")
     parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_models.json"))
+    parser.add_argument("--emulate", action="store_true", help="no GPU: emulate each model's kernels on the CPU")
     args = parser.parse_args()
+    if args.emulate:
+        with tempfile.TemporaryDirectory() as scratch:
+            rows = [emulate(name, Path(scratch)) for name in args.only.split(",")]
+        table = numeric_table("model", "kernels", "nvcc s", "emulated s", "max rel. error", "correct",
+                              title="whole models compiled for sm_90, emulated on the CPU, against onnxruntime")
+        for r in rows:
+            table.add_row(r["model"], str(r["kernels"]), f"{r['compile_secs']:.1f}", f"{r['emulate_secs']:.1f}",
+                          f"{r['max_relative_error']:.1e}", str(r["correct"]))
+        print_table(table)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.with_name("gpu_models_emulated.json").write_text(json.dumps(rows, indent=1))
+        return
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as scratch:
         rows = [bench(name, args.trials, Path(scratch)) for name in args.only.split(",")]
