@@ -3,6 +3,7 @@ a mistake in the arguments exits with status 2 and one line that names the argum
 fix, a failed command with status 1 and one line, never a traceback."""
 
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.cli import COMMANDS, _workload_args, build_parser, main
 from tilecraft.database import TuningRecord, load_records, trace_key
+from tilecraft.graph import run_reference
 
 TARGET = str(tc.Target("llvm -isa=avx2 -num-cores=4 -l2-bytes=1048576 -l3-bytes=33554432 -march=haswell"))
 MATMUL = {"func": "matmul", "args": [16, 16, 16]}
@@ -134,6 +136,7 @@ MISTAKES = [
     (["run-model", "{model}", "--input", "x={tmp}/none.npy"], "argument --input: {tmp}/none.npy does not exist; "
                                                               "give a .npy file"),
     (["run-model", "{model}", "--target", "bogus"], "argument --target: 'bogus'"),
+    (["run-model", "{model}", "--emulate"], "--emulate: only a model compiled for a GPU is emulated; add --target cuda"),
 ]
 
 
@@ -316,6 +319,18 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
     assert {r.workload_key for r in finals} == {r.workload_key for r in records}  # every task re-measured
     assert main(["run-model", str(onnx_model), "--log", str(log)]) == 0
     assert "have the default schedule" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+def test_run_model_for_a_gpu_checks_its_kernels_emulated_where_there_is_no_gpu(onnx_model, tmp_path, capsys):
+    x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run-model", str(onnx_model), "--target", "cuda -arch=sm_90", "--emulate", "--input",
+                 str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]) == 0
+    out = capsys.readouterr().out
+    assert "y: float32[1, 4, 4, 4]" in out and "latency" not in out
+    expected = run_reference(tc.frontend.from_onnx(str(onnx_model)), {"x": x})["y"]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -451,6 +451,9 @@ def add_run_model_command(subparsers: Any) -> None:
     command.add_argument("--output", type=Path, help="save the output to this .npy (several: one file each)")
     command.add_argument("--profile", action="store_true",
                          help="also list each kernel's time inside a model call, most expensive first")
+    command.add_argument("--emulate", action="store_true",
+                         help="with --target cuda: run the GPU kernels emulated on this CPU (no GPU needed), to check "
+                              "the outputs; no latency")
     command.set_defaults(run=run_run_model)
 
 
@@ -466,24 +469,37 @@ def run_run_model(args: argparse.Namespace) -> int:
                                                                      dict(args.input_shape))
     except ModelLoadError as error:
         raise CommandError(f"MODEL: {error}") from None
+    if args.emulate and not hasattr(model, "emulate"):
+        raise CommandError("--emulate: only a model compiled for a GPU is emulated; add --target cuda")
     inputs = _read_inputs(args.input, model.inputs)
     try:
-        outputs = model.run(inputs)
+        outputs = model.emulate(inputs) if args.emulate else model.run(inputs)
     except ModelInputError as error:
         raise CommandError(f"--input: {error}") from None
+    except TilecraftError as error:  # a loaded GPU model keeps no DAGs to emulate
+        raise CommandError(f"--emulate: {error}") from None
     for name, array in outputs.items():
         print(f"{name}: {array.dtype}{list(array.shape)} {np.array2string(array.reshape(-1)[:6], precision=4)}")
+    if args.emulate:
+        _save_outputs(args.output, outputs)
+        return 0
     result = time_callable(lambda: model.run(inputs), number=1, repeat=7, min_repeat_ms=20)
     print(f"latency: {result.median * 1e3:.3f} ms (median of {len(result.results)})")
     if args.profile:
         _print_profile(model.profile(inputs))
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
+    _save_outputs(args.output, outputs)
+    return 0
+
+
+def _save_outputs(output: Path | None, outputs: dict) -> None:
+    import numpy as np
+
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
         for name, array in outputs.items():
-            file = args.output if len(outputs) == 1 else args.output.with_name(f"{args.output.stem}_{name}.npy")
+            file = output if len(outputs) == 1 else output.with_name(f"{output.stem}_{name}.npy")
             np.save(file, array, allow_pickle=False)
             print(f"wrote {file}")
-    return 0
 
 
 def _print_profile(times) -> None:
