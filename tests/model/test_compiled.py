@@ -254,20 +254,20 @@ def test_a_corrupt_runner_is_named(saved):
 
 
 def test_buffers_are_shared_once_every_reader_has_run_and_a_view_keeps_its_source_alive():
-    from tilecraft.model.compiled import Step, _plan_buffers
+    from tilecraft.model.compiled import Step, plan_buffers
     from tilecraft.graph.ir import Value
 
     values = {name: Value(name, (8,), "float32") for name in "xabcd"} | {"v": Value("v", (2, 4), "float32")}
     chain = [Step(0, ("x",), ("a",)), Step(None, ("a",), ("v",)), Step(0, ("v",), ("b",)), Step(0, ("b",), ("c",)),
              Step(0, ("c",), ("d",))]
-    buffers = _plan_buffers(chain, values, per_call={"d"})
+    buffers = plan_buffers(chain, values, per_call={"d"})
     assert set(buffers) == {"a", "b", "c"} and all(b.ctypes.data % 64 == 0 for b in buffers.values())
     assert np.shares_memory(buffers["c"], buffers["a"]) and not np.shares_memory(buffers["b"], buffers["a"])
     chain[3] = Step(0, ("b", "v"), ("c",))  # the view is read later: its source stays alive
-    buffers = _plan_buffers(chain, values, per_call={"d"})
+    buffers = plan_buffers(chain, values, per_call={"d"})
     assert not any(np.shares_memory(buffers["c"], buffers[name]) for name in "ab")
     chain[3] = Step(0, ("b",), ("c",))  # the view is an output, read when the call returns: never reused
-    buffers = _plan_buffers(chain, values, per_call={"d", "v"})
+    buffers = plan_buffers(chain, values, per_call={"d", "v"})
     assert not any(np.shares_memory(buffers["a"], buffers[name]) for name in "bc")
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
-from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError
+from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, plan_buffers
 from tilecraft.model.gpu import GpuModel
 from tilecraft.runtime import cuda as cuda_runtime
 
@@ -91,7 +91,11 @@ def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compil
         assert driver.launches == (call + 1) * launches
         allocated = len(driver.memory)
     written = {name for step in model.steps if step.kernel is not None for name in step.outputs}
-    assert allocated == len(model.constants) + len(model.inputs) + len(written)  # once, on the first call
+    between = []  # the buffers of the values between kernels, shared once their readers have run
+    plan_buffers(model.steps, model.values, set(model.outputs), lambda n: between.append(n) or np.empty(n, np.uint8))
+    outputs = [name for name in model.outputs if name in written]  # not views
+    assert allocated == len(model.constants) + len(model.inputs) + len(outputs) + len(between)  # once
+    assert len(between) < len(written) - len(model.outputs)
     on_gpu = model.run({name: cuda_runtime.DeviceArray(array) for name, array in feeds.items()})
     for name in model.outputs:  # GPU arrays in, new GPU arrays out
         assert isinstance(on_gpu[name], cuda_runtime.DeviceArray)

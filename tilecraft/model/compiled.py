@@ -137,7 +137,7 @@ class CompiledModel:
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
         self._root = _view_roots(self.steps)
-        self._fixed = {**self.constants, **_plan_buffers(self.steps, self.values, set(self.outputs))}
+        self._fixed = {**self.constants, **plan_buffers(self.steps, self.values, set(self.outputs))}
         self._plan, self._plan_kernels = self._native_plan(runner)
 
     def __repr__(self) -> str:
@@ -314,19 +314,30 @@ def _view_roots(steps: Sequence[Step]) -> dict[str, str]:
     return root
 
 
-def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str]) -> dict[str, np.ndarray]:
-    """An aligned array for each value a kernel writes, except ``per_call`` ones (the model's outputs).
-    A buffer whose readers have all run is reused for a later value (the smallest free one that fits);
-    a view keeps its source's buffer alive until the view's last reader, and an output that is a view
-    keeps it to the end (the call returns a copy of it)."""
+def _host_bytes(nbytes: int) -> np.ndarray:
+    return aligned_empty((nbytes,), np.uint8)
+
+
+def _host_view(raw: np.ndarray, value: Value) -> np.ndarray:
+    return raw[:math.prod(value.shape) * np.dtype(value.dtype).itemsize].view(value.dtype).reshape(value.shape)
+
+
+def plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str], allocate=_host_bytes,
+                 view=_host_view) -> dict[str, Any]:
+    """An array for each value a kernel writes, except ``per_call`` ones (the model's outputs):
+    ``view(raw, value)`` of a buffer of bytes ``allocate(nbytes)`` gave (an aligned NumPy one by
+    default; GPU memory for a ``GpuModel``). A buffer whose readers have all run is reused for a
+    later value (the smallest free one that fits); a view keeps its source's buffer alive until
+    the view's last reader, and an output that is a view keeps it to the end (the call returns a
+    copy of it)."""
     root = _view_roots(steps)
     last_read: dict[str, int] = {}
     for n, step in enumerate(steps):
         for name in step.inputs:
             last_read[root.get(name, name)] = n
     last_read.update((root.get(name, name), len(steps)) for name in per_call)  # read when the call returns
-    free: list[np.ndarray] = []
-    owned: dict[str, np.ndarray] = {}
+    free: list[Any] = []
+    owned: dict[str, Any] = {}
     buffers = {}
     for n, step in enumerate(steps):
         for name in step.outputs if step.kernel is not None else ():
@@ -335,9 +346,9 @@ def _plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: 
             value = values[name]
             nbytes = math.prod(value.shape) * np.dtype(value.dtype).itemsize
             fits = [k for k, raw in enumerate(free) if raw.nbytes >= nbytes]
-            raw = free.pop(min(fits, key=lambda k: free[k].nbytes)) if fits else aligned_empty((nbytes,), np.uint8)
+            raw = free.pop(min(fits, key=lambda k: free[k].nbytes)) if fits else allocate(nbytes)
             owned[name] = raw
-            buffers[name] = raw[:nbytes].view(value.dtype).reshape(value.shape)
+            buffers[name] = view(raw, value)
         for name in {root.get(name, name) for name in step.inputs}:
             if last_read[name] == n and name in owned:
                 free.append(owned.pop(name))

@@ -2,13 +2,14 @@
 
 ``compile_model(model, "cuda")`` builds the same steps as for a CPU (one kernel per distinct
 fused subgraph, reshapes as views) into CUDA kernels, and this class runs them: the weights
-are uploaded on the first call and stay on the GPU, every value between kernels has a GPU
-buffer allocated once (the inputs too), and a call copies the inputs in, launches every
+are uploaded on the first call and stay on the GPU, every value has GPU memory allocated
+once (the inputs too), and a call copies the inputs in, launches every
 kernel in order on one stream without waiting between them (``LaunchPlan``: the arguments
 of each launch packed once), and copies the outputs out. Inputs that are already GPU arrays
 (PyTorch, CuPy) are copied on the GPU, and the outputs stay there.
 
-``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
+The values between kernels share GPU buffers once their readers have run, as the CPU plan's
+do. ``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
 ``emulate`` runs the same steps with each kernel's schedule emulated on the
 CPU (``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against
 NumPy on any machine.
@@ -148,14 +149,19 @@ class GpuModel:
         self._plan.run(seconds)
 
     def _launch_plan(self):
-        """On the first call: the weights uploaded, a GPU buffer for every input and for every
-        value a kernel writes (a reshape a view of its source's), and the launches over them."""
+        """On the first call: the weights uploaded, a GPU buffer for every input and output, the
+        values between kernels in GPU buffers reused once their readers have run (as the CPU
+        plan's, ``plan_buffers``; a reshape a view of its source's), and the launches over them."""
         from ..runtime.cuda import DeviceArray, LaunchPlan
+        from .compiled import plan_buffers
 
         buffers = {name: DeviceArray(array) for name, array in self.constants.items()}
-        written = [name for step in self.steps if step.kernel is not None for name in step.outputs]
+        written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         buffers.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
-                       for name in [*(v.name for v in self.inputs), *written])
+                       for name in [*(v.name for v in self.inputs), *(o for o in self.outputs if o in written)])
+        buffers.update(plan_buffers(self.steps, self.values, set(self.outputs),
+                                    lambda nbytes: DeviceArray.empty((nbytes,), "uint8"),
+                                    lambda raw, value: DeviceArray.view(raw, value.shape, value.dtype)))
         for step in self.steps:
             if step.kernel is None:
                 buffers[step.outputs[0]] = DeviceArray.view(buffers[step.inputs[0]], self.values[step.outputs[0]].shape)

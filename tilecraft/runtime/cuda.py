@@ -467,15 +467,17 @@ class DeviceArray:
         weakref.finalize(self, _free, cu, context, self.pointer).atexit = False
 
     @classmethod
-    def view(cls, array: Any, shape: tuple[int, ...]) -> DeviceArray:
-        """``array`` (a GPU array of any library, C-contiguous) seen with another ``shape`` of the
-        same size, without a copy; it keeps ``array`` alive."""
+    def view(cls, array: Any, shape: tuple[int, ...], dtype: str | None = None) -> DeviceArray:
+        """The first bytes of ``array`` (a GPU array of any library, C-contiguous) seen with
+        ``shape`` and ``dtype`` (its own by default), without a copy; it keeps ``array`` alive."""
         face = array.__cuda_array_interface__
         view = cls.__new__(cls)
-        view.shape, view.dtype, view.pointer = tuple(shape), np.dtype(face["typestr"]), int(face["data"][0])
+        view.shape, view.pointer = tuple(shape), int(face["data"][0])
+        view.dtype = np.dtype(dtype or face["typestr"])
         view.device, view.base = array.device if isinstance(array, DeviceArray) else 0, array
-        if view.nbytes != math.prod(face["shape"]) * view.dtype.itemsize:
-            raise ValueError(f"a view of shape {view.shape} does not cover the {list(face['shape'])} array it views")
+        if view.nbytes > math.prod(face["shape"]) * np.dtype(face["typestr"]).itemsize:
+            raise ValueError(f"a view of {view.dtype.name}{list(view.shape)} reaches past the "
+                             f"{np.dtype(face['typestr']).name}{list(face['shape'])} array it views")
         return view
 
     @property
