@@ -2,19 +2,16 @@
 Conv, MaxPool's Indices, AveragePool's ceil_mode with count_include_pad), each in a small model built with
 onnx.helper, match onnxruntime through the reference runner; one model of them also compiled."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
-from test_onnx_ops import build_model, case, feeds_for, ints, w  # noqa: E402
+from test_onnx_ops import build_model, case, compiled_outputs, feeds_for, ints, onnxruntime_outputs, w  # noqa: E402
 
 from tilecraft.frontend import UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 INT64, UINT8 = TensorProto.INT64, TensorProto.UINT8
@@ -76,10 +73,6 @@ CASES = {
 }
 
 
-def onnxruntime_outputs(model, outputs, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
-
-
 def split_outputs(model, outputs):
     """Declare the outputs' types: a MaxPool's second output (its Indices) is int64, the others float."""
     indices = {n.output[1] for n in model.graph.node if n.op_type == "MaxPool" and len(n.output) > 1}
@@ -122,9 +115,7 @@ def test_conv_family_compiles_and_matches_onnxruntime(kernel_cache):
     model, outputs = split_outputs(*build_model(nodes, {"x": (1, 2, 5, 5), "mask": (1, 8, 4, 4), "c": (2, 18, 9)},
                                                 consts, 19, TensorProto.FLOAT))
     feeds = feeds_for(model, False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run(feeds)
+    got = compiled_outputs(model, feeds, kernel_cache)
     for output, want in zip(outputs, onnxruntime_outputs(model, outputs, feeds)):
         np.testing.assert_allclose(got[output], want, rtol=1e-4, atol=1e-4, err_msg=output)
 

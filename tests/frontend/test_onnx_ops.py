@@ -1,5 +1,7 @@
 """Every supported ONNX operator, in a small model built with onnx.helper, matches onnxruntime."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from tilecraft.frontend import from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
+from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 R = np.random.default_rng(7)
@@ -151,12 +154,24 @@ def feeds_for(model, positive):
     return feeds
 
 
+def onnxruntime_outputs(model, outputs, feeds):
+    """onnxruntime's ``outputs`` of ``model`` on ``feeds``."""
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
+
+
+def compiled_outputs(model, feeds, cache_dir):
+    """``model`` compiled to native kernels on default schedules (their warning silenced), run on ``feeds``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        return compile_model(from_onnx(model), cache_dir=cache_dir).run(feeds)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_operator_matches_onnxruntime(name):
     nodes, inputs, consts, opset, positive, out_dtype = CASES[name]
     model, outputs = build_model(nodes, inputs, consts, opset, out_dtype)
     feeds = feeds_for(model, positive)
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
+    expected = onnxruntime_outputs(model, outputs, feeds)
     got = run_reference(from_onnx(model), feeds)
     for output, want in zip(outputs, expected):
         assert got[output].shape == want.shape and got[output].dtype == want.dtype

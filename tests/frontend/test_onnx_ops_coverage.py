@@ -3,19 +3,16 @@ rounding, the activations, CastLike, Range, ArgMax/ArgMin, CumSum, Trilu, Gather
 reductions, Instance/Group/RMS normalization and LRN), each in a small model built with onnx.helper,
 match onnxruntime through the reference runner; one model of them also compiled."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from test_onnx_ops import build_model, case, feeds_for, ints, w  # noqa: E402
+from test_onnx_ops import build_model, case, compiled_outputs, feeds_for, ints, onnxruntime_outputs, w  # noqa: E402
 
 from tilecraft.frontend import UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 FLOAT, INT64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -82,10 +79,6 @@ CASES = {
 }
 
 
-def onnxruntime_outputs(model, outputs, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_operator_matches_onnxruntime(name):
     nodes, inputs, consts, opset, positive, out_dtype = CASES[name]
@@ -104,9 +97,7 @@ def test_new_kernels_compile_and_match_onnxruntime(kernel_cache):
                      N("Cast", ["am"], ["amf"], to=FLOAT), N("Elu", ["cs"], ["e"]), N("Add", ["e", "amf"], ["y3"])]
     model, outputs = build_model(nodes, inputs, {"axis": ints(1)}, opset, out_dtype)
     feeds = feeds_for(model, positive)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run(feeds)
+    got = compiled_outputs(model, feeds, kernel_cache)
     for output, want in zip(outputs, onnxruntime_outputs(model, outputs, feeds)):
         np.testing.assert_allclose(got[output], want, rtol=1e-4, atol=1e-5, err_msg=output)
 

@@ -2,19 +2,16 @@
 states, peepholes, clip, activations with their parameters, and sequences of different lengths; one model
 compiled; and the clear refusals (lengths known only at run time, an activation the standard does not allow)."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
-from test_onnx_ops import build_model, feeds_for  # noqa: E402
+from test_onnx_ops import build_model, compiled_outputs, feeds_for, onnxruntime_outputs  # noqa: E402
 
 from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 RNG = np.random.default_rng(3)
@@ -84,10 +81,6 @@ def model_of(name):
     return build_model([node], inputs, consts, opset, TensorProto.FLOAT)
 
 
-def onnxruntime_outputs(model, outputs, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
-
-
 SEQUENCE_FIRST = ("x", "h0", "c0")  # the inputs whose first two axes layout 1 swaps
 
 
@@ -120,9 +113,7 @@ def test_layer_matches_onnxruntime(name):
 def test_bidirectional_lstm_of_different_lengths_compiles_and_matches_onnxruntime(kernel_cache):
     model, outputs = model_of("lstm_bidirectional_peepholes_states_lengths")
     feeds = feeds_for(model, positive=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run(feeds)
+    got = compiled_outputs(model, feeds, kernel_cache)
     for output, want in zip(outputs, onnxruntime_outputs(model, outputs, feeds)):
         np.testing.assert_allclose(got[output], want, rtol=1e-4, atol=1e-5, err_msg=output)
 

@@ -3,8 +3,6 @@ reference runner (every mode, padding mode and alignment of GridSample, in 2-D a
 coordinate transformations and adaptive sampling); one model of all three also compiled; adaptive RoiAlign
 with boxes computed at run time is refused naming the boxes."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -12,11 +10,10 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from test_onnx_ops import build_model  # noqa: E402
+from test_onnx_ops import build_model, compiled_outputs, onnxruntime_outputs  # noqa: E402
 
 from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
@@ -26,10 +23,6 @@ X = RNG.uniform(-2, 2, (2, 3, 5, 6)).astype("float32")
 GRID = RNG.uniform(-1.4, 1.4, (2, 4, 3, 2)).astype("float32")  # beyond [-1, 1]: every padding mode matters
 ROIS = np.array([[0.5, 1.0, 4.2, 3.9], [-1.5, 0.3, 2.0, 6.5], [2.0, 2.0, 2.3, 2.1]], "float32")  # x1 y1 x2 y2
 BATCH = np.array([1, 0, 1], "int64")
-
-
-def onnxruntime_outputs(model, outputs, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(outputs, feeds)
 
 
 def onnx_reference(model, outputs, feeds):
@@ -107,9 +100,7 @@ def test_sampling_kernels_compile_and_match_onnxruntime(kernel_cache):
     feeds = {"x": np.abs(X), "grid": GRID, "batch": BATCH, "boxes": boxes}
     model, outputs = build_model(nodes, {"x": X.shape, "grid": GRID.shape, "batch": (BATCH.shape, INT64),
                                          "boxes": boxes.shape}, {"rois": ROIS}, 20, FLOAT)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run(feeds)
+    got = compiled_outputs(model, feeds, kernel_cache)
     for output, want in zip(outputs, onnxruntime_outputs(model, outputs, feeds)):
         np.testing.assert_allclose(got[output], want, rtol=1e-4, atol=1e-5, err_msg=output)
 

@@ -4,8 +4,6 @@ evaluator where onnxruntime lacks the opset) through the reference runner: indic
 gathers) and computed at run time (the search of ops.scatter_elements), repeated and negative indices, indices
 smaller than the data; one model of them also compiled; the clear refusals."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -13,11 +11,10 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
-from test_onnx_ops import build_model, ints  # noqa: E402
+from test_onnx_ops import build_model, compiled_outputs, ints  # noqa: E402
 
 from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 R = np.random.default_rng(3)
@@ -106,9 +103,7 @@ def test_scatters_and_gathers_compile_and_match_onnxruntime(kernel_cache):
     model, _ = model_of(nodes, feeds, {"j": ints(2, -1).reshape(2, 1)}, 18)
     outputs = ["y", "z"]
     model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run(feeds)
+    got = compiled_outputs(model, feeds, kernel_cache)
     for output, want in zip(outputs, expected_outputs(model, outputs, feeds)):
         np.testing.assert_allclose(got[output], want, rtol=1e-5, atol=1e-6, err_msg=output)
 

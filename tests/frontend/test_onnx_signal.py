@@ -2,21 +2,18 @@
 onnx.helper, match onnxruntime, or NumPy (np.fft, np.einsum, np.linalg.det) where onnxruntime lacks the case,
 through the reference runner; one model of them also compiled; and the refusals name the node."""
 
-import warnings
-
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from test_onnx_ops import build_model, case, feeds_for  # noqa: E402
+from test_onnx_ops import build_model, case, compiled_outputs, feeds_for  # noqa: E402
 
 from tilecraft import ops, te  # noqa: E402
 from tilecraft.errors import TeError  # noqa: E402
 from tilecraft.frontend import UnsupportedOperatorError, from_onnx  # noqa: E402
 from tilecraft.graph import run_reference  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, compile_model  # noqa: E402
 
 N = helper.make_node
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
@@ -126,9 +123,7 @@ def test_signal_and_algebra_kernels_compile_and_match_numpy(kernel_cache):
              N("Det", ["g"], ["y"]), N("Einsum", ["g"], ["t"], equation="...ii->..."), N("Add", ["t", "y"], ["y2"])]
     model, _ = build_model(nodes, {"x": (2, 3, 2)}, {"a": integer(1)}, 20, FLOAT)
     x = RNG.standard_normal((2, 3, 2)).astype("float32")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        got = compile_model(from_onnx(model), cache_dir=kernel_cache).run({"x": x})
+    got = compiled_outputs(model, {"x": x}, kernel_cache)
     spectrum = complex_pairs(np.fft.fft(x[..., 0] + 1j * x[..., 1], axis=1))
     gram = np.einsum("bjc,bjd->bcd", spectrum, spectrum)
     np.testing.assert_allclose(got["y"], np.linalg.det(gram), rtol=1e-3, atol=1e-3)
