@@ -293,9 +293,12 @@ def _guard(stmt: Stmt, conditions: list[Expr]) -> Stmt:
 
 def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
     ranges = dict(ranges)
+    # only a loop whose variable some select compares with a constant can be cut: the other
+    # loops' bodies are not searched (a padding's selects compare too, but in conjunctions)
+    in_selects = {cond.a for cond in (simplify(s.cond, ranges) for s in _selects(stmt)) if _is_cut(cond)}
 
     def visit(node: Stmt) -> Stmt | None:
-        if isinstance(node, For) and (points := _partition_points(node, ranges)):
+        if isinstance(node, For) and node.var in in_selects and (points := _partition_points(node, ranges)):
             ends = [0, *points, node.extent]
             pieces = [For(node.var, end - start, node.kind, substitute_stmt(node.body, {
                 node.var: binary("add", node.var, const(start))}) if start else node.body, node.unroll_max_step)
@@ -324,6 +327,15 @@ def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
     return visit(stmt)
 
 
+def _selects(stmt: Stmt) -> list[Select]:
+    """Every select of the values ``stmt`` stores."""
+    found: list[Select] = []
+    for node in walk_stmts(stmt):
+        if isinstance(node, Store):
+            walk(node.value, lambda e: found.append(e) if isinstance(e, Select) else None)
+    return found
+
+
 def _partition_points(loop: For, ranges: dict) -> list[int]:
     """Where a loop's selects change side: the ``c`` of each ``select(i < c, ...)`` on the loop's
     own variable inside it (0 < c < extent), for the serial, unrolled and vector loops. Cut
@@ -331,18 +343,13 @@ def _partition_points(loop: For, ranges: dict) -> list[int]:
     concatenation's vector loop over its channels copies each input with whole vectors."""
     if loop.kind not in ("serial", "unroll", "vectorize"):
         return []
-    points = set()
+    conds = (simplify(select.cond, ranges) for select in _selects(loop.body))
+    return sorted({int(c.b.value) for c in conds if _is_cut(c) and c.a == loop.var and 0 < c.b.value < loop.extent})
 
-    def visit(e: Expr) -> None:
-        cond = simplify(e.cond, ranges) if isinstance(e, Select) else None
-        if isinstance(cond, Compare) and cond.op == "lt" and cond.a == loop.var and isinstance(cond.b, Const) \
-                and 0 < cond.b.value < loop.extent:
-            points.add(int(cond.b.value))
 
-    for node in walk_stmts(loop.body):
-        if isinstance(node, Store):
-            walk(node.value, visit)
-    return sorted(points)
+def _is_cut(cond: Expr) -> bool:
+    """Whether ``cond`` is ``variable < constant``, where a loop over the variable may be cut."""
+    return isinstance(cond, Compare) and cond.op == "lt" and isinstance(cond.a, Var) and isinstance(cond.b, Const)
 
 
 def _fold_selects(expr: Expr, ranges: dict) -> Expr:
