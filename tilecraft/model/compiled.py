@@ -179,18 +179,9 @@ class CompiledModel:
             ValueError: If ``rounds`` is below 1.
             ModelInputError: As ``run``.
         """
-        if rounds < 1:
-            raise ValueError(f"profile: rounds={rounds} must be >= 1")
         arrays = self._arrays(inputs)
-        seconds = np.zeros(len(self._plan))
-        spent = np.zeros((rounds, len(self.kernels)))
-        for r in range(rounds):
-            self._plan.run(arrays, seconds)
-            np.add.at(spent[r], self._plan_kernels, seconds)
-        calls = Counter(step.kernel for step in self.steps)
-        times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])), kernel.tuned)
-                 for n, kernel in enumerate(self.kernels)]
-        return sorted(times, key=lambda t: -t.seconds)
+        return kernel_times(self.kernels, self.steps, self._plan_kernels,
+                            lambda seconds: self._plan.run(arrays, seconds), rounds)
 
     def _arrays(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The checked inputs and new arrays for the outputs kernels write: the plan's slots."""
@@ -254,6 +245,23 @@ class CompiledModel:
         runner = f"runner{self._plan.library.suffix}"
         shutil.copyfile(self._plan.library, directory / runner)
         write_plan(directory, self, kernels, runner=runner)
+
+
+def kernel_times(kernels: Sequence[Kernel], steps: Sequence[Step], owners: Sequence[int], timed_call,
+                 rounds: int) -> list[KernelTime]:
+    """Per kernel, the median over ``rounds`` whole-model calls of the seconds spent in all its
+    calls, most expensive first: ``timed_call(seconds)`` makes one model call and writes each
+    native call's seconds, ``owners`` the kernel each belongs to (``CompiledModel.profile``)."""
+    if rounds < 1:
+        raise ValueError(f"profile: rounds={rounds} must be >= 1")
+    seconds, spent = np.zeros(len(owners)), np.zeros((rounds, len(kernels)))
+    for r in range(rounds):
+        timed_call(seconds)
+        np.add.at(spent[r], owners, seconds)
+    calls = Counter(step.kernel for step in steps)
+    times = [KernelTime(kernel.desc, kernel.workload_key, calls[n], float(np.median(spent[:, n])), kernel.tuned)
+             for n, kernel in enumerate(kernels)]
+    return sorted(times, key=lambda t: -t.seconds)
 
 
 def write_plan(directory: Path, model, kernels: list[dict], **more: Any) -> None:

@@ -17,7 +17,6 @@ NumPy on any machine.
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -81,19 +80,10 @@ class GpuModel:
     def profile(self, inputs: Mapping[str, Any], rounds: int = 20) -> list:
         """Per kernel, the median over ``rounds`` calls of the seconds its launches take, each
         waited for before the next starts; most expensive first (``CompiledModel.profile``)."""
-        from .compiled import KernelTime
+        from .compiled import kernel_times
 
-        if rounds < 1:
-            raise ValueError(f"profile: rounds={rounds} must be >= 1")
         owners = [step.kernel for step in self.steps if step.kernel is not None]
-        seconds, spent = np.zeros(len(owners)), np.zeros((rounds, len(self.kernels)))
-        for r in range(rounds):
-            self._launch(inputs, seconds)
-            np.add.at(spent[r], owners, seconds)
-        calls = Counter(owners)
-        times = [KernelTime(k.desc, k.workload_key, calls[n], float(np.median(spent[:, n])), k.tuned)
-                 for n, k in enumerate(self.kernels)]
-        return sorted(times, key=lambda t: -t.seconds)
+        return kernel_times(self.kernels, self.steps, owners, lambda seconds: self._launch(inputs, seconds), rounds)
 
     def save(self, directory: str | Path) -> None:
         """Write the model to ``directory`` for ``load_model``: ``model.json`` (the plan), each

@@ -528,9 +528,7 @@ class LaunchPlan:
         for module, pointers in calls:
             if len(pointers) != len(module.args):
                 raise ValueError(f"{module.entry} takes {len(module.args)} arguments, not {len(pointers)}")
-            values = np.array(pointers, dtype=np.uint64)  # kernelParams: the address of each argument's value
-            params = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
-            self._launches.append((module.loaded(device), values, params))
+            self._launches.append((module.loaded(device), _packed(pointers)))
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -538,18 +536,20 @@ class LaunchPlan:
     def run(self, seconds: np.ndarray | None = None, stream: int = 0) -> None:
         """Launch every kernel on ``stream`` without waiting; with ``seconds`` (one float per
         launch), wait for each and write the seconds it took from the end of the one before."""
-        cu = _driver()
         with _current(_primary_context(self.device)):
             start = time.perf_counter()
-            for n, (kernel, _, params) in enumerate(self._launches):
-                spec = kernel.spec
-                status, = cu.cuLaunchKernel(kernel.function, *spec.grid, *spec.block, spec.shared_bytes, stream,
-                                            params.ctypes.data, 0)
-                if status != 0:
-                    raise kernel._failure(status)
+            for n, (kernel, packed) in enumerate(self._launches):
+                kernel.launch_packed(packed, stream)
                 if seconds is not None:
                     kernel.synchronize(stream)
                     seconds[n], start = time.perf_counter() - start, time.perf_counter()
+
+
+def _packed(pointers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """A launch's arguments as ``cuLaunchKernel`` takes them: ``kernelParams`` is a void**, whose
+    entry i holds the address of argument i's value. Both arrays must outlive the launch."""
+    values = np.array(pointers, dtype=np.uint64)
+    return values, np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
 
 
 def _free(cu: Any, context: Any, pointer: int) -> None:
@@ -596,10 +596,11 @@ class _Kernel:
 
     def launch(self, pointers: Sequence[int], stream: int, times: int = 1) -> None:
         """Launch the kernel ``times`` times on ``stream``, its arguments packed once."""
-        # kernelParams is a void**: entry i holds the address of argument i's value.
-        values = np.array(pointers, dtype=np.uint64)
-        params = np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
-        spec, launch_kernel, address = self.spec, _driver().cuLaunchKernel, params.ctypes.data  # params stays alive
+        self.launch_packed(_packed(pointers), stream, times)
+
+    def launch_packed(self, packed: tuple[np.ndarray, np.ndarray], stream: int, times: int = 1) -> None:
+        """Launch the kernel ``times`` times on ``stream`` with arguments ``_packed`` before."""
+        spec, launch_kernel, address = self.spec, _driver().cuLaunchKernel, packed[1].ctypes.data
         for _ in range(times):
             status, = launch_kernel(self.function, *spec.grid, *spec.block, spec.shared_bytes, stream, address, 0)
             if status != 0:
