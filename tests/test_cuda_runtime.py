@@ -328,6 +328,11 @@ def test_a_device_array_is_a_gpu_array_to_a_call_and_comes_back_as_numpy(monkeyp
     binding = bind_arrays("vector_add", ADD_ARGS, arrays)
     assert binding.on_device and binding.pointers == {i: x.pointer for i, x in enumerate(arrays)}
     np.testing.assert_array_equal(arrays[1].numpy(), b)
+    halves = cuda_runtime.DeviceArray.view(arrays[0], (2, N // 4), "float64")  # the same bytes, another type
+    np.testing.assert_array_equal(halves.numpy(), a.view("float64").reshape(2, N // 4))
+    with pytest.raises(ValueError, match=r"a view of float32\[2, 1000\] reaches past the float32\[1000\] array"):
+        cuda_runtime.DeviceArray.view(arrays[0], (2, N))
+    del halves
     del arrays, binding
     gc.collect()
     assert driver.memory == {} and driver.references == 1  # freed; the context kept
