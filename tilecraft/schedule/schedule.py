@@ -16,12 +16,13 @@ import numpy as np
 
 from ..errors import LoweringError, ScheduleError
 from ..te.dag import ComputeDAG
-from ..te.expr import Expr, TensorRead, Var, children, map_children, substitute
+from ..te.expr import Expr, TensorRead, Var, children, free_vars, map_children, substitute, walk
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from . import sampling
 from .index_expr import index_expr_to_json
 from .rfactor import check_rfactor, factor_stages
-from .state import Attach, Fuse, Loop, PackedInput, Split, Stage, State, ceil_div, common_prefix, initial_stage
+from .state import (Attach, Fuse, Loop, PackedInput, Split, Stage, State, ceil_div, common_prefix,
+                    initial_stage, root_loops_of)
 from .trace import IndexMap, RVRef, Step, Trace
 
 ROOT = -1
@@ -1079,10 +1080,11 @@ class Schedule:
         self._record("sample_categorical", {"candidates": candidates, "probs": probs}, [rv], int(decision))
         return rv
 
-    def compute_location_candidates(self, block: BlockRV) -> list[int]:
+    def compute_location_candidates(self, block: BlockRV, recomputing: bool = False) -> list[int]:
         """Decisions ``sample_compute_location`` may take: root, inline (unless it is a
         reduction, an output or holds blocks computed at its loops), or the id of a loop that
-        encloses all the block's consumers.
+        encloses all the block's consumers and is not one where computing it repeats work
+        for nothing (``recomputing`` adds those, which a recorded trace may hold).
 
         Returns:
             -1 for the root, -2 for inline, then loop ids, outermost first.
@@ -1095,8 +1097,39 @@ class Schedule:
         if not stage.is_reduction and not stage.is_output and not self._holds_others(stage):
             candidates.append(INLINE)
         if not stage.is_output:
-            candidates += common_prefix([self.loop_path(c.name) for c in self.state.consumers_of(stage.name)])
+            consumers = self.state.consumers_of(stage.name)
+            paths = [self.loop_path(c.name) for c in consumers]
+            loops = common_prefix(paths)
+            candidates += loops if recomputing else self._without_recomputation(stage, consumers, paths, loops)
         return candidates
+
+    def _without_recomputation(self, stage: Stage, consumers: list[Stage], paths: list[list[int]],
+                               loops: list[int]) -> list[int]:
+        """``loops`` less those where ``stage`` would be computed again for nothing.
+
+        At a loop of a consumer that does not index the consumer's reads of ``stage``, every
+        iteration needs the same region: computing it there repeats the work of computing
+        it once at the loop above (a softmax's row sum computed inside the loop over the
+        row's elements ran 1,000 times slower). A reduction must also not sit below such a
+        loop, which would repeat whole reductions; an element-wise block may, trading
+        recomputation for locality. A loop that another consumer is nested in is kept: its
+        reads reach ``stage`` through that consumer's bounds.
+        """
+        kept, repeats = [], False
+        for loop_id in loops:
+            owner = self.state.stage_of_loop(loop_id)
+            nested = any(loop_id in path for c, path in zip(consumers, paths) if c.name != owner.name)
+            if owner in consumers and not nested:
+                reads: set = set()
+                walk(owner.op.body, lambda n: reads.update(set().union(*map(free_vars, n.indices)))
+                     if isinstance(n, TensorRead) and n.tensor is stage.tensor else None)
+                axes = dict(zip(owner.roots, owner.op.axis + owner.op.reduce_axis))
+                if not any(axes[root].var in reads for root in root_loops_of(owner, loop_id) if root in axes):
+                    repeats = True
+                    continue
+            if not (repeats and stage.is_reduction):
+                kept.append(loop_id)
+        return kept
 
     def sample_compute_location(self, block: BlockRV, decision: int | None = None) -> LoopRV:
         """Sample where to compute a block: a loop that encloses all its consumers, the root,
@@ -1105,8 +1138,9 @@ class Schedule:
 
         Args:
             block: The block to place.
-            decision: The location to take instead of sampling: a loop id, -1 for the root
-                or -2 for inline.
+            decision: The location to take instead of sampling: a loop id (also one where
+                the block would be computed again for nothing, as a recorded trace may
+                hold), -1 for the root or -2 for inline.
 
         Returns:
             A handle to the chosen loop, or the root or inline location.
@@ -1115,10 +1149,10 @@ class Schedule:
             ScheduleError: If the block does not exist or ``decision`` is not a candidate.
         """
         stage = self._stage(block)
-        candidates = self.compute_location_candidates(block)
         if decision is None:
+            candidates = self.compute_location_candidates(block)
             decision = candidates[int(self.rng.integers(len(candidates)))]
-        if decision not in candidates:
+        if decision not in self.compute_location_candidates(block, recomputing=True):
             raise ScheduleError(f"sample_compute_location of {stage.name}: {decision} is not a candidate location")
         rv = LoopRV(int(decision), self._symbol("l"))
         self._record("sample_compute_location", {"block": block}, [rv], int(decision))

@@ -146,6 +146,22 @@ def initial_stage(op: ComputeOp, tensor: Tensor, first_id: int, is_output: bool)
     return Stage(op.name, op, tensor, loops, ids, (), ids, is_output=is_output)
 
 
+def root_loops_of(stage: Stage, loop_id: int) -> set[int]:
+    """The root loops (the compute's axes) that loop ``loop_id`` of ``stage`` steps through,
+    following splits back to their parent and fuses back to every fused loop."""
+    found, pending = set(), [loop_id]
+    while pending:
+        current = pending.pop()
+        if current in stage.roots:
+            found.add(current)
+        for relation in stage.relations:
+            if isinstance(relation, Split) and current in relation.children:
+                pending.append(relation.parent)
+            elif isinstance(relation, Fuse) and relation.child == current:
+                pending.extend(relation.parents)
+    return found
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
