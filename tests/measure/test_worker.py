@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tilecraft.measure.worker import compare, poisoned
+from tilecraft.measure.worker import OutputCheck, compare, poisoned
 
 
 def test_float32_within_reassociation_error_passes():
@@ -54,3 +54,21 @@ def test_poisoned_buffers_differ_from_the_reference_everywhere(dtype):
     assert not np.any(poisoned(expected) == expected)
     assert "50 of 50 elements" in compare("x", poisoned(expected), expected)
     assert poisoned(expected).dtype == expected.dtype
+
+
+def test_a_prepared_check_judges_each_candidate_on_its_own_as_isclose_does():
+    """One OutputCheck serves every candidate of a workload; its verdicts are isclose's,
+    also where the reference is infinite or NaN (no finite value is close to inf)."""
+    rng = np.random.default_rng(2)
+    expected = rng.uniform(-3, 3, 1000).astype(np.float32)
+    expected[[10, 20, 30]] = [np.inf, -np.inf, np.nan]
+    check = OutputCheck("y", expected)
+    assert check(expected.copy()) is None
+    for index, value in ((10, 5.0), (20, np.inf), (30, 1.0), (40, np.nan), (50, expected[50] + 0.01)):
+        got = expected.copy()
+        got[index] = value
+        assert f"at index ({index},)" in check(got) and "1 of 1000 elements" in check(got)
+    assert check(expected.copy()) is None  # nothing of an earlier candidate stays behind
+    noisy = expected * np.float32(1 + 9e-4)
+    assert (check(noisy) is None) == bool(np.isclose(noisy, expected, rtol=1e-3, atol=check.atol,
+                                                     equal_nan=True).all())
