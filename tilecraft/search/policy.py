@@ -238,7 +238,8 @@ class SketchPolicy:
 
     def locate(self, records: Sequence[TuningRecord]) -> list[Candidate | None]:
         """The candidate of this task each record's trace stands for, None where no sketch's
-        does: the sketch a record names, or every sketch where it names none of them."""
+        does: the sketch a record names, or every sketch where it names none of them; failing
+        that, the named sketch's candidate of the same decisions (``row_by_decisions``)."""
         by_name = {sketch.name: n for n, sketch in enumerate(self.sketches)}
         located = []
         for record in records:
@@ -246,6 +247,9 @@ class SketchPolicy:
             order = [by_name[record.sketch]] if record.sketch in by_name else range(len(self.sketches))
             rows = ((index, self.sketches[index].row_of(trace, record.trace_json)) for index in order)
             found = next(((index, row) for index, row in rows if row is not None), None)
+            if found is None and record.sketch in by_name:  # an earlier form of the sketch it names
+                row = self.sketches[by_name[record.sketch]].row_by_decisions(trace)
+                found = None if row is None else (by_name[record.sketch], row)
             located.append(None if found is None else Candidate(found[0], tuple(int(v) for v in found[1])))
         return located
 

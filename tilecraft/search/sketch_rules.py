@@ -163,7 +163,13 @@ class MultiLevelTiling(SketchRule):
 @dataclass
 class MultiLevelTilingWithFusion(SketchRule):
     """Tile, and compute the tile inside the matching tile loop of its element-wise
-    consumer at each of ``levels``, so the result is consumed while still in cache."""
+    consumer at each of ``levels``, so the result is consumed while still in cache.
+
+    The consumer's loops follow the tile's inner lengths, as Ansor's FollowSplit does, its
+    outer loops counted from them: split by the outer counts instead, a padded tile of 16
+    over 56 columns gave the consumer tiles of 14, and the tile inside, bound to them, a
+    vector loop of 14 (a ResNet-50 3x3 convolution over NCHW ran 15 GFLOPS, 204 following).
+    """
 
     name: str = "tile_fuse"
     structure: str = "SSRSRS"
@@ -184,7 +190,10 @@ class MultiLevelTilingWithFusion(SketchRule):
             spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=True)
             c_block = sch.get_block(consumer)
             c_loops = sch.get_loops(c_block)
-            pieces = [sch.split(loop, list(tiles[:level]) + [None]) for loop, tiles in zip(c_loops, spatial_tiles)]
+            pieces = []
+            for loop, tiles in zip(c_loops, spatial_tiles):  # Ansor's FollowSplit: the tile's inner lengths
+                parts = sch.split(loop, [None, *tiles[1:]])
+                pieces.append([*parts[:level], sch.fuse(*parts[level:]) if len(parts) > level + 1 else parts[level]])
             sch.reorder(*[p[n] for n in range(level + 1) for p in pieces])
             sch.compute_at(sch.get_block(block), pieces[-1][level - 1])
             results.append((draft.derive(sch, f"fuse{level}", tiled=block), draft.index(block) - 1))

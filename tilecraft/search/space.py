@@ -22,7 +22,7 @@ import numpy as np
 
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import INLINE, BlockRV, Schedule
-from ..schedule.trace import Trace
+from ..schedule.trace import SAMPLING_STEPS, Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
 from ..te.arith import to_linear
@@ -124,6 +124,26 @@ class Sketch:
             return None
         return np.array(row, dtype=np.int64)
 
+    def row_by_decisions(self, trace: Trace) -> np.ndarray | None:
+        """The candidate whose decisions a trace of an earlier form of this sketch took, where
+        both forms make the same program: the same sampling steps in the same order, the
+        steps between them free to differ, and every tile one whose outer counts give back
+        its inner lengths. (The consumers of fused tiles were once split by the tiles' outer
+        counts: 16 columns padded over 56 gave 4 consumer tiles of 14, not of 16.) A record
+        kept from then still teaches the model and counts as measured."""
+        sampled = [step for step in trace.steps if step.kind in SAMPLING_STEPS]
+        if len(sampled) != len(self.slots):
+            return None
+        row = []
+        for slot, step in zip(self.slots, sampled):
+            mine = self.trace.steps[slot.step]
+            index = self.index_of(len(row), step.decision)
+            if (step.kind != mine.kind or len(step.outputs) != len(mine.outputs) or index is None
+                    or (slot.role == "tile" and not _follows_either_way(step.decision, math.prod(slot.domain[0])))):
+                return None
+            row.append(index)
+        return np.array(row, dtype=np.int64)
+
     def log_factors(self, rows: np.ndarray) -> np.ndarray:
         """log2 of every tile factor of every candidate, one column per (slot, position)."""
         out = np.zeros((len(rows), len(self.factor_columns)))
@@ -199,6 +219,12 @@ class Sketch:
             enough = cumulative > math.log2(min_parallel)
             rows[:, slot] = np.where(enough.any(axis=1), enough.argmax(axis=1), len(forms) - 1)
         return rows
+
+
+def _follows_either_way(tiles: Sequence[int], extent: int) -> bool:
+    """Whether a loop split by the outer counts of ``tiles`` at any level gets pieces as long as
+    the inner lengths, as it does for every tiling that divides the loop."""
+    return all(-(-extent // math.prod(tiles[:level])) == math.prod(tiles[level:]) for level in range(1, len(tiles)))
 
 
 def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
