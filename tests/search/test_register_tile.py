@@ -62,6 +62,27 @@ def test_a_step_is_bound_by_the_fmas_the_loads_the_weights_from_l2_or_the_fma_la
     assert step_cycles(3, 4, 16) > step_cycles(6, 2, 16)  # 4 weight vectors a step: L2 cannot keep up
 
 
+def test_rows_that_read_other_input_vectors_load_their_own():
+    """Over NCHW the columns are the vectors: the output channels index only the weights (a
+    broadcast a row), the output rows index the input (vectors of their own a row). A tile
+    of 14 rows by 2 vectors loads 28 input vectors a step for 28 FMAs; 4 channels by 4 rows
+    load 4 broadcasts and 4 vectors for 16 (they ran 108 and 183 GFLOPS)."""
+    from tilecraft.search.default import default_schedule
+    from tilecraft.search.register_tile import step_loads
+
+    assert step_loads(14, 2, 32, broadcasts=1, vector_rows=14) == 1 + 3 + 25
+    assert step_loads(16, 1, 32, broadcasts=4, vector_rows=4) == 4 + 4
+    assert step_loads(6, 2, 16) == step_loads(6, 2, 16, broadcasts=6, vector_rows=1)  # a matmul's tile, as before
+    dag = tc.ComputeDAG(WORKLOADS["conv2d"](1, 64, 56, 56, 64, 3, 3, 1, 1))
+    sketch = next(s for s in generate_sketches(dag, target=AVX512) if s.register_tiles)
+    (tile,) = sketch.register_tiles
+    assert [sketch.slots[s].name for s in tile.slots] == ["conv2d.x", "conv2d.n", "conv2d.f", "conv2d.y"]
+    assert tile.indexes_broadcast == (False, True, False) and tile.indexes_vectors == (True, False, True)
+    assert tile.fma_rate((32, 1, 1, 14)) < tile.fma_rate((16, 1, 4, 4)) == 1.0
+    lowered = str(tc.lower(default_schedule(dag, AVX512)))
+    assert "conv2d: float32[1, 4, 4, 16] (local)" in lowered  # channels and rows, one vector of columns
+
+
 def test_half_the_random_population_gets_register_tiles_and_mutation_draws_one():
     dag = tc.ComputeDAG(WORKLOADS["matmul"](512, 512, 512))
     sketch = next(s for s in generate_sketches(dag, target=AVX2) if s.name.startswith("cache_write"))

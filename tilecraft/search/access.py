@@ -118,6 +118,20 @@ def broadcasts(op: ComputeOp, axis_name: str) -> bool:
     return axis is None or any(axis not in read_vars(read) for read in reads_of(op))
 
 
+def row_kinds(op: ComputeOp, axis_name: str, row_axes: list[str]) -> tuple[list[bool], list[bool]]:
+    """For each axis of ``row_axes``: whether it indexes an operand that misses the vector
+    axis ``axis_name`` (a broadcast, loaded once a row), and whether it indexes one that
+    does not (loaded as vectors, again for each of its rows)."""
+    axis = _axis_var(op, axis_name)
+    reads = [(read_vars(read), axis is None or axis not in read_vars(read)) for read in reads_of(op)]
+    kinds = ([], [])
+    for name in row_axes:
+        var = _axis_var(op, name)
+        kinds[0].append(any(var in used for used, missing in reads if missing))
+        kinds[1].append(any(var in used for used, missing in reads if not missing))
+    return kinds
+
+
 def weights_outweigh_rows(op: ComputeOp, axis_name: str, cache_bytes: int | None = None) -> bool:
     """The operands that index axis ``axis_name`` (a convolution's weights across output
     channels) hold more elements than those that miss it (its input rows), or outgrow

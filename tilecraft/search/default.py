@@ -27,7 +27,6 @@ from ..target import Target
 from ..te.dag import ComputeDAG
 from .access import reduces_contiguously
 from .gpu_rules import gpu_default_row
-from .register_tile import step_loads
 from .space import Sketch, generate_sketches
 
 JOBS_PER_CORE = 16  # Ansor: fuse outer loops until there are this many iterations per core
@@ -126,6 +125,6 @@ def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
         padding = math.prod(-(-e // f) * f / e for e, f in zip(extents, shape))
         return (extents[0] % shape[0] == 0, round(tile.fma_rate(shape) / padding, 2),
                 tile.weights_outweigh and padding == 1,
-                -step_loads(rows, vectors, tile.registers) / (rows * vectors))
+                -tile.step_loads(shape) / (rows * vectors))
 
     return max((tuple(int(v) for v in shape) for shape in tile.shapes), key=value)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .access import broadcasts, weights_outweigh_rows
+from .access import broadcasts, row_kinds, weights_outweigh_rows
 
 REGISTER_TILE_SHARE = 0.5
 """Of random candidates, the share whose register tiles are drawn to fit the registers."""
@@ -50,12 +50,29 @@ class RegisterTile:
     by_inner: tuple[dict[int, np.ndarray], ...]  # per slot: innermost factor -> its decisions
     broadcast: bool = True  # an operand misses the vectorized axis (see ``broadcasts``)
     weights_outweigh: bool = False  # the operands along the vectorized axis are the larger (``weights_outweigh_rows``)
+    # per slot after the vectorized one: its axis indexes a broadcast operand (one load feeds
+    # a row) / a vector operand (each row of it loads its own vectors: an NCHW convolution's
+    # output rows read other input rows, where its output channels reuse them)
+    indexes_broadcast: tuple[bool, ...] = ()
+    indexes_vectors: tuple[bool, ...] = ()
 
     def fma_rate(self, shape) -> float:
         """The share of the FMA units' peak that a reduction step of this tile can keep busy
         (``step_cycles``)."""
         vectors, rows = shape[0] // self.lanes, int(np.prod(shape[1:]))
-        return rows * vectors / FMA_PIPES / step_cycles(rows, vectors, self.registers)
+        return rows * vectors / FMA_PIPES / step_cycles(rows, vectors, self.registers, *self._row_kinds(shape))
+
+    def step_loads(self, shape) -> int:
+        """Loads of one reduction step of tile ``shape`` (``step_loads``)."""
+        return step_loads(int(np.prod(shape[1:])), shape[0] // self.lanes, self.registers, *self._row_kinds(shape))
+
+    def _row_kinds(self, shape) -> tuple[int | None, int]:
+        """The rows that load a broadcast each (None: all of them), and those that load
+        vectors of their own."""
+        if not self.indexes_broadcast:
+            return None, 1
+        broadcasts = int(np.prod([f for f, b in zip(shape[1:], self.indexes_broadcast) if b]))
+        return broadcasts, int(np.prod([f for f, v in zip(shape[1:], self.indexes_vectors) if v]))
 
     def draw(self, rng: np.random.Generator, count: int) -> np.ndarray:
         """``count`` random register-filling tiles: a decision index per slot, one row each."""
@@ -68,21 +85,25 @@ class RegisterTile:
         return out
 
 
-def step_cycles(rows: int, vectors: int, registers: int) -> float:
+def step_cycles(rows: int, vectors: int, registers: int, broadcasts: int | None = None,
+                vector_rows: int = 1) -> float:
     """Cycles of one reduction step of a ``rows`` x ``vectors`` tile: its FMAs over the FMA
-    units, its loads over the load ports, its weight vectors over what L2 streams (a tile's
-    packed weights over the whole reduction outgrow L1), or ``MIN_STEP_CYCLES``, whichever
-    is longest."""
-    return max(rows * vectors / FMA_PIPES, step_loads(rows, vectors, registers) / LOADS_PER_CYCLE,
+    units, its loads over the load ports (``step_loads``), its weight vectors over what L2
+    streams (a tile's packed weights over the whole reduction outgrow L1), or
+    ``MIN_STEP_CYCLES``, whichever is longest."""
+    return max(rows * vectors / FMA_PIPES,
+               step_loads(rows, vectors, registers, broadcasts, vector_rows) / LOADS_PER_CYCLE,
                vectors / L2_VECTORS_PER_CYCLE, MIN_STEP_CYCLES)
 
 
-def step_loads(rows: int, vectors: int, registers: int) -> int:
-    """Loads of one reduction step: a broadcast per row, and each weight vector once while it
-    fits a register beside the accumulators and the broadcast, else once per row (an FMA's
-    memory operand)."""
-    held = min(vectors, max(registers - rows * vectors - 1, 0))
-    return rows + held + (vectors - held) * rows
+def step_loads(rows: int, vectors: int, registers: int, broadcasts: int | None = None, vector_rows: int = 1) -> int:
+    """Loads of one reduction step: ``broadcasts`` (one a row unless said), and each of the
+    ``vectors x vector_rows`` distinct vectors (the rows along which the vector operand
+    changes; 1 for a matmul's B) once while it fits a register beside the accumulators and
+    the broadcast, else once per row that reuses it (an FMA's memory operand)."""
+    distinct = vectors * vector_rows
+    held = min(distinct, max(registers - rows * vectors - 1, 0))
+    return (rows if broadcasts is None else broadcasts) + held + (distinct - held) * (rows // vector_rows)
 
 
 def _beside_weights(registers: int, vectors: int) -> int:
@@ -143,9 +164,11 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
         axis = sketch.slots[vector_slot].name.split(".", 1)[1]
         broadcast = op is None or broadcasts(op, axis)
         outweigh = op is not None and weights_outweigh_rows(op, axis, target.l2_bytes)
+        kinds = ([], []) if op is None else row_kinds(op, axis, [sketch.slots[n].name.split(".", 1)[1]
+                                                                  for n in spatial[1:]])
         if len(shapes):
             tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner),
-                                      broadcast, outweigh))
+                                      broadcast, outweigh, tuple(kinds[0]), tuple(kinds[1])))
     return tuple(tiles)
 
 
