@@ -26,6 +26,7 @@ every output with the reference, and only then times it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import threading
@@ -160,7 +161,6 @@ class OutputCheck:
 
     def __init__(self, name: str, expected: np.ndarray) -> None:
         self.name, self.expected = name, expected
-        self.poisoned = poisoned(expected)
         if expected.dtype.name in TOLERANCES:
             self.rtol, atol_fraction = TOLERANCES[expected.dtype.name]
             finite = np.isfinite(expected)
@@ -173,6 +173,11 @@ class OutputCheck:
         else:
             self._bound = None
             self.tolerance = "exact, for " + expected.dtype.name
+
+    @functools.cached_property
+    def poisoned(self) -> np.ndarray:
+        """An output buffer to start a candidate from (``poisoned``), made once."""
+        return poisoned(self.expected)
 
     def __call__(self, got: np.ndarray) -> str | None:
         """None when ``got`` matches the reference within ``TOLERANCES``, else what differs and where."""

@@ -1119,7 +1119,7 @@ class Schedule:
         for loop_id in loops:
             owner = self.state.stage_of_loop(loop_id)
             nested = any(loop_id in path for c, path in zip(consumers, paths) if c.name != owner.name)
-            if owner in consumers and not nested:
+            if owner.name in {c.name for c in consumers} and not nested:
                 reads: set = set()
                 walk(owner.op.body, lambda n: reads.update(set().union(*map(free_vars, n.indices)))
                      if isinstance(n, TensorRead) and n.tensor is stage.tensor else None)
