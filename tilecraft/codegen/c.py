@@ -3,8 +3,8 @@
 Choices per loop, as Inductor's C++ backend makes them: parallel loops become one
 ``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops);
 vectorized loops whose body is one store become GCC vector-extension code (contiguous
-accesses as vector loads and stores, loop-invariant values broadcast, other accesses
-gathered lane by lane) with a scalar tail. The vector value may use arithmetic, min/max,
+accesses as vector loads and stores, loop-invariant values broadcast, reads of every other
+element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar tail. The vector value may use arithmetic, min/max,
 comparisons as lane masks, selects as blends, casts between types of one width and the
 math functions of ``vector_math``; any other vectorized loop is emitted scalar for the
 compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small local
@@ -24,7 +24,7 @@ from ..te.arith import bounds, simplify, to_linear
 from ..ir.nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
 from . import vector_math
 from .prefetch import flat_index, prefetches
-from .vector_math import VECTOR_DTYPES, vector_type
+from .vector_math import MASK_DTYPES, VECTOR_DTYPES, vector_type
 from .writer import CodeWriter
 
 STACK_LIMIT_BYTES = 256 * 1024
@@ -341,8 +341,14 @@ class _Emitter:
             index = self.flat_index(e.tensor, e.indices)
             name = self.buffer_name(e.tensor)
             vtype = vector_type(e.dtype, lanes)
-            if _stride(index, var, self.ranges) == 1:
+            stride = _stride(index, var, self.ranges)
+            if stride == 1:
                 return f"(*({vtype}*)&{name}[{self.expr(index)}])"
+            if stride == 2:  # every other element (a stride-2 window): two loads and one shuffle, not a gather
+                start, half = self.expr(index), range(lanes // 2)
+                mask = ", ".join([str(2 * n) for n in half] + [str(lanes + 2 * n + 1) for n in half])
+                return (f"__builtin_shuffle(*({vtype}*)&{name}[{start}], *({vtype}*)&{name}[{start} + {lanes - 1}], "
+                        f"({vector_type(MASK_DTYPES[e.dtype], lanes)}){{{mask}}})")
             from ..te.expr import binary, const, substitute
 
             lane_values = [self.expr(simplify(substitute(index, {var: binary("add", var, const(n))}), self.ranges))

@@ -30,7 +30,7 @@ from ..te.dtype import C_TYPES
 
 VECTOR_DTYPES = ("float32", "float64", "int32", "int64")
 _SHORT = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}
-_MASK = {"float32": "int32", "float64": "int64", "int32": "int32", "int64": "int64"}
+MASK_DTYPES = {"float32": "int32", "float64": "int64", "int32": "int32", "int64": "int64"}
 
 _GENERIC = {
     "broadcast": ((), """\
@@ -161,7 +161,7 @@ def helpers(types: set[tuple[str, int]], used: set[tuple[str, str, int]]) -> str
         if (name, dtype, lanes) not in needed:
             needed.add((name, dtype, lanes))
             stack.extend((dep, dtype, lanes) for dep in _catalogue(dtype)[name][0])
-    all_types = {t for d, n in types | {(d, n) for _, d, n in needed} for t in ((d, n), (_MASK[d], n))}
+    all_types = {t for d, n in types | {(d, n) for _, d, n in needed} for t in ((d, n), (MASK_DTYPES[d], n))}
     text = "".join(_typedef(d, n) for d, n in sorted(all_types))
     for name in _ORDER:
         for _, dtype, lanes in sorted(k for k in needed if k[0] == name):
@@ -178,6 +178,6 @@ def _typedef(dtype: str, lanes: int) -> str:
 def _instantiate(template: str, dtype: str, lanes: int) -> str:
     wide = dtype.endswith("64")
     return Template(template).substitute(
-        V=vector_type(dtype, lanes), M=vector_type(_MASK[dtype], lanes), T=C_TYPES[dtype], N=lanes,
+        V=vector_type(dtype, lanes), M=vector_type(MASK_DTYPES[dtype], lanes), T=C_TYPES[dtype], N=lanes,
         BROADCAST=", ".join(["x"] * lanes), F="" if dtype == "float64" else "f",
         SIGN="INT64_MIN" if wide else "INT32_MIN")
