@@ -83,6 +83,20 @@ def test_rows_that_read_other_input_vectors_load_their_own():
     assert "conv2d: float32[1, 4, 4, 16] (local)" in lowered  # channels and rows, one vector of columns
 
 
+def test_a_vector_operand_read_every_other_element_costs_its_shuffles():
+    """A stride-2 convolution over NCHW reads its input columns every other element: two loads
+    and a shuffle a vector, on a port that also takes FMAs, so channel rows that share each
+    shuffled vector beat pixel rows (13 x 2 ran 131-146 GFLOPS where 4 x 4 ran 107)."""
+    from tilecraft.search.register_tile import step_cycles
+
+    assert step_cycles(16, 1, 32, broadcasts=4, vector_rows=4, shuffled=True) == (16 + 4) / 2
+    strided, plain = (tc.ComputeDAG(WORKLOADS["conv2d"](1, 128, 56, 56, 128, 3, 3, stride, 1)) for stride in (2, 1))
+    (tile,) = next(s for s in generate_sketches(strided, target=AVX512) if s.register_tiles).register_tiles
+    assert tile.shuffled and not next(s for s in generate_sketches(plain, target=AVX512)
+                                      if s.register_tiles).register_tiles[0].shuffled
+    assert tile.fma_rate((16, 1, 4, 4)) < tile.fma_rate((16, 1, 12, 2))
+
+
 def test_half_the_random_population_gets_register_tiles_and_mutation_draws_one():
     dag = tc.ComputeDAG(WORKLOADS["matmul"](512, 512, 512))
     sketch = next(s for s in generate_sketches(dag, target=AVX2) if s.name.startswith("cache_write"))

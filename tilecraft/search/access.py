@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ..te.arith import to_linear
 from ..te.dtype import bytes_of
 from ..te.expr import Call, Const, Expr, Select, TensorRead, Var, free_vars, walk
 from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -130,6 +131,16 @@ def row_kinds(op: ComputeOp, axis_name: str, row_axes: list[str]) -> tuple[list[
         kinds[0].append(any(var in used for used, missing in reads if missing))
         kinds[1].append(any(var in used for used, missing in reads if not missing))
     return kinds
+
+
+def vector_read_step(op: ComputeOp, axis_name: str) -> int:
+    """The largest step that a read moves along its innermost dimension as axis
+    ``axis_name`` steps by one (2 for a stride-2 convolution's input over NCHW columns; 0
+    where no read's innermost index moves with it)."""
+    axis = _axis_var(op, axis_name)
+    steps = [abs(to_linear(read.indices[-1], {}).terms.get(axis, 0)) for read in reads_of(op)
+             if read.indices and axis in free_vars(read.indices[-1])]
+    return max(steps, default=0)
 
 
 def weights_outweigh_rows(op: ComputeOp, axis_name: str, cache_bytes: int | None = None) -> bool:

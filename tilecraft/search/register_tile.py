@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .access import broadcasts, row_kinds, weights_outweigh_rows
+from .access import broadcasts, row_kinds, vector_read_step, weights_outweigh_rows
 
 REGISTER_TILE_SHARE = 0.5
 """Of random candidates, the share whose register tiles are drawn to fit the registers."""
@@ -55,16 +55,19 @@ class RegisterTile:
     # output rows read other input rows, where its output channels reuse them)
     indexes_broadcast: tuple[bool, ...] = ()
     indexes_vectors: tuple[bool, ...] = ()
+    shuffled: bool = False  # the vector operand is read every other element: two loads and a shuffle a vector
 
     def fma_rate(self, shape) -> float:
         """The share of the FMA units' peak that a reduction step of this tile can keep busy
         (``step_cycles``)."""
         vectors, rows = shape[0] // self.lanes, int(np.prod(shape[1:]))
-        return rows * vectors / FMA_PIPES / step_cycles(rows, vectors, self.registers, *self._row_kinds(shape))
+        return rows * vectors / FMA_PIPES / step_cycles(rows, vectors, self.registers, *self._row_kinds(shape),
+                                                        self.shuffled)
 
     def step_loads(self, shape) -> int:
         """Loads of one reduction step of tile ``shape`` (``step_loads``)."""
-        return step_loads(int(np.prod(shape[1:])), shape[0] // self.lanes, self.registers, *self._row_kinds(shape))
+        return step_loads(int(np.prod(shape[1:])), shape[0] // self.lanes, self.registers, *self._row_kinds(shape),
+                          self.shuffled)
 
     def _row_kinds(self, shape) -> tuple[int | None, int]:
         """The rows that load a broadcast each (None: all of them), and those that load
@@ -86,22 +89,28 @@ class RegisterTile:
 
 
 def step_cycles(rows: int, vectors: int, registers: int, broadcasts: int | None = None,
-                vector_rows: int = 1) -> float:
+                vector_rows: int = 1, shuffled: bool = False) -> float:
     """Cycles of one reduction step of a ``rows`` x ``vectors`` tile: its FMAs over the FMA
-    units, its loads over the load ports (``step_loads``), its weight vectors over what L2
-    streams (a tile's packed weights over the whole reduction outgrow L1), or
+    units (with a shuffle for each distinct vector when ``shuffled``, on a port that also
+    takes FMAs), its loads over the load ports (``step_loads``), its weight vectors over what
+    L2 streams (a tile's packed weights over the whole reduction outgrow L1), or
     ``MIN_STEP_CYCLES``, whichever is longest."""
-    return max(rows * vectors / FMA_PIPES,
-               step_loads(rows, vectors, registers, broadcasts, vector_rows) / LOADS_PER_CYCLE,
+    shuffles = vectors * vector_rows if shuffled else 0
+    return max((rows * vectors + shuffles) / FMA_PIPES,
+               step_loads(rows, vectors, registers, broadcasts, vector_rows, shuffled) / LOADS_PER_CYCLE,
                vectors / L2_VECTORS_PER_CYCLE, MIN_STEP_CYCLES)
 
 
-def step_loads(rows: int, vectors: int, registers: int, broadcasts: int | None = None, vector_rows: int = 1) -> int:
+def step_loads(rows: int, vectors: int, registers: int, broadcasts: int | None = None, vector_rows: int = 1,
+               shuffled: bool = False) -> int:
     """Loads of one reduction step: ``broadcasts`` (one a row unless said), and each of the
     ``vectors x vector_rows`` distinct vectors (the rows along which the vector operand
     changes; 1 for a matmul's B) once while it fits a register beside the accumulators and
-    the broadcast, else once per row that reuses it (an FMA's memory operand)."""
+    the broadcast, else once per row that reuses it (an FMA's memory operand); a shuffled
+    vector (every other element) takes two loads, and stays in a register once made."""
     distinct = vectors * vector_rows
+    if shuffled:
+        return (rows if broadcasts is None else broadcasts) + 2 * distinct
     held = min(distinct, max(registers - rows * vectors - 1, 0))
     return (rows if broadcasts is None else broadcasts) + held + (distinct - held) * (rows // vector_rows)
 
@@ -166,9 +175,10 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
         outweigh = op is not None and weights_outweigh_rows(op, axis, target.l2_bytes)
         kinds = ([], []) if op is None else row_kinds(op, axis, [sketch.slots[n].name.split(".", 1)[1]
                                                                   for n in spatial[1:]])
+        shuffled = op is not None and vector_read_step(op, axis) == 2
         if len(shapes):
             tiles.append(RegisterTile(block, lanes, target.vector_registers, tuple(spatial), shapes, tuple(by_inner),
-                                      broadcast, outweigh, tuple(kinds[0]), tuple(kinds[1])))
+                                      broadcast, outweigh, tuple(kinds[0]), tuple(kinds[1]), shuffled))
     return tuple(tiles)
 
 
