@@ -9,7 +9,8 @@ Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, com
 compiled again from the log. Each compiled model's output is checked against onnxruntime
 on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed once
 per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with the
-input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``. Needs a
+input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
+tilecraft model also with its launches captured in a CUDA graph (``GpuModel.capture``). Needs a
 GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime. With ``--emulate``, each model
 is compiled for sm_90 and its kernels emulated on the CPU (``GpuModel.emulate``), checked
 against onnxruntime: what the GPU will compute, on a machine without one.
@@ -69,7 +70,10 @@ def bench(name: str, trials: int, directory: Path) -> dict:
         untuned = tc.compile_model(str(path), "cuda")
     row = {"model": name, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
-    systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor)}
+    graphed = _captured(str(path), None, tensor)
+    row["graph_correct"] = bool(np.allclose(graphed(input=x), expected, rtol=1e-3, atol=1e-4))
+    systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor),
+               "tilecraft_untuned_graph": lambda: graphed(input=tensor)}
     if trials:
         log = directory / f"{name}_cuda.json"
         tasks, weights = tc.extract_tasks(str(path), "cuda")
@@ -80,10 +84,21 @@ def bench(name: str, trials: int, directory: Path) -> dict:
         tuned = tc.compile_model(str(path), "cuda", log=str(log))
         row.update(tasks=len(tasks), trials=trials, tuning_secs=time.perf_counter() - started,
                    tuned_correct=bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4)))
-        systems["tilecraft_tuned"] = lambda: tuned(input=tensor)
+        tuned_graph = _captured(str(path), str(log), tensor)
+        systems.update(tilecraft_tuned=lambda: tuned(input=tensor),
+                       tilecraft_tuned_graph=lambda: tuned_graph(input=tensor))
     with torch.no_grad():
         row.update({f"{system}_ms": ms for system, ms in latency_ms(systems).items()})
     return row
+
+
+def _captured(path: str, log: str | None, tensor):
+    """The model compiled again, its launches captured in a CUDA graph (``GpuModel.capture``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        model = tc.compile_model(path, "cuda", log=log)
+    model.capture({"input": tensor})
+    return model
 
 
 def emulate(name: str, directory: Path) -> dict:
@@ -125,14 +140,17 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as scratch:
         rows = [bench(name, args.trials, Path(scratch)) for name in args.only.split(",")]
-    table = numeric_table("model", "kernels", "eager ms", "untuned ms", "tuned ms", "eager/tuned", "trials",
-                          "tuning s", "correct", title=f"whole models on {torch.cuda.get_device_name()}, batch 1, fp32")
+    table = numeric_table("model", "kernels", "eager ms", "untuned ms", "graph ms", "tuned ms", "graph ms",
+                          "eager/tuned", "trials", "tuning s", "correct",
+                          title=f"whole models on {torch.cuda.get_device_name()}, batch 1, fp32 (graph: captured)")
     for r in rows:
-        tuned = r.get("tilecraft_tuned_ms")
+        tuned, tuned_graph = r.get("tilecraft_tuned_ms"), r.get("tilecraft_tuned_graph_ms")
         table.add_row(r["model"], str(r["kernels"]), f"{r['pytorch_eager_ms']:.3f}", f"{r['tilecraft_untuned_ms']:.3f}",
-                      f"{tuned:.3f}" if tuned else "-", f"{r['pytorch_eager_ms'] / tuned:.2f}" if tuned else "-",
+                      f"{r['tilecraft_untuned_graph_ms']:.3f}", f"{tuned:.3f}" if tuned else "-",
+                      f"{tuned_graph:.3f}" if tuned_graph else "-",
+                      f"{r['pytorch_eager_ms'] / min(tuned, tuned_graph):.2f}" if tuned else "-",
                       str(r.get("trials", 0)), f"{r.get('tuning_secs', 0):.0f}",
-                      str(r["untuned_correct"] and r.get("tuned_correct", True)))
+                      str(r["untuned_correct"] and r["graph_correct"] and r.get("tuned_correct", True)))
     print_table(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows}, indent=1))

@@ -272,12 +272,48 @@ def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it
 
 class FakeMemoryDriver(FakeDriver):
     """GPU memory as a dict of byte buffers, counting the copies each way; a cubin loaded is
-    a function of the GPU addresses of its arguments (``kernels[cubin]``), run at each launch."""
+    a function of the GPU addresses of its arguments (``kernels[cubin]``), run at each launch.
+    A stream capture records the launches instead; launching the graph runs them."""
+
+    CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
 
     def __init__(self):
         super().__init__()
         self.memory, self.uploads, self.downloads, self.launches = {}, 0, 0, 0
         self.kernels = {}
+        self.captured, self.graph_launches, self.freed = None, 0, []
+
+    def cuStreamCreate(self, flags):
+        return 0, "stream"
+
+    def cuStreamBeginCapture(self, stream, mode):
+        self.captured = []
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        graph, self.captured = self.captured, None
+        return 0, graph
+
+    def cuGraphInstantiate(self, graph, flags):
+        return 0, tuple(graph)
+
+    def cuGraphLaunch(self, executable, stream):
+        self.graph_launches += 1
+        for function, params in executable:
+            self._run(function, params)
+        return (0,)
+
+    def cuGraphExecDestroy(self, executable):
+        self.freed.append("executable")
+        return (0,)
+
+    def cuGraphDestroy(self, graph):
+        self.freed.append("graph")
+        return (0,)
+
+    def cuStreamDestroy(self, stream):
+        self.freed.append("stream")
+        return (0,)
 
     def cuModuleLoadData(self, cubin):
         return 0, cubin
@@ -286,12 +322,18 @@ class FakeMemoryDriver(FakeDriver):
         return 0, module
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        if self.captured is not None:
+            self.captured.append((function, params))
+            return (0,)
+        self._run(function, params)
+        return (0,)
+
+    def _run(self, function, params):
         self.launches += 1
         count = len(self.kernels[function].args)
         addresses = np.frombuffer((ctypes.c_uint64 * count).from_address(params), np.uint64)
         self.kernels[function](*(int(np.frombuffer((ctypes.c_uint64 * 1).from_address(int(a)), np.uint64)[0])
                                  for a in addresses))
-        return (0,)
 
     def cuMemcpyDtoD(self, destination, source, size):
         self.memory[destination][:size] = self.memory[source][:size]

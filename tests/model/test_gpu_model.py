@@ -4,6 +4,7 @@ and a call's traffic (weights uploaded once, activations in GPU buffers allocate
 copied back) checked with a fake driver whose kernels run their emulations on its memory."""
 
 import dataclasses
+import gc
 import shutil
 import warnings
 
@@ -103,6 +104,28 @@ def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compil
     times = model.profile(feeds, rounds=2)
     assert sorted(t.desc for t in times) == sorted(k.desc for k in model.kernels)
     assert sum(t.calls for t in times) == launches
+
+
+def test_a_captured_model_is_one_graph_launch_a_call_and_computes_the_same(compiled, monkeypatch):
+    gpu, feeds, expected = compiled
+    driver, model = on_fake_gpu(gpu, feeds, monkeypatch)
+    launches = sum(step.kernel is not None for step in model.steps)
+    model.capture(feeds)
+    assert driver.launches == launches and driver.graph_launches == 0  # the first call ran, the capture did not
+    for call in range(1, 3):
+        shifted = {name: array * call for name, array in feeds.items()}
+        got = model.run(shifted)
+        assert driver.graph_launches == call and driver.launches == (call + 1) * launches
+        reference = model.emulate(shifted)
+        for name in model.outputs:
+            np.testing.assert_allclose(got[name], reference[name], rtol=1e-4, atol=1e-5)
+    model.profile(feeds, rounds=1)  # kernel by kernel, to time each
+    assert driver.graph_launches == 2
+    graph = model._graph
+    model._graph = None
+    del graph
+    gc.collect()
+    assert sorted(driver.freed) == ["executable", "graph", "stream"]
 
 
 def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):

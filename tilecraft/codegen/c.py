@@ -4,11 +4,12 @@ Choices per loop, as Inductor's C++ backend makes them: parallel loops become on
 ``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops);
 vectorized loops whose body is one store become GCC vector-extension code (contiguous
 accesses as vector loads and stores, loop-invariant values broadcast, reads of every other
-element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar tail. The vector value may use arithmetic, min/max,
-comparisons as lane masks, selects as blends, casts between types of one width and the
-math functions of ``vector_math``; any other vectorized loop is emitted scalar for the
-compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small local
-buffers are stack arrays, which gcc keeps in registers once the loops over them unroll.
+element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar
+tail. The vector value may use arithmetic, min/max, comparisons as lane masks, selects as
+blends, casts between types of one width and the math functions of ``vector_math``; any
+other vectorized loop is emitted scalar for the compiler to vectorize. Unrolled loops get
+``#pragma GCC unroll``. Small local buffers are stack arrays, which gcc keeps in registers
+once the loops over them unroll.
 """
 
 from __future__ import annotations

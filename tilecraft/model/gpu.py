@@ -5,7 +5,8 @@ fused subgraph, reshapes as views) into CUDA kernels, and this class runs them: 
 are uploaded on the first call and stay on the GPU, every value has GPU memory allocated
 once (the inputs too), and a call copies the inputs in, launches every
 kernel in order on one stream without waiting between them (``LaunchPlan``: the arguments
-of each launch packed once), and copies the outputs out. Inputs that are already GPU arrays
+of each launch packed once; after ``capture``, one launch of a CUDA graph of them), and
+copies the outputs out. Inputs that are already GPU arrays
 (PyTorch, CuPy) are copied on the GPU, and the outputs stay there.
 
 The values between kernels share GPU buffers once their readers have run, as the CPU plan's
@@ -50,6 +51,7 @@ class GpuModel:
         self._dags = tuple(dags)
         self._buffers: dict[str, Any] = {}  # a GPU array for every value, from the first call
         self._plan = None  # the launches over them
+        self._graph = None  # the launches captured in a CUDA graph (``capture``)
         self._emulated: list | None = None
 
     def __repr__(self) -> str:
@@ -76,6 +78,22 @@ class GpuModel:
         on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
         self._launch(inputs)
         return {name: self._buffers[name].copy() if on_gpu else self._buffers[name].numpy() for name in self.outputs}
+
+    def capture(self, inputs: Mapping[str, Any]) -> None:
+        """Capture the model's launches in a CUDA graph (one call with ``inputs`` first sets
+        up its buffers): later calls launch the graph, one launch for the whole model instead
+        of one a kernel. The addresses are fixed, so the graph stays valid; ``profile`` still
+        launches kernel by kernel.
+
+        Raises:
+            ModelInputError: As ``run``.
+            TilecraftError: If the driver refuses the capture.
+        """
+        from ..runtime.cuda import LaunchGraph
+
+        self._graph = None
+        self.run(inputs)
+        self._graph = LaunchGraph(self._plan)
 
     def profile(self, inputs: Mapping[str, Any], rounds: int = 20) -> list:
         """Per kernel, the median over ``rounds`` calls of the seconds its launches take, each
@@ -136,7 +154,10 @@ class GpuModel:
             self._plan = self._launch_plan()
         for name, array in given.items():
             self._buffers[name].copy_from(array)
-        self._plan.run(seconds)
+        if self._graph is not None and seconds is None:
+            self._graph.run()
+        else:
+            self._plan.run(seconds)
 
     def _launch_plan(self):
         """On the first call: the weights uploaded, a GPU buffer for every input and output, the

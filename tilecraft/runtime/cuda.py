@@ -516,7 +516,7 @@ class DeviceArray:
 class LaunchPlan:
     """Kernels launched in order on fixed GPU addresses, each one's arguments packed once, so
     that a call costs the driver's launches and little else (a compiled model's steps; the
-    same fixed addresses would let a CUDA graph capture them).
+    same fixed addresses let a ``LaunchGraph`` capture them).
 
     Args:
         calls: Each launch: a ``CudaModule`` and the GPU address of each of its arguments.
@@ -543,6 +543,51 @@ class LaunchPlan:
                 if seconds is not None:
                     kernel.synchronize(stream)
                     seconds[n], start = time.perf_counter() - start, time.perf_counter()
+
+
+class LaunchGraph:
+    """A ``LaunchPlan``'s launches captured once into a CUDA graph, on a stream of its own: a
+    call is one launch of the graph, where the plan's costs the driver one launch a kernel
+    (what pays for a model of many short kernels). The stream is a blocking one, so copies
+    on the legacy default stream (a model's inputs in, its outputs out) and the graph wait
+    for each other as the plan's launches there do.
+
+    Raises:
+        TilecraftError: If the driver refuses the capture or the graph.
+    """
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        cu = _driver()
+        self.device, self._plan = plan.device, plan  # the plan's packed arguments outlive the graph
+        context = _primary_context(plan.device)
+        with _current(context):
+            self.stream = _call(cu.cuStreamCreate, 0)
+            graph = executable = None
+            try:
+                _call(cu.cuStreamBeginCapture, self.stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                try:
+                    plan.run(stream=self.stream)
+                finally:
+                    graph = _call(cu.cuStreamEndCapture, self.stream)
+                self.executable = executable = _call(cu.cuGraphInstantiate, graph, 0)
+            finally:
+                weakref.finalize(self, _destroy_graph, cu, context, self.stream, graph, executable)
+
+    def run(self) -> None:
+        """Launch the graph on its stream without waiting."""
+        with _current(_primary_context(self.device)):
+            _call(_driver().cuGraphLaunch, self.executable, self.stream)
+
+
+def _destroy_graph(cu: Any, context: Any, stream: Any, graph: Any, executable: Any) -> None:
+    """Free a ``LaunchGraph``'s executable graph, graph and stream (a weakref finalizer)."""
+    if cu.cuCtxPushCurrent(context)[0] == 0:
+        if executable is not None:
+            cu.cuGraphExecDestroy(executable)
+        if graph is not None:
+            cu.cuGraphDestroy(graph)
+        cu.cuStreamDestroy(stream)
+        cu.cuCtxPopCurrent()
 
 
 def _packed(pointers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
