@@ -65,6 +65,17 @@ def test_reads_of_every_other_element_are_two_loads_and_a_shuffle(kernel_cache):
     assert body.count("__builtin_shuffle(") == 2 and "wide[" in body, source
 
 
+@pytest.mark.skipif(LANES < 8, reason="the host's vectors hold fewer than 8 floats")
+def test_a_loop_narrower_than_the_vectors_takes_narrower_vectors(kernel_cache):
+    """A row of 7 or 14 (an NCHW convolution's 7x7 and 14x14 layers) on 16-lane vectors:
+    vectors of 4 or 8 and a scalar tail, where the loop stayed scalar (7 GFLOPS)."""
+    narrow = te.placeholder((3, 14), name="narrow")
+    scaled = te.compute(narrow.shape, lambda i, j: te.max(narrow[i, j] * 2.0, 0.5), name="scaled")
+    source = _build_and_check(tc.ComputeDAG([narrow, scaled]), kernel_cache, split=False)
+    width = min(LANES, 8)
+    assert f"f32x{width}" in source.split("void default_function")[1] and f"f32x{LANES}" not in source, source
+
+
 @needs_simd
 def test_select_on_lane_conditions_is_a_blend(kernel_cache):
     # a data condition and a loop-index condition, joined by &&; the other branch is math

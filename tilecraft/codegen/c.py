@@ -238,6 +238,8 @@ class _Emitter:
             return False
         dtype = body.buffer.dtype
         lanes = self.target.vector_lanes(dtype)
+        while lanes > max(s.extent, 4):  # a loop narrower than the target's vectors takes narrower ones
+            lanes //= 2
         if dtype not in VECTOR_DTYPES or lanes <= 1 or s.extent < lanes:
             return False
         if not self._vectorizable(body.value, s.var, bytes_of(dtype)):

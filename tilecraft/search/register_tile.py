@@ -13,6 +13,7 @@ shapes that fill between half and all of the register file.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,6 +170,8 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
             by_inner.append({v: np.array(i) for v, i in table.items()})
         op = ops.get(block)
         lanes = target.vector_lanes(op.dtype if op is not None else "float32")
+        while lanes > max(math.prod(sketch.slots[vector_slot].domain[0]), 4):  # as the code takes narrower vectors
+            lanes //= 2
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
         axis = sketch.slots[vector_slot].name.split(".", 1)[1]
         broadcast = op is None or broadcasts(op, axis)
