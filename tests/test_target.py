@@ -125,6 +125,8 @@ def test_vector_lanes():
     assert Target("llvm -mcpu=core-avx2").vector_lanes("float64") == 4
     assert Target("llvm -mcpu=core-avx2").vector_lanes("int8") == 32
     assert Target("llvm -isa=scalar").vector_lanes("float32") == 1
+    avx512 = Target("llvm -mcpu=skylake-avx512")  # a loop shorter than a register takes a narrower vector
+    assert [avx512.vector_lanes("float32", n) for n in (64, 16, 14, 7, 3)] == [16, 16, 8, 4, 4]
 
 
 def test_cflags_use_march_and_never_fast_math():

@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from tilecraft.measure.worker import OutputCheck, compare, poisoned
+from tilecraft.measure.worker import OutputCheck, poisoned
+
+
+def compare(name, got, expected):
+    """One output checked as the worker checks it: ``got`` against the reference ``expected``."""
+    return OutputCheck(name, expected)(got)
 
 
 def test_float32_within_reassociation_error_passes():

@@ -237,9 +237,7 @@ class _Emitter:
         if not isinstance(body, Store):
             return False
         dtype = body.buffer.dtype
-        lanes = self.target.vector_lanes(dtype)
-        while lanes > max(s.extent, 4):  # a loop narrower than the target's vectors takes narrower ones
-            lanes //= 2
+        lanes = self.target.vector_lanes(dtype, s.extent)
         if dtype not in VECTOR_DTYPES or lanes <= 1 or s.extent < lanes:
             return False
         if not self._vectorizable(body.value, s.var, bytes_of(dtype)):

@@ -203,11 +203,6 @@ class OutputCheck:
                 f"{int((~good).sum())} of {got.size} elements are outside the tolerance ({self.tolerance})")
 
 
-def compare(name: str, got: np.ndarray, expected: np.ndarray) -> str | None:
-    """None when output ``name`` matches the reference within ``TOLERANCES``, else what differs and where."""
-    return OutputCheck(name, expected)(got)
-
-
 def aligned_copy(array: np.ndarray) -> np.ndarray:
     """A copy on a cache line, as a deployed model's buffers are: timings must not depend
     on where malloc happened to put the array."""

@@ -3,17 +3,17 @@
 ``compile_model(model, "cuda")`` builds the same steps as for a CPU (one kernel per distinct
 fused subgraph, reshapes as views) into CUDA kernels, and this class runs them: the weights
 are uploaded on the first call and stay on the GPU, every value has GPU memory allocated
-once (the inputs too), and a call copies the inputs in, launches every
-kernel in order on one stream without waiting between them (``LaunchPlan``: the arguments
-of each launch packed once; after ``capture``, one launch of a CUDA graph of them), and
-copies the outputs out. Inputs that are already GPU arrays
-(PyTorch, CuPy) are copied on the GPU, and the outputs stay there.
+once (the inputs too), and a call copies the inputs in, launches every kernel in order on
+one stream without waiting between them (``LaunchPlan``: the arguments of each launch
+packed once; after ``capture``, one launch of a CUDA graph of them), and copies the outputs
+out. Inputs that are already GPU arrays (PyTorch, CuPy) are copied on the GPU, and the
+outputs stay there.
 
 The values between kernels share GPU buffers once their readers have run, as the CPU plan's
 do. ``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
-``emulate`` runs the same steps with each kernel's schedule emulated on the
-CPU (``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against
-NumPy on any machine.
+``emulate`` runs the same steps with each kernel's schedule emulated on the CPU
+(``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against NumPy
+on any machine.
 """
 
 from __future__ import annotations

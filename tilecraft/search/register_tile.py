@@ -169,9 +169,8 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
                 table.setdefault(factors[-1], []).append(index)
             by_inner.append({v: np.array(i) for v, i in table.items()})
         op = ops.get(block)
-        lanes = target.vector_lanes(op.dtype if op is not None else "float32")
-        while lanes > max(math.prod(sketch.slots[vector_slot].domain[0]), 4):  # as the code takes narrower vectors
-            lanes //= 2
+        lanes = target.vector_lanes(op.dtype if op is not None else "float32",  # as the code takes them
+                                    math.prod(sketch.slots[vector_slot].domain[0]))
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
         axis = sketch.slots[vector_slot].name.split(".", 1)[1]
         broadcast = op is None or broadcasts(op, axis)

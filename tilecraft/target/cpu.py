@@ -127,9 +127,15 @@ class Target(Fields):
         check_complete(data, Target, "target")
         return cls(data)
 
-    def vector_lanes(self, dtype: str) -> int:
-        """How many ``dtype`` elements fit in one SIMD register (1 without SIMD)."""
-        return max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+    def vector_lanes(self, dtype: str, extent: int | None = None) -> int:
+        """How many ``dtype`` elements fit in one SIMD register (1 without SIMD); with
+        ``extent``, in the vector a loop of that many iterations takes: the register's, or,
+        for a shorter loop, the widest half, quarter... that the loop fills, down to 4 lanes
+        (a row of 14 floats takes vectors of 8 on AVX-512)."""
+        lanes = max(1, self.vector_bytes // np.dtype(dtype).itemsize)
+        while extent is not None and lanes > max(extent, 4):
+            lanes //= 2
+        return lanes
 
     @property
     def vector_registers(self) -> int:
