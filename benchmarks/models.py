@@ -16,7 +16,8 @@ into a log of its own (MODEL_cold); the tuned model takes a kernel's schedule fr
 first, then from the warm one (on ResNet-50's 7x7 layers it made the model slower:
 docs/experiments/tuning-with-weights-evicted.md). Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
-(each system timed once per round), all on 2 threads.
+(each system timed once per round), every system on as many threads as the host has cores
+(tilecraft's host target; 2 on the development machines).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from tables import numeric_table, print_table  # noqa: E402
 
 ARCHIVE = Path("benchmarks/records")  # tuning logs kept in the repository, so tuning resumes across runs
 
-THREADS = 2
+THREADS = tc.Target.host().num_cores  # tilecraft's threads; onnxruntime and PyTorch are given as many
 
 
 def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:

@@ -173,6 +173,14 @@ def test_failed_builds_pass_through_without_running(runner, kernel):
     assert result.mean_cost == float("inf")
 
 
+def test_a_failed_build_for_a_gpu_names_the_gpu_it_was_for(runner, dag):
+    """Its record is the GPU's, as its measured neighbours' are (nvcc ran past its timeout, say)."""
+    candidate = MeasureInput(dag, tc.Target("cuda -arch=sm_90"), tc.Schedule(dag).trace)
+    failed = BuildResult.failed(MeasureErrorKind.BUILD_TIMEOUT, "nvcc took longer than 15.0 s", 15.0)
+    (result,) = runner.run([candidate], [failed])
+    assert result.device == f"{runner.device}/cuda:0" and result.error_kind is MeasureErrorKind.BUILD_TIMEOUT
+
+
 def test_close_stops_the_worker_and_deletes_the_reference_data(kernel):
     runner = LocalRunner(min_repeat_ms=0)
     assert _run(runner, kernel("add"))[0].is_valid

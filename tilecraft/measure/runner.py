@@ -179,17 +179,20 @@ class LocalRunner:
                 result = self._measure(candidate, build)
             else:
                 result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time(),
-                                       device=self.device)
+                                       device=self._device_of(candidate, build))
             results.append(result)
             if on_result is not None:
                 on_result(index, result)
         return results
 
+    def _device_of(self, candidate: MeasureInput, build: BuildResult) -> str:
+        """The device a record names: the GPU for a CUDA candidate, also one whose build failed."""
+        gpu = build.launch is not None or getattr(candidate.target, "kind", "llvm") == "cuda"
+        return f"{self.device}/cuda:0" if gpu else self.device
+
     def _measure(self, candidate: MeasureInput, build: BuildResult) -> MeasureResult:
         start = perf_counter()
-
-        gpu = build.launch is not None or getattr(candidate.target, "kind", "llvm") == "cuda"  # a failed build too
-        device = f"{self.device}/cuda:0" if gpu else self.device
+        device = self._device_of(candidate, build)
 
         def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
             return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),
