@@ -164,3 +164,22 @@ def test_a_bool_tensor_read_in_a_vector_loop_falls_back_to_the_scalar_loop(kerne
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((4, 64)).astype(np.float32), rng.random((4, 64)) < 0.5]
     assert "#pragma GCC ivdep" in _build_and_check(tc.ComputeDAG([X, keep, Y]), kernel_cache, inputs=inputs)
+
+
+@pytest.mark.parametrize("cores", [1, 3])
+def test_parallel_loops_run_on_the_targets_cores_whatever_the_environment(kernel_cache, monkeypatch, cores):
+    """A target of N cores runs its parallel loops on N threads, not on OMP_NUM_THREADS or on
+    every CPU of the host: a kernel tuned for 2 cores runs on a 16-core host as measured."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    A = te.placeholder((64, 32), name="A")
+    B = te.compute((64, 32), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((64, 32), lambda i, j: B[i, j] + 1.0, name="C")
+    dag = tc.ComputeDAG([A, C])
+    sch = tc.Schedule(dag)
+    for name in ("B", "C"):
+        sch.parallel(sch.get_loops(sch.get_block(name))[0])
+    func = tc.build(sch, tc.Target(HOST, num_cores=cores), cache_dir=kernel_cache)
+    (a,) = dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(func(a), a * 2.0 + 1.0, rtol=1e-6)
+    pragmas = [line.strip() for line in func.source.splitlines() if line.strip().startswith("#pragma omp parallel")]
+    assert pragmas and all(f"num_threads({cores})" in p for p in pragmas), pragmas

@@ -1,7 +1,8 @@
 """C code generation: loop-nest IR to readable C with OpenMP and explicit SIMD.
 
 Choices per loop, as Inductor's C++ backend makes them: parallel loops become one
-``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops);
+``#pragma omp parallel for`` (``collapse(n)`` over directly nested parallel loops) on as
+many threads as the target has cores;
 vectorized loops whose body is one store become GCC vector-extension code (contiguous
 accesses as vector loads and stores, loop-invariant values broadcast, reads of every other
 element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar
@@ -75,6 +76,12 @@ class _Emitter:
         self.in_parallel = False
         self.region_open = False
         self.prefetches = prefetches(func, target.l2_bytes)
+
+    @property
+    def threads(self) -> str:
+        """OpenMP's clause for the target's cores, not OMP_NUM_THREADS or every CPU the process
+        may use: a kernel tuned for a 2-core target runs on a 16-core host as it was measured."""
+        return f" num_threads({self.target.num_cores})"
 
     # ------------------------------------------------------------ names
     def name(self, key: object, hint: str) -> str:
@@ -195,7 +202,7 @@ class _Emitter:
                 self.ranges[inner.var] = inner.extent
                 depth, inner = depth + 1, inner.body
             collapse = f" collapse({depth})" if depth > 1 else ""
-            worksharing = "for" if self.region_open else "parallel for"
+            worksharing = "for" if self.region_open else f"parallel for{self.threads}"
             self.out.line(f"#pragma omp {worksharing}{collapse} schedule(static)")
             self.in_parallel = True
             self._serial_loops(s, depth, budget)
@@ -412,7 +419,7 @@ class _Emitter:
             return
 
         def region() -> None:
-            self.out.line("#pragma omp parallel")
+            self.out.line(f"#pragma omp parallel{self.threads}")
             with self.out.block(""):
                 self.region_open = True
                 for stage in stages:
