@@ -1,4 +1,4 @@
-"""The CUDA runtime: nvcc to a cached cubin, the checks of a call's arrays (all before any
+"""The CUDA runtime: NVRTC or nvcc to a cached cubin, the checks of a call's arrays (all before any
 driver call, so they run without a GPU), and, where a GPU and cuda-bindings are found,
 calls and timings with NumPy arrays and PyTorch tensors."""
 
@@ -6,6 +6,7 @@ import collections
 import ctypes
 import gc
 import shutil
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,9 +16,10 @@ from tilecraft.measure import worker
 from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
 from tilecraft.runtime import ArgSpec, ProfileResult
 from tilecraft.runtime import cuda as cuda_runtime
-from tilecraft.runtime import cuda_compiler
+from tilecraft.runtime import cuda_compiler, nvrtc
 from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available
 from tilecraft.runtime.cuda_compiler import compile_cuda
+from tilecraft.runtime.nvrtc import nvrtc_version
 
 N = 1000
 ADD = """
@@ -73,50 +75,104 @@ def host_inputs():
     return np.arange(N, dtype=np.float32), np.full(N, 0.5, dtype=np.float32)
 
 
-# nvcc and the cache
+# NVRTC, nvcc and the cache
+
+needs_nvrtc = pytest.mark.skipif(nvrtc_version() is None, reason="NVRTC needs pip install -e '.[cuda]'")
+COMPILERS = [pytest.param("nvrtc", marks=needs_nvrtc), pytest.param("nvcc", marks=needs_nvcc)]
+COMPILER_CALL = {"nvrtc": "compile_with_nvrtc", "nvcc": "_run_compiler"}  # what a build calls, by compiler
 
 
-@needs_nvcc
-def test_compile_cuda_makes_a_cubin(tmp_path):
-    cubin = compile_cuda(ADD, cache_dir=tmp_path)
-    assert cubin.startswith(b"\x7fELF")  # a cubin is an ELF file
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_compile_cuda_makes_a_cubin(tmp_path, compiler):
+    cubin = compile_cuda(ADD, cache_dir=tmp_path, compiler=compiler)
+    assert cubin.startswith(b"\x7fELF") and b"vector_add" in cubin  # a cubin is an ELF file with the kernel
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".cu", ".cubin"]  # no temporaries left
 
 
-@needs_nvcc
-def test_same_cuda_source_is_compiled_once(tmp_path, monkeypatch):
-    first = compile_cuda(ADD, cache_dir=tmp_path)
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_same_cuda_source_is_compiled_once(tmp_path, monkeypatch, compiler):
+    first = compile_cuda(ADD, cache_dir=tmp_path, compiler=compiler)
 
     def fail(*args, **kwargs):
-        raise AssertionError("nvcc ran again")
+        raise AssertionError(f"{compiler} ran again")
 
-    monkeypatch.setattr(cuda_compiler, "_run_compiler", fail)
-    assert compile_cuda(ADD, cache_dir=tmp_path) == first
-    with pytest.raises(AssertionError, match="nvcc ran again"):
-        compile_cuda(ADD, arch="sm_80", cache_dir=tmp_path)  # other flags, another key
+    monkeypatch.setattr(cuda_compiler, COMPILER_CALL[compiler], fail)
+    assert compile_cuda(ADD, cache_dir=tmp_path, compiler=compiler) == first
+    with pytest.raises(AssertionError, match="ran again"):
+        compile_cuda(ADD, arch="sm_80", cache_dir=tmp_path, compiler=compiler)  # other flags, another key
 
 
+@needs_nvrtc
 @needs_nvcc
-def test_cuda_compile_error_quotes_the_offending_line(tmp_path):
+def test_nvrtc_is_the_default_where_it_loads_and_nvcc_where_it_does_not(tmp_path, monkeypatch):
+    """The two compilers' cubins are cached apart; without NVRTC's library, nvcc builds."""
+    assert compile_cuda(ADD, cache_dir=tmp_path) == compile_cuda(ADD, cache_dir=tmp_path, compiler="nvrtc")
+    monkeypatch.setattr(cuda_compiler, "nvrtc_version", lambda: None)
+    assert compile_cuda(ADD, cache_dir=tmp_path) == compile_cuda(ADD, cache_dir=tmp_path, compiler="nvcc")
+    assert len(list(tmp_path.glob("*.cubin"))) == 2
+    with pytest.raises(BuildError, match="NVRTC.*could not be loaded.*tilecraft\\[cuda\\].*compiler='nvcc'"):
+        compile_cuda(ADD, cache_dir=tmp_path, compiler="nvrtc")
+    with pytest.raises(ValueError, match="compiler='clang'.*'nvrtc', 'nvcc' or None"):
+        compile_cuda(ADD, cache_dir=tmp_path, compiler="clang")
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_cuda_compile_error_quotes_the_offending_line(tmp_path, compiler):
     source = 'extern "C" __global__ void k(float* a) {\n    a[0] = 1.0f;\n    a[1] = not_declared;\n}\n'
     with pytest.raises(BuildError) as info:
-        compile_cuda(source, cache_dir=tmp_path)
+        compile_cuda(source, cache_dir=tmp_path, compiler=compiler)
     message = str(info.value)
     assert "not_declared" in message and "error" in message
     assert "line 3: a[1] = not_declared;" in message
     assert "line 2" not in message
 
 
-@needs_nvcc
-def test_cuda_compile_past_its_timeout_is_stopped(tmp_path):
-    with pytest.raises(BuildTimeoutError, match="timeout_secs"):
-        compile_cuda(ADD + "// a source not cached yet\n", cache_dir=tmp_path, timeout_secs=0.01)
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_cuda_compile_past_its_timeout_is_stopped(tmp_path, compiler):
+    with pytest.raises(BuildTimeoutError, match=f"(?i){compiler} took longer.*timeout_secs"):
+        compile_cuda(ADD + "// a source not cached yet\n", cache_dir=tmp_path, timeout_secs=0.001, compiler=compiler)
+
+
+SLOW_TO_COMPILE = ('extern "C" __global__ void slow(float* a) {\n    float x = a[threadIdx.x], y = a[threadIdx.x + 1];\n'
+                   + "".join(f"    x = x * y + a[{i % 997}]; y = y * 0.999f + x * a[{i * 7 % 991}];\n" for i in range(3000))
+                   + "    a[threadIdx.x] = x + y;\n}\n")  # seconds in NVRTC
+
+
+@needs_nvrtc
+def test_an_nvrtc_worker_that_dies_fails_its_kernel_alone_and_is_replaced(tmp_path, monkeypatch):
+    """NVRTC runs in worker processes: one killed mid-compilation (as the OOM killer would) is
+    a BuildError for that kernel, and the next kernel builds in a new worker."""
+    taken = []
+
+    def take():
+        taken.append(take.original())
+        return taken[-1]
+
+    take.original = nvrtc._Worker.take
+    monkeypatch.setattr(nvrtc._Worker, "take", take)
+    threading.Timer(0.5, lambda: taken[0].process.kill()).start()
+    with pytest.raises(BuildError, match="NVRTC's worker died compiling .*out of memory.*unroll less"):
+        compile_cuda(SLOW_TO_COMPILE, cache_dir=tmp_path, compiler="nvrtc", timeout_secs=60)
+    assert compile_cuda(ADD, cache_dir=tmp_path, compiler="nvrtc").startswith(b"\x7fELF")
+    assert taken[1] is not taken[0] and taken[0].process.returncode == -9
+
+
+@needs_nvrtc
+def test_an_nvrtc_worker_that_does_not_answer_in_time_is_stopped(tmp_path, monkeypatch):
+    worker = nvrtc._Worker.take()
+    nvrtc._Worker.give_back(worker)
+    monkeypatch.setattr(nvrtc.select, "select", lambda *args: ([], [], []))
+    with pytest.raises(BuildTimeoutError, match="NVRTC took longer than 5 s.*stopped"):
+        compile_cuda(ADD + "// not cached\n", cache_dir=tmp_path, compiler="nvrtc", timeout_secs=5)
+    assert worker.process.poll() is not None  # killed, not given back
+    monkeypatch.undo()
+    assert compile_cuda(ADD, cache_dir=tmp_path, compiler="nvrtc").startswith(b"\x7fELF")
 
 
 def test_missing_nvcc_is_named_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BuildError, match="nvcc.*not found on PATH.*CUDA toolkit"):
-        compile_cuda(ADD, cache_dir=tmp_path)
+        compile_cuda(ADD, cache_dir=tmp_path, compiler="nvcc")
 
 
 def test_error_lines_are_quoted_with_their_numbers():

@@ -1,5 +1,8 @@
 """LocalBuilder: each candidate becomes a library or an error of the right kind, in input order."""
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 import tilecraft as tc
@@ -7,6 +10,7 @@ from tilecraft import te
 from tilecraft.errors import LoweringError
 from tilecraft.measure import LocalBuilder, MeasureErrorKind, MeasureInput
 from tilecraft.measure import builder as builder_module
+from tilecraft.runtime.nvrtc import nvrtc_version
 from tilecraft.schedule.trace import Step, Trace
 
 
@@ -76,7 +80,20 @@ def test_results_keep_input_order_with_failures_in_between(kernel_cache):
     assert results[0].lib_path == results[2].lib_path
 
 
-@pytest.mark.parametrize("options", [{"timeout_secs": 0}, {"n_parallel": 0}])
+@pytest.mark.parametrize("compiler", [
+    pytest.param("nvrtc", marks=pytest.mark.skipif(nvrtc_version() is None, reason="needs the cuda extra")),
+    pytest.param("nvcc", marks=pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc"))])
+def test_gpu_candidates_become_cubins_with_their_launch_by_either_cuda_compiler(tmp_path, compiler):
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=tc.Target("cuda -arch=sm_90"))
+    policy = tc.SketchPolicy(task)
+    inputs = [MeasureInput(task.compute_dag, task.target, policy.trace_of(c)) for c in policy.next_batch(4)]
+    results = LocalBuilder(n_parallel=2, cache_dir=tmp_path, cuda_compiler=compiler).build(inputs)
+    assert [r.error_kind for r in results] == [MeasureErrorKind.NONE] * 4, [r.error_msg for r in results]
+    for result in results:
+        assert Path(result.lib_path).read_bytes().startswith(b"\x7fELF") and result.launch is not None
+
+
+@pytest.mark.parametrize("options", [{"timeout_secs": 0}, {"n_parallel": 0}, {"cuda_compiler": "clang"}])
 def test_invalid_options_are_rejected(options):
     with pytest.raises(ValueError, match=next(iter(options))):
         LocalBuilder(**options)

@@ -15,6 +15,8 @@ import tilecraft as tc
 from tilecraft.codegen.gpu_verify import verify_gpu
 from tilecraft.database import load_records
 from tilecraft.ir.lower import lower
+from tilecraft.search import policy as policy_module
+from tilecraft.search.evolution import Candidate
 from tilecraft.search.space import Sketch
 from tilecraft.measure import MeasureErrorKind
 from tilecraft.measure.result import MeasureResult
@@ -88,6 +90,24 @@ def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(
     assert len(batch) >= 32 and policy.rejected > 0  # rounds of proposals replace the refused
     for candidate in batch:
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)  # raises if over a limit
+
+
+def test_a_proposal_over_the_gpus_limits_never_reaches_the_builder(monkeypatch):
+    """The random share of a round (eps-greedy) is drawn again only a few times where it
+    breaks a limit: on the H100, 4 of 638 such candidates reached the builder's verifier
+    (virtual threads over 8). Whatever a round proposes over a limit is refused and counted."""
+    task = tc.SearchTask(func="matmul", args=(1024, 1024, 1024, "float32"), target=TARGET)
+    policy = tc.SketchPolicy(task, seed=3)
+    tiled = next(n for n, s in enumerate(policy.sketches) if s.name == "gpu_tile")
+    rows = policy.sketches[tiled].sample_uniform(np.random.default_rng(0), 4096)
+    broken = [Candidate(tiled, tuple(int(v) for v in row))
+              for row in rows[~policy.sketches[tiled].within_gpu_limits(rows)][:8]]
+    propose = policy_module.evolutionary_search
+    monkeypatch.setattr(policy_module, "evolutionary_search", lambda *args: broken + propose(*args))
+    batch = policy.next_batch(16)
+    assert len(broken) == 8 and policy.rejected >= 8 and not set(broken) & set(batch)
+    for candidate in batch:
+        assert policy.sketches[candidate.sketch].within_gpu_limits(np.array([candidate.row]))[0]
 
 
 def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(monkeypatch):

@@ -23,8 +23,18 @@ from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
 
+# NVRTC has no C library headers: the few names of them that kernels use, where nvcc includes them
+_INCLUDES, _HELPERS = C_PRELUDE.split("\n\n", 1)
+_RTC_NAMES = """\
+#ifdef __CUDACC_RTC__
+typedef signed char int8_t; typedef unsigned char uint8_t; typedef short int16_t; typedef unsigned short uint16_t;
+typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; typedef unsigned long long uint64_t;
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+#else
+"""
 # The C backend's helpers, as device functions
-_PRELUDE = C_PRELUDE.replace("static inline", "__device__ __forceinline__")
+_PRELUDE = f"{_RTC_NAMES}{_INCLUDES}\n#endif\n\n" + _HELPERS.replace("static inline", "__device__ __forceinline__")
 
 GPU_AXES = ("blockIdx", "threadIdx", "vthread")
 # nvcc may give a thread up to 255 registers; asking it for at most 128 (through the minimum

@@ -6,7 +6,8 @@ milliseconds, in a subprocess, so a thread pool runs ``n_parallel`` compilations
 once (threads suffice: the work is outside the interpreter). Whatever a candidate does
 wrong becomes a ``BuildResult`` with an error kind, in the candidate's place. For a CUDA
 target the lowered nest is first checked by the GPU verifier (a refusal is an
-INSTANTIATION error that costs no compilation), then emitted as CUDA C and built by nvcc.
+INSTANTIATION error that costs no compilation), then emitted as CUDA C and built by NVRTC
+(nvcc where its library is missing), which also runs outside the interpreter's lock.
 """
 
 from __future__ import annotations
@@ -50,30 +51,36 @@ class _Generated:
 
 @dataclass(frozen=True, slots=True)
 class LocalBuilder:
-    """Builds candidates on this machine with gcc.
+    """Builds candidates on this machine with gcc (CUDA candidates with NVRTC or nvcc).
 
     Replaying, lowering and generating C run in the calling thread; up to ``n_parallel``
-    gcc processes compile at once. A candidate that fails becomes a ``BuildResult`` with
+    compilations run at once. A candidate that fails becomes a ``BuildResult`` with
     its error kind (INSTANTIATION, COMPILE or BUILD_TIMEOUT) instead of raising.
 
     Args:
         timeout_secs: The longest one compilation may run before it is stopped (BUILD_TIMEOUT).
         n_parallel: Compilations at once; None for one per CPU core.
         cache_dir: The kernel cache of ``compile_c``; None for its default.
+        cuda_compiler: ``"nvrtc"``, ``"nvcc"``, or None for NVRTC where its library loads.
 
     Raises:
-        ValueError: If ``timeout_secs`` is not positive or ``n_parallel`` is below 1.
+        ValueError: If ``timeout_secs`` is not positive, ``n_parallel`` is below 1 or
+            ``cuda_compiler`` names another compiler.
     """
 
     timeout_secs: float = 15.0
     n_parallel: int | None = None
     cache_dir: Path | None = None
+    cuda_compiler: str | None = None
 
     def __post_init__(self) -> None:
         if not self.timeout_secs > 0:
             raise ValueError(f"LocalBuilder: timeout_secs={self.timeout_secs} must be > 0")
         if self.n_parallel is not None and self.n_parallel < 1:
             raise ValueError(f"LocalBuilder: n_parallel={self.n_parallel} must be >= 1 (or None for one per core)")
+        if self.cuda_compiler not in (None, "nvrtc", "nvcc"):
+            raise ValueError(f"LocalBuilder: cuda_compiler={self.cuda_compiler!r}; choose 'nvrtc', 'nvcc' or None "
+                             f"(NVRTC where its library loads, else nvcc)")
 
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         """Build every candidate; one result per input, in input order, a failure as an
@@ -94,7 +101,7 @@ class LocalBuilder:
         try:
             if generated.launch is not None:
                 lib_path = str(compile_cuda_file(generated.source, candidate.target.nvcc_arch, self.cache_dir,
-                                                 self.timeout_secs))
+                                                 self.timeout_secs, self.cuda_compiler))
             else:
                 lib_path = str(compile_c(generated.source, candidate.target, self.cache_dir, self.timeout_secs))
         except BuildTimeoutError as error:

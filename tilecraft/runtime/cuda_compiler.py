@@ -1,12 +1,14 @@
-"""CUDA C source -> cubin, through nvcc and the same content-addressed cache as C kernels.
+"""CUDA C source -> cubin, through NVRTC or nvcc and the same content-addressed cache as C kernels.
 
 A cubin is machine code for one architecture, ready for ``cuModuleLoadData`` on any host
 with a driver: the builder may run where there is no GPU, and only the runner needs one.
 As with ``compile_c``, each cubin is keyed by the hash of everything that affects it
-(source, flags, nvcc's version), kept beside its ``.cu`` file, and appears only by an
-atomic rename, so concurrent builders of one source are safe and a rebuild is free.
+(source, flags, the compiler's version), kept beside its ``.cu`` file, and appears only by
+an atomic rename, so concurrent builders of one source are safe and a rebuild is free.
+NVRTC (``nvrtc.py``) compiles where its library loads, nvcc elsewhere: they are one
+compiler, and NVRTC saves nvcc's processes.
 
-nvcc reports errors as ``<file>(<line>): error: ...``; generated kernels are long and
+Both report errors as ``<file>(<line>): error: ...``; generated kernels are long and
 nobody has the file open, so the error message quotes the offending source lines too.
 """
 
@@ -20,31 +22,43 @@ from pathlib import Path
 
 from ..errors import BuildError, BuildTimeoutError
 from .compiler import _run_compiler, cached_build
+from .nvrtc import compile_with_nvrtc, nvrtc_version
 
 _ERROR_LINE = re.compile(r"\.cu\((\d+)\): (?:catastrophic )?error")
 
 
 def compile_cuda(source: str, arch: str = "sm_90", cache_dir: Path | None = None,
-                 timeout_secs: float = 60.0) -> bytes:
+                 timeout_secs: float = 60.0, compiler: str | None = None) -> bytes:
     """The cubin of ``source`` for ``arch``: ``compile_cuda_file``'s bytes.
 
     Raises:
         BuildError: As ``compile_cuda_file``.
         BuildTimeoutError: As ``compile_cuda_file``.
     """
-    return compile_cuda_file(source, arch, cache_dir, timeout_secs).read_bytes()
+    return compile_cuda_file(source, arch, cache_dir, timeout_secs, compiler).read_bytes()
 
 
 def compile_cuda_file(source: str, arch: str = "sm_90", cache_dir: Path | None = None,
-                      timeout_secs: float = 60.0) -> Path:
+                      timeout_secs: float = 60.0, compiler: str | None = None) -> Path:
     """The path of the cubin of ``source`` for ``arch`` (nvcc's ``-arch``: ``"sm_90"``,
     ``"sm_90a"``) in the kernel cache, compiled only if no cubin with the same key is cached.
+    ``compiler`` is ``"nvrtc"``, ``"nvcc"`` or None: NVRTC where its library loads, else nvcc.
 
     Raises:
-        BuildError: If nvcc is not on PATH, or rejects the source (the message quotes
-            nvcc's errors and the source lines they point at).
-        BuildTimeoutError: If nvcc runs longer than ``timeout_secs``.
+        BuildError: If the compiler is missing (nvcc not on PATH, NVRTC's library not
+            found) or rejects the source (the message quotes its errors and the source
+            lines they point at).
+        BuildTimeoutError: If the compiler runs longer than ``timeout_secs``.
+        ValueError: If ``compiler`` names another compiler.
     """
+    if compiler not in (None, "nvrtc", "nvcc"):
+        raise ValueError(f"compiler={compiler!r}: choose 'nvrtc', 'nvcc' or None (NVRTC where it loads, else nvcc)")
+    if compiler == "nvrtc" or (compiler is None and nvrtc_version() is not None):
+        return _compile_with_nvrtc(source, arch, cache_dir, timeout_secs)
+    return _compile_with_nvcc(source, arch, cache_dir, timeout_secs)
+
+
+def _compile_with_nvcc(source: str, arch: str, cache_dir: Path | None, timeout_secs: float) -> Path:
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise BuildError("nvcc, the CUDA compiler, was not found on PATH; install the CUDA toolkit and put "
@@ -61,6 +75,23 @@ def compile_cuda_file(source: str, arch: str = "sm_90", cache_dir: Path | None =
             raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
 
     return cached_build(source, [" ".join(flags), _nvcc_version(nvcc)], ".cu", ".cubin", cache_dir, compile_to)
+
+
+def _compile_with_nvrtc(source: str, arch: str, cache_dir: Path | None, timeout_secs: float) -> Path:
+    version = nvrtc_version()
+    if version is None:
+        raise BuildError("NVRTC, CUDA's runtime compiler, could not be loaded: pip install 'tilecraft[cuda]' "
+                         "(cuda-bindings and nvidia-cuda-nvrtc), or compile with nvcc (compiler='nvcc')")
+
+    def compile_to(cu_path: Path, output: Path) -> None:
+        try:
+            compile_with_nvrtc(source, arch, timeout_secs, str(cu_path), output)
+        except BuildTimeoutError:
+            raise
+        except BuildError as error:
+            raise BuildError(f"{error}\n{quote_error_lines(str(error), source)}".rstrip()) from None
+
+    return cached_build(source, [f"--gpu-architecture={arch}", version], ".cu", ".cubin", cache_dir, compile_to)
 
 
 def quote_error_lines(message: str, source: str) -> str:

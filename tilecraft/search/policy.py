@@ -185,6 +185,9 @@ class SketchPolicy:
         proposal again, before the builder lowers it, would only cost time."""
         sketch = self.sketches[candidate.sketch]
         if sketch.gpu_limits:
+            if not sketch.within_gpu_limits(np.array([candidate.row]))[0]:  # a random draw the sampler kept
+                self.rejected += 1
+                return False
             if candidate.sketch not in self.matrix_suffices:
                 self.matrix_suffices[candidate.sketch] = (sketch.limits_in_decisions
                                                           and self._verifies(sketch, default_row(sketch, 1)))
