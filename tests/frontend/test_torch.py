@@ -17,6 +17,7 @@ from tilecraft.cli import main  # noqa: E402
 from tilecraft.database import TuningRecord, trace_key  # noqa: E402
 from tilecraft.frontend import UnsupportedOperatorError  # noqa: E402
 from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError  # noqa: E402
+from tilecraft.model import torch as torch_backend  # noqa: E402
 from tilecraft.model.torch import TorchFallbackWarning  # noqa: E402
 from tilecraft.search.default import default_schedule  # noqa: E402
 from torch_networks import MODELS, network  # noqa: E402
@@ -56,30 +57,55 @@ def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, qu
 
 
 class Spectrum(nn.Module):
-    """A linear layer, then an FFT, which PyTorch cannot export to ONNX."""
+    """A linear layer, an FFT (which PyTorch cannot export to ONNX), its magnitudes (complex,
+    which tilecraft does not compute in), then a linear layer again."""
 
     def __init__(self):
         super().__init__()
-        self.linear = nn.Linear(8, 8)
+        self.first, self.second = nn.Linear(8, 8), nn.Linear(5, 3)
 
     def forward(self, x):
-        return torch.fft.rfft(self.linear(x)).abs()
+        return self.second(torch.fft.rfft(self.first(x)).abs())
 
 
-def test_a_graph_tilecraft_cannot_compile_runs_in_pytorch_with_one_warning_naming_the_operator(kernel_cache):
+def test_operators_tilecraft_cannot_compile_run_in_pytorch_and_the_others_compile(kernel_cache, monkeypatch):
+    """The graph is split around them, with one warning that names them and why."""
     torch.manual_seed(0)
     net, x = Spectrum().eval(), torch.randn(4, 8)
+    compiles = []
+    compile_graph = torch_backend._compiled
+    monkeypatch.setattr(torch_backend, "_compiled",
+                        lambda module, inputs, **options: compiles.append(module) or compile_graph(module, inputs,
+                                                                                                   **options))
     compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
-    with torch.no_grad(), pytest.warns(TorchFallbackWarning) as caught:
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         first, second = compiled(x), compiled(2 * x)
-    assert len(caught) == 1
-    assert "it runs in PyTorch: PyTorch cannot export the program to ONNX: Exporting the operator " \
-           "'aten::fft_rfft'" in str(caught[0].message)
+    (fallback,) = [w for w in caught if w.category is TorchFallbackWarning]
+    assert len(compiles) == 3  # the whole graph (refused), then each linear layer
+    message = str(fallback.message)
+    assert "tilecraft compiles 2 of the 4 PyTorch operators" in message and "2 run in PyTorch (abs_1, fft_rfft)" \
+        in message and "Exporting the operator 'aten::fft_rfft'" in message
     with torch.no_grad():
         assert_close(first, net(x))
         assert_close(second, net(2 * x))
     with pytest.raises(UnsupportedOperatorError, match="aten::fft_rfft"):
         tc.from_torch(net, x)
+
+
+class Spectrum1d(nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x).abs()
+
+
+def test_a_graph_with_nothing_tilecraft_can_compile_runs_in_pytorch_with_one_warning(kernel_cache):
+    x = torch.randn(4, 8)
+    compiled = torch.compile(Spectrum1d(), backend="tilecraft", options={"cache_dir": kernel_cache})
+    with torch.no_grad(), pytest.warns(TorchFallbackWarning) as caught:
+        got = compiled(x)
+    assert len(caught) == 1 and "a graph of 2 PyTorch operators that torch.compile captured; it runs in PyTorch: " \
+        "PyTorch cannot export the program to ONNX: Exporting the operator 'aten::fft_rfft'" in str(caught[0].message)
+    assert_close(got, torch.fft.rfft(x).abs())
 
 
 class TwoHalves(nn.Module):

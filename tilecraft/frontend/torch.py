@@ -11,10 +11,12 @@ reads an ONNX file. torch is imported only here: ``pip install 'tilecraft[torch]
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import sys
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from .onnx_importer import OnnxImportError, UnsupportedOperatorError
 
@@ -52,7 +54,7 @@ def to_onnx(module: Any, example_inputs: Sequence[Any], input_names: Sequence[st
     mode = modes.PRESERVE if isinstance(module, torch.fx.GraphModule) else modes.EVAL
     buffer = io.BytesIO()
     try:
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), _stdout_silenced():
             warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is deprecated, not gone
             torch.onnx.export(module, tuple(example_inputs), buffer, dynamo=False, opset_version=OPSET,
                               training=mode, input_names=names)
@@ -83,3 +85,19 @@ def from_export_file(path: str | os.PathLike):
     names = [spec.arg.name for spec in program.graph_signature.input_specs
              if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT]
     return to_onnx(program.module(), args, names if len(names) == len(args) else None)
+
+
+@contextlib.contextmanager
+def _stdout_silenced() -> Iterator[None]:
+    """The process's standard output closed for a while: PyTorch's TorchScript exporter prints
+    its whole graph there at every failure (its log switch is ignored), and the error raised
+    already names the operator."""
+    sys.stdout.flush()
+    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)

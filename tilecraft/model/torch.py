@@ -12,8 +12,11 @@ frozen into the ONNX model as its weights, and a weight changed in place (``load
 or replaced makes the graph compile again. A graph is compiled at its first call, and again
 for each new set of input shapes (dynamo's dynamic shapes become one static model per shape)
 or value of a 0-d tensor (a Python number that dynamo passes as a tensor, and a trace may read).
-A graph that PyTorch cannot export, or tilecraft cannot import, runs in PyTorch with one
-``TorchFallbackWarning`` that names the operator. Outputs carry no autograd history.
+A graph that PyTorch cannot export, or tilecraft cannot import, is split: each operator that
+cannot be exported and imported alone runs in PyTorch, and each run of the others between
+them compiles as a graph of its own (torch's ``CapabilityBasedPartitioner``), with one
+``TorchFallbackWarning`` that names the operators left to PyTorch; where none would be
+compiled, the whole graph runs in PyTorch. Outputs carry no autograd history.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
+from ..frontend.onnx import from_onnx
 from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
 from .compiled import CompiledModel, ModelInputError, compile_model
@@ -151,7 +155,7 @@ class CapturedGraph:
 
     def __init__(self, graph_module: Any, weights: Sequence[bool], options: dict) -> None:
         self.graph_module, self.weights, self.options = graph_module, tuple(weights), options
-        self.models: dict[tuple, TorchModel | None] = {}
+        self.models: dict[tuple, Callable[[Sequence[Any]], Any]] = {}
         self.weights_seen: tuple = ()
 
     def __call__(self, *args: Any) -> Any:
@@ -165,10 +169,7 @@ class CapturedGraph:
                     for x, weight, constant in zip(args, self.weights, fixed) if not weight)
         if key not in self.models:
             self.models[key] = self._compile(args, fixed)
-        model = self.models[key]
-        if model is None:
-            return self.graph_module(*args)
-        return model.run([x for x, constant in zip(args, fixed) if not constant])
+        return self.models[key](args)
 
     def _fixed(self, args: Sequence[Any]) -> list[bool]:
         """Which arguments are constants of the compiled model: the weights, sizes, and 0-d tensors (Python
@@ -176,7 +177,9 @@ class CapturedGraph:
         torch = require_torch()
         return [weight or not isinstance(x, torch.Tensor) or x.dim() == 0 for x, weight in zip(args, self.weights)]
 
-    def _compile(self, args: Sequence[Any], fixed: Sequence[bool]) -> TorchModel | None:
+    def _compile(self, args: Sequence[Any], fixed: Sequence[bool]) -> Callable[[Sequence[Any]], Any]:
+        """What runs the graph for these arguments: a ``TorchModel``; where tilecraft cannot compile
+        the graph whole, the graph split around the operators it cannot compile; else PyTorch."""
         torch = require_torch()
         inputs = [x for x, constant in zip(args, fixed) if not constant]
         frozen = torch.nn.Module()  # the graph with its weights as buffers: the exporter makes them initializers
@@ -194,11 +197,83 @@ class CapturedGraph:
             devices = sorted({str(x.device) for x in inputs} - {"cpu"})
             if devices:
                 raise OnnxImportError(f"its inputs are on {', '.join(devices)}; tilecraft compiles for the CPU")
-            return _compiled(frozen, inputs, **self.options)
+            model = _compiled(frozen, inputs, **self.options)
+            return lambda given: model.run([x for x, constant in zip(given, fixed) if not constant])
         except OnnxImportError as error:
-            operators = sum(node.op in ("call_function", "call_method", "call_module")
-                            for node in self.graph_module.graph.nodes)
+            operators = [node for node in self.graph_module.graph.nodes if node.op in _CALLS]
+            split, refused = (None, []) if devices else self._split(operators)
             reason = str(error).split("\nsupported (domain")[0]
-            warnings.warn(f"tilecraft cannot compile a graph of {operators} PyTorch operators that torch.compile "
-                          f"captured; it runs in PyTorch: {reason}", TorchFallbackWarning, stacklevel=2)
-            return None
+            if split is not None:
+                warnings.warn(f"tilecraft compiles {len(operators) - len(refused)} of the {len(operators)} PyTorch "
+                              f"operators of a graph that torch.compile captured; {len(refused)} run in PyTorch "
+                              f"({', '.join(refused)}): {reason}", TorchFallbackWarning, stacklevel=2)
+                return lambda given: split(*given)
+            warnings.warn(f"tilecraft cannot compile a graph of {len(operators)} PyTorch operators that "
+                          f"torch.compile captured; it runs in PyTorch: {reason}", TorchFallbackWarning, stacklevel=2)
+            return lambda given: self.graph_module(*given)
+
+    def _split(self, operators: Sequence[Any]) -> tuple[Any | None, list[str]]:
+        """A copy of the graph whose every run of operators that tilecraft imports alone is a
+        ``CapturedGraph`` of its own, the others left to PyTorch, and the names of those; None
+        where there would be nothing to compile, or nothing left to PyTorch."""
+        torch = require_torch()
+        from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+        from torch.fx.passes.operator_support import OperatorSupportBase
+
+        refused = {node.name for node in operators if not _imports_alone(node, self.graph_module)}
+        if not refused or len(refused) == len(operators):
+            return None, []
+
+        class Imported(OperatorSupportBase):
+            def is_node_supported(self, submodules: Any, node: Any) -> bool:
+                return node.op in _CALLS and node.name not in refused
+
+        weights = dict(zip((n.name for n in self.graph_module.graph.nodes if n.op == "placeholder"), self.weights))
+        graph = torch.fx.Graph()
+        graph.output(graph.graph_copy(self.graph_module.graph, {}))
+        module = torch.fx.GraphModule(self.graph_module, graph)
+        partitioner = CapabilityBasedPartitioner(module, Imported(), allows_single_node_partition=True)
+        split = partitioner.fuse_partitions(partitioner.propose_partitions())
+        for node in split.graph.nodes:
+            if node.op == "call_module" and node.target.startswith("fused_"):
+                part = getattr(split, node.target)
+                flags = [isinstance(a, torch.fx.Node) and weights.get(a.name, False) for a in node.args]
+                single = not isinstance(next(n for n in part.graph.nodes if n.op == "output").args[0], (tuple, list))
+                setattr(split, node.target, _as_module(CapturedGraph(part, flags, self.options), single))
+        return split, sorted(refused)
+
+
+_CALLS = ("call_function", "call_method", "call_module")
+
+
+def _as_module(captured: CapturedGraph, single: bool) -> Any:
+    """A run of a split graph's operators as a module: its ``CapturedGraph``'s outputs, as the
+    run's graph returns them (one value, or a tuple)."""
+    torch = require_torch()
+
+    class Part(torch.nn.Module):
+        def forward(self, *args: Any) -> Any:
+            outputs = captured(*args)
+            return outputs[0] if single and isinstance(outputs, tuple) else outputs
+
+    return Part()
+
+
+def _imports_alone(node: Any, root: Any) -> bool:
+    """Whether PyTorch exports ``node`` alone (on zeros of its inputs' shapes) and tilecraft imports it."""
+    torch = require_torch()
+    values = [arg.meta.get("example_value") for arg in node.all_input_nodes]
+    if not all(isinstance(v, torch.Tensor) for v in [*values, node.meta.get("example_value")]):
+        return False  # a size, a tuple, a value dynamo does not know: PyTorch handles it
+    graph = torch.fx.Graph()
+    placeholders = {arg: graph.placeholder(arg.name) for arg in node.all_input_nodes}
+    graph.output(graph.node_copy(node, placeholders.__getitem__))
+    try:
+        inputs = [torch.zeros(tuple(v.shape), dtype=v.dtype) for v in values]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's advice on constant folding, once an operator
+            from_onnx(to_onnx(torch.fx.GraphModule(root, graph), inputs))
+    except Exception:  # noqa: BLE001 - whatever stops it, the operator stays with PyTorch
+        return False
+    return True
+
