@@ -3,8 +3,8 @@
 nvcc runs its front end, cicc and ptxas as programs of their own for every kernel; NVRTC
 is the same compiler in one call, from 1.04x as fast on large kernels (0.78 s) to 3.5x on
 small ones (0.044 s against 0.156; ``benchmarks/cuda_build.py``), and building is most of a
-GPU search's time. It comes with cuda-bindings' ``nvrtc`` module and the ``nvidia-cuda-nvrtc`` wheel (the
-``cuda`` extra) or a CUDA toolkit, and needs no GPU.
+GPU search's time. It comes with cuda-bindings' ``nvrtc`` module and the
+``nvidia-cuda-nvrtc`` wheel (the ``cuda`` extra) or a CUDA toolkit, and needs no GPU.
 
 A generated kernel can be huge (a search's random proposal once outgrew 23 GiB of memory in
 NVRTC and took the tuner down with it), so NVRTC never runs in the tuner's process: each
@@ -81,7 +81,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "tilecraft.runtime.nvrtc"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                                        stdout=subprocess.PIPE)  # its errors, if it cannot start, to ours
 
     @classmethod
     def take(cls) -> _Worker:
@@ -99,8 +99,11 @@ class _Worker:
             cls._idle.append(worker)
 
     def ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-        self.process.stdin.flush()
+        try:
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            pass  # it has died: the end of its output below says so
         ready, _, _ = select.select([self.process.stdout], [], [], request["timeout"] + _GRACE_SECS)
         if not ready:
             raise BuildTimeoutError(f"NVRTC took longer than {request['timeout']} s on {request['name']} and was "
