@@ -19,6 +19,7 @@ when its input closes, as it does when the tuner's process ends.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import json
@@ -95,15 +96,12 @@ class _Worker:
 
     @classmethod
     def give_back(cls, worker: _Worker) -> None:
-        with cls._lock:
-            cls._idle.append(worker)
+        cls._idle.append(worker)  # one step under the interpreter's lock; take's loop needs its own
 
     def ask(self, request: dict) -> dict:
-        try:
+        with contextlib.suppress(OSError):  # it has died: the end of its output below says so
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
             self.process.stdin.flush()
-        except OSError:
-            pass  # it has died: the end of its output below says so
         ready, _, _ = select.select([self.process.stdout], [], [], request["timeout"] + _GRACE_SECS)
         if not ready:
             raise BuildTimeoutError(f"NVRTC took longer than {request['timeout']} s on {request['name']} and was "
