@@ -184,18 +184,31 @@ class _Lowering:
     def _nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
             loop = stage.loop(leaf)
-            before = [self._attached_nest(s) for s in self._attached(stage, leaf, reverse=False)]
-            after = [self._attached_nest(s) for s in self._attached(stage, leaf, reverse=True)]
+            before = self._attached_nests(self._attached(stage, leaf, reverse=False))
+            after = self._attached_nests(self._attached(stage, leaf, reverse=True))
             inner = self._allocate(leaf, seq(before + [body] + after))
             unroll = dict(loop.pragmas).get("pragma_auto_unroll_max_step", 0)
             body = For(b.loop_var[leaf], b.loop_extent[leaf], _for_kind(loop.annotation), inner, unroll)
         return body
 
-    def _attached_nest(self, stage: Stage) -> Stmt:
-        """A stage's nest; one that fills shared memory between barriers, so that no thread
-        overwrites what another still reads, nor reads before all have written."""
-        nest = self.stage_nest(stage)
-        return seq([Barrier(), nest, Barrier()]) if stage.scope == "shared" else nest
+    def _attached_nests(self, stages: list[Stage]) -> list[Stmt]:
+        """The nests of stages attached at one loop. Those that fill shared memory run between
+        barriers, so that no thread overwrites what another still reads, nor reads before all
+        have written; fills in a row that read nothing another of them writes (a matmul's two
+        tiles) share one pair, where a pair each gave a block three barriers a step."""
+        nests: list[Stmt] = []
+        fills: list[Stage] = []
+        for stage in [*stages, None]:
+            if stage is not None and stage.scope == "shared" \
+                    and not {f.tensor for f in fills} & set(stage.op.input_tensors):
+                fills.append(stage)
+                continue
+            if fills:
+                nests.append(seq([Barrier(), *(self.stage_nest(f) for f in fills), Barrier()]))
+            fills = [stage] if stage is not None and stage.scope == "shared" else []
+            if stage is not None and not fills:
+                nests.append(self.stage_nest(stage))
+        return nests
 
     def _attached(self, stage: Stage, leaf: int, reverse: bool) -> list[Stage]:
         return [s for s in self.state.stages
