@@ -34,6 +34,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..runtime.compiler import worker_env
 from ..te.dag import ComputeDAG
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, check_run, error_line
 
@@ -285,15 +286,12 @@ class _Worker:
                    "--request-fd", str(request_read), "--reply-fd", str(reply_write)]
         if max_memory_bytes is not None:
             command += ["--max-memory-bytes", str(max_memory_bytes)]
-        # The worker imports the same tilecraft as this process, installed or not.
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
         self._stderr_path = directory / f"worker-{os.getpid()}-{id(self)}.log"
         self._max_memory_bytes = max_memory_bytes
         try:
             with open(self._stderr_path, "wb") as stderr:
                 self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                stderr=stderr, pass_fds=(request_read, reply_write), env=env)
+                                                stderr=stderr, pass_fds=(request_read, reply_write), env=worker_env())
         finally:
             os.close(request_read)
             os.close(reply_write)

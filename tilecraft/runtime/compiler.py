@@ -39,6 +39,13 @@ def compile_c(source: str, target: Target, cache_dir: Path | None = None,
                                                           c_path, compile_timeout_secs))
 
 
+def worker_env() -> dict[str, str]:
+    """The environment of a worker process of ours (``python -m tilecraft...``): it imports the
+    same tilecraft as this process, installed or not."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+
+
 def cached_build(source: str, key_parts: Sequence[str], source_suffix: str, output_suffix: str,
                  cache_dir: Path | None, compile_to: Callable[[Path, Path], None]) -> Path:
     """The cached output of compiling ``source``, keyed by the SHA-256 of the source and

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from ..errors import BuildError, BuildTimeoutError
+from .compiler import worker_env
 
 # NVRTC calls it during a compilation; a non-zero answer cancels it (nvrtcSetFlowCallback).
 _FLOW_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -82,7 +83,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.process = subprocess.Popen([sys.executable, "-m", "tilecraft.runtime.nvrtc"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE)  # its errors, if it cannot start, to ours
+                                        stdout=subprocess.PIPE, env=worker_env())  # its errors, if any, to ours
 
     @classmethod
     def take(cls) -> _Worker:
