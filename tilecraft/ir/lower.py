@@ -196,19 +196,16 @@ class _Lowering:
         barriers, so that no thread overwrites what another still reads, nor reads before all
         have written; fills in a row that read nothing another of them writes (a matmul's two
         tiles) share one pair, where a pair each gave a block three barriers a step."""
-        nests: list[Stmt] = []
-        fills: list[Stage] = []
-        for stage in [*stages, None]:
-            if stage is not None and stage.scope == "shared" \
-                    and not {f.tensor for f in fills} & set(stage.op.input_tensors):
-                fills.append(stage)
-                continue
-            if fills:
-                nests.append(seq([Barrier(), *(self.stage_nest(f) for f in fills), Barrier()]))
-            fills = [stage] if stage is not None and stage.scope == "shared" else []
-            if stage is not None and not fills:
-                nests.append(self.stage_nest(stage))
-        return nests
+        groups: list[list[Stage]] = []  # a run of fills, or one other stage
+        for stage in stages:
+            last = groups[-1] if groups else None
+            if last and stage.scope == last[0].scope == "shared" \
+                    and not {f.tensor for f in last} & set(stage.op.input_tensors):
+                last.append(stage)
+            else:
+                groups.append([stage])
+        return [seq([Barrier(), *map(self.stage_nest, group), Barrier()]) if group[0].scope == "shared"
+                else self.stage_nest(group[0]) for group in groups]
 
     def _attached(self, stage: Stage, leaf: int, reverse: bool) -> list[Stage]:
         return [s for s in self.state.stages

@@ -26,7 +26,7 @@ from ..codegen.gpu_verify import verify_gpu
 from ..errors import BuildError, BuildTimeoutError, GpuLimitError
 from ..ir.lower import lower
 from ..runtime.compiler import compile_c
-from ..runtime.cuda_compiler import compile_cuda_file
+from ..runtime.cuda_compiler import CUDA_COMPILERS, compile_cuda_file
 from ..runtime.module import ArgSpec, PackSpec
 from .result import BuildResult, MeasureErrorKind, MeasureInput, error_line
 
@@ -78,7 +78,7 @@ class LocalBuilder:
             raise ValueError(f"LocalBuilder: timeout_secs={self.timeout_secs} must be > 0")
         if self.n_parallel is not None and self.n_parallel < 1:
             raise ValueError(f"LocalBuilder: n_parallel={self.n_parallel} must be >= 1 (or None for one per core)")
-        if self.cuda_compiler not in (None, "nvrtc", "nvcc"):
+        if self.cuda_compiler not in CUDA_COMPILERS:
             raise ValueError(f"LocalBuilder: cuda_compiler={self.cuda_compiler!r}; choose 'nvrtc', 'nvcc' or None "
                              f"(NVRTC where its library loads, else nvcc)")
 

@@ -24,6 +24,7 @@ from ..errors import BuildError, BuildTimeoutError
 from .compiler import _run_compiler, cached_build
 from .nvrtc import compile_with_nvrtc, nvrtc_version
 
+CUDA_COMPILERS = (None, "nvrtc", "nvcc")  # None: NVRTC where its library loads, else nvcc
 _ERROR_LINE = re.compile(r"\.cu\((\d+)\): (?:catastrophic )?error")
 
 
@@ -51,7 +52,7 @@ def compile_cuda_file(source: str, arch: str = "sm_90", cache_dir: Path | None =
         BuildTimeoutError: If the compiler runs longer than ``timeout_secs``.
         ValueError: If ``compiler`` names another compiler.
     """
-    if compiler not in (None, "nvrtc", "nvcc"):
+    if compiler not in CUDA_COMPILERS:
         raise ValueError(f"compiler={compiler!r}: choose 'nvrtc', 'nvcc' or None (NVRTC where it loads, else nvcc)")
     if compiler == "nvrtc" or (compiler is None and nvrtc_version() is not None):
         return _compile_with_nvrtc(source, arch, cache_dir, timeout_secs)

@@ -158,10 +158,8 @@ def _log(nvrtc, program) -> str:
 
 def _serve() -> None:
     """The worker: answer each request line until the input closes."""
-    try:
-        Path("/proc/self/oom_score_adj").write_text("1000")  # out of memory, the kernel ends this process first
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # where the system lets it: out of memory, the kernel ends this process first
+        Path("/proc/self/oom_score_adj").write_text("1000")
     answers = os.fdopen(os.dup(1), "w")  # the answers' own channel: whatever a library prints goes elsewhere
     os.dup2(2, 1)
     for line in sys.stdin.buffer:

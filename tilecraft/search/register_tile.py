@@ -109,11 +109,11 @@ def step_loads(rows: int, vectors: int, registers: int, broadcasts: int | None =
     changes; 1 for a matmul's B) once while it fits a register beside the accumulators and
     the broadcast, else once per row that reuses it (an FMA's memory operand); a shuffled
     vector (every other element) takes two loads, and stays in a register once made."""
-    distinct = vectors * vector_rows
+    distinct, broadcasts = vectors * vector_rows, rows if broadcasts is None else broadcasts
     if shuffled:
-        return (rows if broadcasts is None else broadcasts) + 2 * distinct
+        return broadcasts + 2 * distinct
     held = min(distinct, max(registers - rows * vectors - 1, 0))
-    return (rows if broadcasts is None else broadcasts) + held + (distinct - held) * (rows // vector_rows)
+    return broadcasts + held + (distinct - held) * (rows // vector_rows)
 
 
 def _beside_weights(registers: int, vectors: int) -> int:
