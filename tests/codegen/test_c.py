@@ -76,6 +76,17 @@ def test_a_loop_narrower_than_the_vectors_takes_narrower_vectors(kernel_cache):
     assert f"f32x{width}" in source.split("void default_function")[1] and f"f32x{LANES}" not in source, source
 
 
+@pytest.mark.skipif(LANES < 8, reason="the host's vectors hold fewer than 8 floats")
+def test_a_short_loop_of_gathers_stays_scalar(kernel_cache):
+    """A loop of 7 whose reads stride across channels (a global pool's partial sums over
+    NHWC): narrower vectors would gather lane by lane into an array in memory, 6x slower
+    than scalar code that keeps the sums in registers; a contiguous row still takes them."""
+    channels = te.placeholder((7 * 32, 3), name="channels")
+    picked = te.compute((3, 7), lambda c, k: channels[k * 32, c] * 2.0, name="picked")
+    source = _build_and_check(tc.ComputeDAG([channels, picked]), kernel_cache, split=False)
+    assert "f32x" not in source.split("void default_function")[1], source
+
+
 @needs_simd
 def test_select_on_lane_conditions_is_a_blend(kernel_cache):
     # a data condition and a loop-index condition, joined by &&; the other branch is math
