@@ -1,5 +1,6 @@
 """The task scheduler: warm-up, the gradient's choice, round-robin, one log, resuming."""
 
+import dataclasses
 import math
 
 import pytest
@@ -75,6 +76,36 @@ def test_resuming_skips_warm_up_and_never_remeasures(tmp_path, runner):
     resumed.tune(options(log, 8, runner))
     keys = [trace_key(r.trace) for r in load_records(log)]
     assert len(keys) == 16 and len(set(keys)) == 16 and first < set(keys)
+
+
+@pytest.mark.slow
+def test_resuming_measures_each_tasks_logged_best_again_before_the_rounds(tmp_path, runner):
+    """A log recorded in a faster hour (here 100x) would keep its tasks from rounds: a
+    resumed tuning first measures each task's logged best again, as a final record."""
+    log, fast = tmp_path / "model.json", tmp_path / "fast.json"
+    TaskScheduler(tasks()[:2]).tune(options(log, 8, runner))
+    fast.write_text("".join(dataclasses.replace(r, costs=tuple(c / 100 for c in r.costs)).to_json_line() + "\n"
+                            for r in load_records(log)))
+    resumed = TaskScheduler(tasks()[:2], load_log_file=str(fast))
+    logged = {s.task.workload_key: (s.best, trace_key(s.loaded.trace)) for s in resumed.states}
+    resumed.tune(options(fast, 0, runner, num_remeasured=1))
+    finals = [r for r in load_records(fast) if r.phase == "final"]
+    assert sorted(r.workload_key for r in finals) == sorted(logged)
+    for final in finals:
+        cost, trace = logged[final.workload_key]
+        assert trace_key(final.trace) == trace and final.cost > 10 * cost
+    assert [s.best for s in resumed.states] == pytest.approx([next(
+        f.cost for f in finals if f.workload_key == s.task.workload_key) for s in resumed.states])
+
+
+@pytest.mark.slow
+def test_a_resumed_task_has_the_rounds_its_logged_trials_fill(tmp_path, runner):
+    """The forecast divides by the rounds a task has had: those of earlier runs count."""
+    log = tmp_path / "model.json"
+    TaskScheduler(tasks()[:1]).tune(options(log, 12, runner))
+    resumed = TaskScheduler(tasks()[:1], load_log_file=str(log))
+    resumed.tune(options(log, 0, runner))
+    assert resumed.states[0].best_after_round == [resumed.states[0].best] * 3  # 12 trials in rounds of 4
 
 
 class NoPolicy:

@@ -10,7 +10,10 @@ round is expected to lower the objective most. Its gradient mixes the improvemen
 last ``backward_window_size`` rounds (backward) with an optimistic forecast (forward: the
 best of "one more round helps as much as the average round did" and "it reaches ``beta``
 times the throughput of similar tasks"), ``alpha`` weighing history against optimism;
-similar tasks share an operator name and a FLOP count within a golden-ratio bucket. A task
+similar tasks share an operator name and a FLOP count within a golden-ratio bucket. Tasks
+resumed from a log start from their best schedule measured again in this sitting (a log's
+costs come from hours of a machine whose speed drifts), with the rounds that the log's trials
+fill behind them (so a task tuned long ago for long is not forecast as one round old). A task
 stops when it has nothing valid after warm-up, its space is exhausted, or it has not
 improved for ``per_task_early_stopping`` trials. ``strategy="round-robin"`` just cycles.
 As in Ansor, the tasks learn one cost model together (``share_cost_model``;
@@ -20,6 +23,7 @@ As in Ansor, the tasks learn one cost model together (``share_cost_model``;
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -29,10 +33,13 @@ from rich.table import Table
 
 from ..database.best import rank
 from ..database.log import load_records
+from ..database.record import TuningRecord
 from ..measure import LocalBuilder
+from ..schedule.trace import Trace
 from ..search.shared_model import SharedCostModel
 from ..tables import print_table
 from .progress import ProgressReporter
+from .remeasure import remeasure
 from .task import SearchTask, TuningOptions, TuningSummary, default_runner, final_round, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
@@ -50,6 +57,8 @@ class _TaskState:
     best_after_round: list[float] = field(default_factory=list)
     since_improvement: int = 0
     done: str = ""  # why the task gets no more rounds
+    loaded: TuningRecord | None = None  # the log's best, until tuning starts from it
+    logged_trials: int = 0  # the log's search records of the task
 
     def __post_init__(self) -> None:
         self.flop = self.task.compute_dag.flop_count()
@@ -82,7 +91,8 @@ class TaskScheduler:
             to minimise; None for the weighted sum, the model's latency.
         strategy: ``"gradient"`` (Ansor's) or ``"round-robin"``.
         load_log_file: A tuning log whose records of each task warm its policy and are
-            never measured again.
+            never searched again; each task's best is measured once more when tuning
+            starts (with ``num_remeasured``), so the rounds go by costs of one sitting.
         alpha: How much the gradient trusts a task's recent history over its forecast.
         beta: The forecast's optimism: a task may reach ``beta`` times the throughput of
             its similar tasks.
@@ -146,7 +156,9 @@ class TaskScheduler:
                 records = load_records(load_log_file, state.task.workload_key, state.task.target)
                 if records:
                     state.policy.preload(records)
-                    state.best_after_round.append(next((r.cost for r in rank(records)), math.inf))
+                    state.loaded = next(iter(rank(records)), None)
+                    state.logged_trials = sum(r.phase == "search" for r in records)
+                    state.best_after_round.append(math.inf if state.loaded is None else state.loaded.cost)
 
     def objective(self, costs: Sequence[float] | None = None) -> float:
         """The objective (seconds) for the tasks' best latencies, or for ``costs`` given in
@@ -184,6 +196,10 @@ class TaskScheduler:
         for state in self.states:
             use_policies(state.policy, options)
             state.summary.final_costs = ()  # the search steers by its own measurements; the end re-measures
+        if any(s.loaded for s in self.states):
+            reporter.phase("re-measuring the log's best")
+            for state in self.states:
+                self._resume(state, options, builder, runner)
         trials, since_better, best_objective = 0, 0, self.objective()
         try:
             while trials < options.num_measure_trials:
@@ -236,6 +252,28 @@ class TaskScheduler:
             table.add_row(state.task.desc, f"{state.weight:g}", str(state.summary.trials), best, weighted,
                           state.done or "tuning")
         return table
+
+    def _resume(self, state: _TaskState, options: TuningOptions, builder, runner) -> None:
+        """Start ``state``'s task where its log left it. Its best schedule is measured again
+        in this sitting (with ``num_remeasured``), as a final record: a log's costs come from
+        hours of a machine whose speed drifts (ResNet-50's records of one day read 1.3x fast
+        two days later). And its history holds as many rounds as the log's trials fill, so
+        the forecast "one more round helps as much as the average round did" counts earlier
+        runs: without them every resumed task looked one round old, and the rounds went to
+        the largest tasks however long they had been tuned. One that fails now is warmed up."""
+        record, state.loaded = state.loaded, None
+        if record is None:
+            return
+        cost = record.cost
+        if options.num_remeasured:
+            trace = (Trace.from_json(record.trace), record.sketch)
+            result = remeasure(state.task, [trace], builder, runner, options.remeasure_repeats,
+                               options.measure_callbacks)[0]
+            if not result.is_valid:
+                state.best_after_round = []
+                return
+            cost = statistics.median(result.costs)
+        state.best_after_round = [cost] * max(1, round(state.logged_trials / options.num_measures_per_round))
 
     # -- one round --------------------------------------------------------------------
 
