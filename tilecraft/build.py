@@ -59,11 +59,15 @@ def build(sch, target: Target | CudaTarget | str | None = None, name: str = "def
     target = target if isinstance(target, (Target, CudaTarget)) else Target(target)
     if isinstance(target, CudaTarget):
         return _build_cuda(sch, target, name, cache_dir)
-    func = lower(sch, name)
+    return build_lowered(lower(sch, name), target, cache_dir)
+
+
+def build_lowered(func: LoweredFunc, target: Target, cache_dir: Path | None = None) -> Module:
+    """``build``'s CPU steps after lowering, for a loop nest a pass has changed (``ir/slices.py``)."""
     source = generate_c(func, target)
     lib = compile_c(source, target, cache_dir)
     args, packs = entry_signature(func)
-    return Module(lib, source, name, args, packs)
+    return Module(lib, source, func.name, args, packs)
 
 
 def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> CudaModule:

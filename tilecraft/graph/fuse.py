@@ -13,7 +13,9 @@ the operators' patterns (``operators.py``), a group having at most one anchor:
   inlined into a convolution would be recomputed for every reuse (Relay would fuse one into
   a reduction, and a transpose into a convolution might pay, but the sketch rules fail on
   some of both: a broadcasting producer of a softmax, a transpose before a strided conv);
-- a ``reshape`` stays alone: every buffer is contiguous, so it runs as a zero-copy view.
+- a ``reshape`` stays alone: every buffer is contiguous, so it runs as a zero-copy view;
+- a concatenation whose inputs are each the only output of a kernel that nothing else reads
+  needs no kernel: those kernels write their slices of it (``concat_slices``).
 
 ``subgraph_dag`` builds a group into one ``ComputeDAG`` with names that depend only on
 positions inside the group (``in0``, ``conv2d_0``...), so structurally identical groups
@@ -22,7 +24,9 @@ positions inside the group (``in0``, ``conv2d_0``...), so structurally identical
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
+from typing import Sequence
 
 from .. import te
 from ..te.dag import ComputeDAG
@@ -101,3 +105,25 @@ def subgraph_dag(graph: Graph, subgraph: Subgraph) -> ComputeDAG:
     for k, node in enumerate(subgraph.nodes):
         tensors[node.output] = build_node(replace(node, name=f"{node.op}_{k}"), [tensors[i] for i in node.inputs])
     return ComputeDAG([*placeholders, *(tensors[name] for name in subgraph.outputs)])
+
+
+def concat_slices(graph: Graph, parts: Sequence[Subgraph]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """The values that their kernels can write straight into a concatenation, each to that
+    concatenation and the offset of its slice: every input of a concatenation's own kernel (a
+    copy, then not needed) is the only output of another kernel, not a concatenation itself,
+    that nothing else reads and the model does not return."""
+    readers = Counter(name for part in parts for name in set(part.inputs))
+    single = {part.outputs[0]: part for part in parts if not part.is_view and len(part.outputs) == 1}
+    found: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for part in parts:
+        node = part.nodes[0]
+        if len(part.nodes) != 1 or node.op != "concat" or len(set(node.inputs)) != len(node.inputs):
+            continue
+        if all(name in single and single[name].nodes[-1].op != "concat" and readers[name] == 1
+               and name not in graph.outputs for name in node.inputs):
+            shape = graph.values[node.output].shape
+            axis, start = node.attrs.get("axis", 0) % len(shape), 0
+            for name in node.inputs:
+                found[name] = (node.output, tuple(start if d == axis else 0 for d in range(len(shape))))
+                start += graph.values[name].shape[axis]
+    return found

@@ -128,20 +128,25 @@ def walk_stmts(s: Stmt):
         yield from walk_stmts(s.then)
 
 
-def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b) -> Stmt:
-    """``s`` with every expression passed through ``expr_fn`` and every stored buffer through ``buffer_fn``."""
+def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b, indices_fn=lambda buffer, indices: indices) -> Stmt:
+    """``s`` with every expression passed through ``expr_fn``, every stored buffer through
+    ``buffer_fn`` and every store's indices (after ``expr_fn``) through ``indices_fn(buffer, indices)``."""
+    def again(child: Stmt) -> Stmt:
+        return map_stmt(child, expr_fn, buffer_fn, indices_fn)
+
     if isinstance(s, Store):
-        return Store(buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices), expr_fn(s.value))
+        return Store(buffer_fn(s.buffer), indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)), expr_fn(s.value))
     if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, map_stmt(s.body, expr_fn, buffer_fn), s.unroll_max_step)
+        return For(s.var, s.extent, s.kind, again(s.body), s.unroll_max_step)
     if isinstance(s, Seq):
-        return Seq(tuple(map_stmt(c, expr_fn, buffer_fn) for c in s.stmts))
+        return Seq(tuple(again(c) for c in s.stmts))
     if isinstance(s, IfThenElse):
-        return IfThenElse(expr_fn(s.cond), map_stmt(s.then, expr_fn, buffer_fn))
+        return IfThenElse(expr_fn(s.cond), again(s.then))
     if isinstance(s, Allocate):
-        return Allocate(s.buffer, map_stmt(s.body, expr_fn, buffer_fn))
+        return Allocate(s.buffer, again(s.body))
     if isinstance(s, ThreadAllReduce):
-        return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer), tuple(expr_fn(i) for i in s.indices))
+        return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer),
+                               indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)))
     return s
 
 

@@ -33,18 +33,20 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from rich.table import Table
 
-from ..build import build
+from ..build import build, build_lowered
 from ..database.log import best_records
 from ..errors import BuildError, ScheduleError, TilecraftError
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
+from ..ir.lower import lower
+from ..ir.slices import into_slice
 from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
-from ..graph.fuse import partition, subgraph_dag
+from ..graph.fuse import concat_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
 from .tasks import describe, prepare_graph
@@ -349,7 +351,7 @@ def plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: s
     buffers = {}
     for n, step in enumerate(steps):
         for name in step.outputs if step.kernel is not None else ():
-            if name in per_call:
+            if name in per_call or name in owned:  # a concatenation's later part
                 continue
             value = values[name]
             nbytes = math.prod(value.shape) * np.dtype(value.dtype).itemsize
@@ -418,22 +420,28 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
         best.update((r.workload_key, r) for r in best_records(path, target=target))
     described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
-    jobs: dict[str, tuple] = {}  # workload key -> (kernel index, dag, description, best record)
+    jobs: dict[tuple, tuple] = {}  # (workload key, slice) -> (kernel index, dag, description, best record, slice)
     steps = []
-    for subgraph in partition(graph):
+    parts = partition(graph)
+    slices = {} if getattr(target, "kind", "llvm") == "cuda" else concat_slices(graph, parts)
+    for subgraph in parts:
         if subgraph.is_view:
             steps.append(Step(None, subgraph.inputs, subgraph.outputs))
             continue
+        if subgraph.outputs[0] in {whole for whole, _ in slices.values()}:
+            continue  # a concatenation that its producers write in place
         dag = subgraph_dag(graph, subgraph)
-        if dag.workload_key not in jobs:
-            jobs[dag.workload_key] = (len(jobs), dag, describe(graph, subgraph), best.get(dag.workload_key))
-        steps.append(Step(jobs[dag.workload_key][0], subgraph.inputs, subgraph.outputs))
+        whole, offset = slices.get(subgraph.outputs[0], (None, None))
+        into = None if whole is None else (dag.outputs[0].name, graph.values[whole].shape, offset)
+        if (dag.workload_key, into) not in jobs:
+            jobs[dag.workload_key, into] = (len(jobs), dag, describe(graph, subgraph), best.get(dag.workload_key), into)
+        steps.append(Step(jobs[dag.workload_key, into][0], subgraph.inputs, (whole,) if whole else subgraph.outputs))
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tilecraft-compile") as pool:
         built = list(pool.map(lambda job: _compile_kernel(*job[1:], described, target, f"kernel_{job[0]}", cache_dir),
                               jobs.values()))  # gcc runs outside the GIL
     kernels = [kernel for kernel, _ in built]
     calls = Counter(step.kernel for step in steps if step.kernel is not None)
-    work = [dag.flop_count() * calls[index] for index, dag, _, _ in jobs.values()]
+    work = [dag.flop_count() * calls[index] for index, dag, *_ in jobs.values()]
     untuned = sorted(((w / (sum(work) or 1), kernel.desc, why) for w, (kernel, why) in zip(work, built) if why),
                      reverse=True)
     if untuned:
@@ -441,7 +449,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     if getattr(target, "kind", "llvm") == "cuda":
         values, constants = _model_values(graph, steps)
         model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
-                         [dag for _, dag, _, _ in jobs.values()])
+                         [dag for _, dag, *_ in jobs.values()])
     else:
         model = _assemble(graph, steps, kernels, target, cache_dir)
     model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
@@ -486,20 +494,27 @@ class UntunedKernel:
     flop_share: float
 
 
-def _compile_kernel(dag, desc: str, record, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
-    """The kernel of ``dag`` from ``record``, or with the default schedule and the reason why."""
+def _compile_kernel(dag, desc: str, record, into, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
+    """The kernel of ``dag`` from ``record``, or with the default schedule and the reason why;
+    ``into`` (output, shape, offset): its output written into that slice of a larger array."""
     why = "no log given" if log is None else f"no record in {log}"
+
+    def built(sch):
+        if into is None or getattr(target, "kind", "llvm") == "cuda":
+            return build(sch, target, name, cache_dir)
+        return build_lowered(into_slice(lower(sch, name), *into), target, cache_dir)
+
     if record is not None:
         try:
             sch = Trace.from_json(record.trace).replay(dag)
-            return Kernel(desc, dag.workload_key, build(sch, target, name, cache_dir), True, sch.trace.dumps()), ""
+            return Kernel(desc, dag.workload_key, built(sch), True, sch.trace.dumps()), ""
         except TilecraftError as error:
             why = f"the record failed to {'build' if isinstance(error, BuildError) else 'replay'}: {error}"
     try:
         sch = default_schedule(dag, target)
     except ScheduleError as error:
         sch, why = Schedule(dag), f"{why}; no default schedule either ({error}): naive loops"
-    return Kernel(desc, dag.workload_key, build(sch, target, name, cache_dir), False, sch.trace.dumps()), why
+    return Kernel(desc, dag.workload_key, built(sch), False, sch.trace.dumps()), why
 
 
 def load_model(directory: str | Path) -> CompiledModel | GpuModel:
