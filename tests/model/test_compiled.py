@@ -313,6 +313,8 @@ def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else
     model = compile_quietly(graph, cache_dir=kernel_cache)
     copies = [k.desc for k in model.kernels if k.desc.startswith("concat")]
     assert len(copies) == (2 if kw.get("also_read") else 0), copies  # read elsewhere: both copies stay
+    tasks, _ = tc.extract_tasks(graph, TARGET)  # the tasks to tune are the kernels the model runs
+    assert sorted(t.desc for t in tasks) == sorted({k.desc for k in model.kernels})
     x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
     expected = run_reference(graph, {"x": x})
     for run in (model.run, load_model_saved(model, tmp_path).run):

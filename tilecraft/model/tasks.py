@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
-from ..graph.fuse import Subgraph, partition, subgraph_dag
+from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
 
@@ -38,7 +38,8 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
 
     The model is prepared as ``compile_model`` prepares it (imported, put in NHWC,
     partitioned into fused subgraphs), so the tasks' workload keys are those that
-    compiling the model looks up in the tuning log. Reshapes, which are views, are no task.
+    compiling the model looks up in the tuning log. Reshapes, which are views, are no task,
+    nor are concatenations that their producers write in place.
 
     Args:
         model_or_graph: An ONNX model (a ``ModelProto`` or a path) or a ``Graph``.
@@ -69,8 +70,11 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     tasks: list[SearchTask] = []
     weights: list[int] = []
     index: dict[str, int] = {}
-    for subgraph in partition(graph):
-        if subgraph.is_view:
+    parts = partition(graph)
+    in_place = set() if getattr(target, "kind", "llvm") == "cuda" else {
+        whole for whole, _ in concat_slices(graph, parts).values()}
+    for subgraph in parts:
+        if subgraph.is_view or subgraph.outputs[0] in in_place:
             continue
         dag = subgraph_dag(graph, subgraph)
         n = index.setdefault(dag.workload_key, len(tasks))
