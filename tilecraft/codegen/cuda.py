@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..ir.nodes import Allocate, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store, ThreadAllReduce, walk_stmts
+from ..ir.nodes import Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store, ThreadAllReduce, walk_stmts
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
 from ..te.expr import TensorRead, const, substitute
@@ -77,6 +77,7 @@ class _CudaEmitter(_Emitter):
         super().__init__(func, target)
         self.launch = launch_of(func)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
+        self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
         if isinstance(s, Barrier):
@@ -86,7 +87,37 @@ class _CudaEmitter(_Emitter):
         if isinstance(s, ThreadAllReduce):
             self.all_reduce(s)
             return
+        if isinstance(s, AsyncCopies):
+            self.copying_async, outer = self.target.compute_capability >= (8, 0), self.copying_async
+            self.stmt(s.body, unroll_budget)
+            self.copying_async = outer
+            return
+        if isinstance(s, AsyncWait):
+            if self.target.compute_capability >= (8, 0):
+                self.out.line(f'asm volatile("cp.async.commit_group;\\n" ::: "memory"); '
+                              f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");')
+            return
+        if isinstance(s, Store) and self.copying_async and self._copies_global(s, 1):
+            self._copy_async(s.buffer, self.flat_index(s.buffer, s.indices), s.value, self.flat_index(
+                s.value.tensor, s.value.indices), 1)
+            return
         super().stmt(s, unroll_budget)
+
+    def _copies_global(self, store: Store, lanes: int) -> bool:
+        """Whether ``store`` copies global memory into shared memory as it is, ``lanes`` elements
+        (4, 8 or 16 bytes: what ``cp.async`` moves)."""
+        value = store.value
+        return (store.buffer.scope == "shared" and isinstance(value, TensorRead) and value.tensor.scope == "arg"
+                and value.tensor.dtype == store.buffer.dtype and bytes_of(store.buffer.dtype) * lanes in (4, 8, 16))
+
+    def _copy_async(self, buffer, index, source: TensorRead, source_index, lanes: int) -> None:
+        """One ``cp.async`` of ``lanes`` elements from ``source`` into ``buffer`` (through L2 alone
+        for 16 bytes, as cuBLAS's tiles go)."""
+        nbytes = bytes_of(buffer.dtype) * lanes
+        dst = f"&{self.buffer_name(buffer)}[{self.expr(index)}]"
+        src = f"&{self.buffer_name(source.tensor)}[{self.expr(source_index)}]"
+        self.out.line(f'asm volatile("cp.async.{"cg" if nbytes == 16 else "ca"}.shared.global [%0], [%1], {nbytes};\\n" '
+                      f':: "r"((uint32_t)__cvta_generic_to_shared({dst})), "l"({src}) : "memory");')
 
     def all_reduce(self, s: ThreadAllReduce) -> None:
         """Warp shuffles within a warp's share of a row; across warps (a row of 64 to 1024
@@ -202,6 +233,10 @@ class _CudaEmitter(_Emitter):
         def at(index, lane: int) -> str:
             return self.expr(simplify(substitute(index, {s.var: const(lane)}), self.ranges))
 
+        if self.copying_async and self._copies_global(body, s.extent):
+            self._copy_async(body.buffer, simplify(substitute(store_index, {s.var: const(0)}), self.ranges), source,
+                             simplify(substitute(load_index, {s.var: const(0)}), self.ranges), s.extent)
+            return True
         dst = f"{self.buffer_name(body.buffer)}[{at(store_index, 0)}]"
         src = self.buffer_name(source.tensor)
         if source.tensor.scope == "local":  # registers have no address: gather the lanes

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..errors import GpuLimitError
-from ..ir.nodes import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
+from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, vector_bytes
 
@@ -97,5 +97,5 @@ def _check_nest(s: Stmt, outer: tuple[For, ...], target) -> None:
             _check_nest(child, outer, target)
     elif isinstance(s, IfThenElse):
         _check_nest(s.then, outer, target)
-    elif isinstance(s, Allocate):
+    elif isinstance(s, (Allocate, AsyncCopies)):
         _check_nest(s.body, outer, target)

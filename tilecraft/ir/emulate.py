@@ -17,6 +17,7 @@ import math
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, reduction_identity, substitute
+from .pipeline import synchronous
 from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce, map_stmt,
                     seq, substitute_stmt, walk_stmts)
 
@@ -27,8 +28,8 @@ def emulate_on_cpu(func: LoweredFunc, block: tuple[int, int, int]) -> LoweredFun
     """The CPU loop nest that computes what ``func`` computes when launched with ``block``
     threads a block (x, y, z): block loops serial, threads serialized phase by phase."""
     threads = {axis: Var(f"tc_{axis.replace('.', '_')}") for axis in _THREAD_AXES}
-    return LoweredFunc(func.name, func.args, _Emulation(threads, block).block_level(func.body), func.outputs,
-                       func.packs, func.user_args)
+    body = _Emulation(threads, block).block_level(synchronous(func.body))
+    return LoweredFunc(func.name, func.args, body, func.outputs, func.packs, func.user_args)
 
 
 class _Emulation:

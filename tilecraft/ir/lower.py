@@ -25,6 +25,7 @@ from ..te.arith import bounds, simplify
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
+from .pipeline import software_pipeline
 from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
                     ThreadAllReduce, seq, substitute_stmt, walk_stmts)
 
@@ -187,8 +188,10 @@ class _Lowering:
             before = self._attached_nests(self._attached(stage, leaf, reverse=False))
             after = self._attached_nests(self._attached(stage, leaf, reverse=True))
             inner = self._allocate(leaf, seq(before + [body] + after))
-            unroll = dict(loop.pragmas).get("pragma_auto_unroll_max_step", 0)
-            body = For(b.loop_var[leaf], b.loop_extent[leaf], _for_kind(loop.annotation), inner, unroll)
+            pragmas, kind = dict(loop.pragmas), _for_kind(loop.annotation)
+            if kind == "serial" and pragmas.get("software_pipeline", 0) >= 2:
+                kind = "pipeline"  # double-buffered by software_pipeline once the loop nest is whole
+            body = For(b.loop_var[leaf], b.loop_extent[leaf], kind, inner, pragmas.get("pragma_auto_unroll_max_step", 0))
         return body
 
     def _attached_nests(self, stages: list[Stage]) -> list[Stmt]:
@@ -219,7 +222,7 @@ class _Lowering:
     def run(self) -> LoweredFunc:
         roots = [self.stage_nest(s) for s in self.state.stages if s.attach is None]
         body = self._allocate(None, seq(roots))
-        body = _simplify_stmt(body, self.ranges)
+        body = software_pipeline(_simplify_stmt(body, self.ranges))
         arg_buffers = tuple(self.args.values())
         written = {self.buffers[s.tensor] for s in self.state.stages}
         user_args = tuple(Buffer(t.name, t.shape, t.dtype, "arg") for t in self.sch.dag.tensors)

@@ -78,7 +78,23 @@ class ThreadAllReduce:
     indices: tuple[Expr, ...]
 
 
-Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce]
+@dataclass(frozen=True, slots=True)
+class AsyncCopies:
+    """The copies from global into shared memory in ``body`` may complete later, until the
+    next ``AsyncWait`` (``cp.async`` on sm_80 and newer; plain copies elsewhere)."""
+
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class AsyncWait:
+    """The asynchronous copies issued so far become one group; wait until at most
+    ``pending`` groups are unfinished (``cp.async.commit_group`` and ``wait_group``)."""
+
+    pending: int
+
+
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce, AsyncCopies, AsyncWait]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +138,7 @@ def walk_stmts(s: Stmt):
     if isinstance(s, Seq):
         for child in s.stmts:
             yield from walk_stmts(child)
-    elif isinstance(s, (For, Allocate)):
+    elif isinstance(s, (For, Allocate, AsyncCopies)):
         yield from walk_stmts(s.body)
     elif isinstance(s, IfThenElse):
         yield from walk_stmts(s.then)
@@ -144,6 +160,8 @@ def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b, indices_fn=lambda buffer, 
         return IfThenElse(expr_fn(s.cond), again(s.then))
     if isinstance(s, Allocate):
         return Allocate(s.buffer, again(s.body))
+    if isinstance(s, AsyncCopies):
+        return AsyncCopies(again(s.body))
     if isinstance(s, ThreadAllReduce):
         return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer),
                                indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..te.printer import expr_to_str
-from .nodes import Allocate, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
+from .nodes import Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
 
 
 def print_func(func: LoweredFunc) -> str:
@@ -36,6 +36,11 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
         _print(s.body, depth, lines)
     elif isinstance(s, Barrier):
         lines.append(f"{pad}barrier()  # every thread of the block waits here")
+    elif isinstance(s, AsyncCopies):
+        lines.append(f"{pad}async copies:  # complete by a later wait")
+        _print(s.body, depth + 1, lines)
+    elif isinstance(s, AsyncWait):
+        lines.append(f"{pad}async wait({s.pending})  # the copies so far, one group; at most {s.pending} unfinished")
     elif isinstance(s, ThreadAllReduce):
         index = ", ".join(expr_to_str(i) for i in s.indices)
         lines.append(f"{pad}{s.buffer.name}[{index}] = allreduce_{s.combiner}({expr_to_str(s.value)}) over threadIdx.x")

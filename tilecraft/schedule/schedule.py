@@ -27,7 +27,8 @@ from .trace import IndexMap, RVRef, Step, Trace
 
 ROOT = -1
 INLINE = -2
-UNROLL_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit")
+# on a loop: unrolling; software_pipeline 2: double-buffer the shared tiles its steps fill (ir/pipeline.py)
+LOOP_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit", "software_pipeline")
 # parallel: fuse up to this many outer loops and run them in parallel; vectorize: the
 # innermost spatial loop; the unroll pragma: on the block's outermost loop
 BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step",
@@ -486,7 +487,8 @@ class Schedule:
 
         On a loop the annotation is a pragma: ``pragma_auto_unroll_max_step`` unrolls every
         loop nest inside it of at most ``ann_val`` iterations (``pragma_unroll_explicit`` is
-        recorded but does not change the code). On a block it is an intent that lowering
+        recorded but does not change the code); ``software_pipeline`` 2 double-buffers the
+        GPU shared-memory tiles that each of its steps fills (``ir/pipeline.py``). On a block it is an intent that lowering
         realizes once the block's final place is known (see ``postproc.py``):
         ``meta_schedule.parallel`` fuses up to ``ann_val`` outer loops and runs them in
         parallel (at the root only), ``meta_schedule.vectorize`` vectorizes the innermost
@@ -515,8 +517,8 @@ class Schedule:
             return
         if not isinstance(block_or_loop, LoopRV):
             raise ScheduleError(f"annotate: expected a block or a loop, got {block_or_loop!r}")
-        if ann_key not in UNROLL_PRAGMAS:
-            raise ScheduleError(f"annotate: unknown annotation {ann_key!r}; known: {', '.join(UNROLL_PRAGMAS)}")
+        if ann_key not in LOOP_PRAGMAS:
+            raise ScheduleError(f"annotate: unknown annotation {ann_key!r}; known: {', '.join(LOOP_PRAGMAS)}")
         stage, target = self._loop(block_or_loop)
         pragmas = tuple(p for p in target.pragmas if p[0] != ann_key) + ((ann_key, int(ann_val)),)
         self.state = self.state.with_stage(stage.with_loop(replace(target, pragmas=pragmas)))

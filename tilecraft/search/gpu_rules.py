@@ -6,7 +6,8 @@ outer spatial levels, fused across the axes, are bound to ``blockIdx.x``, ``vthr
 ``threadIdx.x``; the accumulator is computed at the thread level of its copy-out block; each
 input is cached in shared memory at the first reduction level and fetched by the block's
 threads together (``meta_schedule.cooperative_fetch``, realized at lowering once the thread
-extents are known). Its element-wise epilogue (a bias and a ReLU after a convolution) is
+extents are known); a second sketch double-buffers those tiles across the reduction's steps
+(``software_pipeline``, with ``cp.async`` copies on sm_80 and newer). Its element-wise epilogue (a bias and a ReLU after a convolution) is
 folded into the copy-out, so the result leaves the registers once, finished. Any other
 block at the root has its loops fused and split over blocks and threads (auto-binding,
 with the thread count a sampled decision; a block that reads a row reduction binds the
@@ -47,6 +48,7 @@ class GpuMultiLevelTiling(SketchRule):
     structure: str = "SSSRRSRS"
     max_innermost_factor: int = 64
     fetch_lanes: int = 4  # a float4 a thread a copy step
+    software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
 
     def condition(self, draft: Draft, block: str) -> Condition:
         return Condition.APPLY_AND_SKIP_REST if _needs_tiling(draft, block) else Condition.SKIP
@@ -80,6 +82,10 @@ class GpuMultiLevelTiling(SketchRule):
             sch.annotate(cached, "meta_schedule.cooperative_fetch", self.fetch_lanes)
         derived = draft.derive(sch, "gpu_tile", tiled=block)
         results = [(derived, derived.index(first or block) - 1)]
+        if first is not None and self.software_pipeline:  # the same tiles, double-buffered (ir/pipeline.py)
+            piped = sch.copy()
+            piped.annotate(first_reduction_level, "software_pipeline", 2)
+            results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
         return results

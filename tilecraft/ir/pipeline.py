@@ -1,0 +1,111 @@
+"""Software pipelining of a GPU block's shared-memory tiles: double buffering.
+
+A reduction loop whose every step fills shared tiles between two barriers, then computes
+from them, has each thread wait for global memory at every step. Pipelined (a loop of kind
+``pipeline``, from ``Schedule.annotate(loop, "software_pipeline", 2)``), the tiles get two
+slots: before the loop, the first step's tiles are filled into slot 0; each step then fills
+the next step's tiles into the other slot while it computes from its own, the copies
+asynchronous where the GPU has them (``AsyncCopies``: ``cp.async``, sm_80 and newer), so
+global memory's latency hides behind the arithmetic. A barrier at the end of a step keeps a
+slot from being refilled while another thread still reads it. A loop without that shape, or
+whose doubled tiles would outgrow the 48 KB of static shared memory, stays serial.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..te.dtype import bytes_of
+from ..te.expr import Expr, TensorRead, binary, const, map_children
+from .nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store,
+                    ThreadAllReduce, map_stmt, seq, substitute_stmt, walk_stmts)
+
+SHARED_BYTES = 48 * 1024  # a block's static __shared__ arrays, on every architecture
+
+
+def software_pipeline(body: Stmt) -> Stmt:
+    """``body`` with each loop of kind ``pipeline`` double-buffered where it can be, else serial."""
+    if not any(isinstance(n, For) and n.kind == "pipeline" for n in walk_stmts(body)):
+        return body
+    spare = SHARED_BYTES - sum(_bytes(n.buffer) for n in walk_stmts(body)
+                               if isinstance(n, Allocate) and n.buffer.scope == "shared")
+
+    def visit(s: Stmt) -> Stmt:
+        if isinstance(s, For):
+            loop = replace(s, body=visit(s.body))
+            return (_double_buffered(loop, spare) if s.kind == "pipeline" else None) or replace(
+                loop, kind="serial" if s.kind == "pipeline" else s.kind)
+        if isinstance(s, Seq):
+            return Seq(tuple(visit(c) for c in s.stmts))
+        if isinstance(s, IfThenElse):
+            return replace(s, then=visit(s.then))
+        if isinstance(s, (Allocate, AsyncCopies)):
+            return replace(s, body=visit(s.body))
+        return s
+
+    return visit(body)
+
+
+def synchronous(s: Stmt) -> Stmt:
+    """``s`` with its asynchronous copies plain ones and no waits: what the CPU emulation runs."""
+    if isinstance(s, AsyncCopies):
+        return synchronous(s.body)
+    if isinstance(s, Seq):
+        return seq([None if isinstance(c, AsyncWait) else synchronous(c) for c in s.stmts])
+    if isinstance(s, (For, Allocate)):
+        return replace(s, body=synchronous(s.body))
+    if isinstance(s, IfThenElse):
+        return replace(s, then=synchronous(s.then))
+    return s
+
+
+def _double_buffered(loop: For, spare: int) -> Stmt | None:
+    """``loop`` pipelined, or None where its step is not [barrier, fills of its shared tiles,
+    barrier, the rest] or the tiles do not fit twice."""
+    tiles, local, body = [], [], loop.body
+    while isinstance(body, Allocate):
+        (tiles if body.buffer.scope == "shared" else local).append(body.buffer)
+        body = body.body
+    steps = list(body.stmts) if isinstance(body, Seq) else [body]
+    ends = [n for n, step in enumerate(steps) if isinstance(step, Barrier)]
+    if loop.extent < 2 or not tiles or len(ends) < 2 or ends[0] != 0 or sum(map(_bytes, tiles)) > spare:
+        return None
+    fills, rest = steps[1:ends[1]], steps[ends[1] + 1:]
+    ids = {id(b) for b in tiles}
+    if not fills or not _written(fills) <= ids or _written(rest) & ids or any(
+            isinstance(n, Barrier) for step in rest for n in walk_stmts(step)):
+        return None
+    doubled = {id(b): Buffer(b.name, (2,) + b.shape, b.dtype, "shared") for b in tiles}
+
+    def in_slot(stmt: Stmt, slot: Expr) -> Stmt:
+        def rewrite(e: Expr) -> Expr:
+            if isinstance(e, TensorRead) and id(e.tensor) in doubled:
+                return TensorRead(doubled[id(e.tensor)], (slot,) + tuple(rewrite(i) for i in e.indices))
+            return map_children(e, rewrite)
+
+        return map_stmt(stmt, rewrite, lambda b: doubled.get(id(b), b),
+                        lambda b, indices: (slot,) + indices if id(b) in doubled else indices)
+
+    k = loop.var
+    after = binary("add", k, const(1, k.dtype))
+
+    def fill(step: Expr) -> Stmt:
+        return AsyncCopies(in_slot(substitute_stmt(seq(fills), {k: step}), binary("floormod", step, const(2, k.dtype))))
+
+    step: Stmt = seq([IfThenElse(k < loop.extent - 1, fill(after)), AsyncWait(1), Barrier(),
+                      in_slot(seq(rest), binary("floormod", k, const(2, k.dtype))), Barrier()])
+    for buffer in reversed(local):
+        step = Allocate(buffer, step)
+    pipelined: Stmt = seq([fill(const(0, k.dtype)), replace(loop, kind="serial", body=step)])
+    for buffer in reversed(tiles):
+        pipelined = Allocate(doubled[id(buffer)], pipelined)
+    return pipelined
+
+
+def _written(stmts) -> set[int]:
+    return {id(n.buffer) for s in stmts for n in walk_stmts(s) if isinstance(n, (Store, ThreadAllReduce))}
+
+
+def _bytes(buffer: Buffer) -> int:
+    return math.prod(buffer.shape) * bytes_of(buffer.dtype)
