@@ -1,13 +1,14 @@
 """Each kernel of a tuned model: its time inside the model against its time alone.
 
-    python benchmarks/model_profile.py [--model resnet50] [--rounds 20] [--out FILE]
+    python benchmarks/model_profile.py [--model resnet50] [--rounds 20] [--untuned] [--out FILE]
 
 The tuner times a candidate by calling it many times in a row on the same buffers, so its
 weights and inputs sit in the caches; inside the model every layer's weights are evicted
 by the layers between two calls. This script compiles the model from its kept tuning logs
 (benchmarks/records) and, per kernel, puts side by side: the seconds it spends in a model
 call (``CompiledModel.profile``, all its calls), the same calls timed alone with warm
-caches and with its weights evicted from the caches before every call, and the tuning record's cost. The
+caches and with its weights evicted from the caches before every call, and the tuning record's cost
+(``--untuned``: the default schedules, no records). The
 ratios show whether the tuned objective predicts the model's latency, and which
 measurement protocol to tune model tasks with. A second table sets the kernels beside
 onnxruntime's nodes (its own profiler, 2 threads), summed by output shape, so the layers
@@ -98,18 +99,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--directory", type=Path, default=Path("benchmarks/results"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/model_profile.json"))
+    parser.add_argument("--untuned", action="store_true", help="the default schedules, not the kept log's")
     args = parser.parse_args()
     path = model_zoo.export(args.model, args.directory / "onnx")
     log = args.directory / "model_logs" / f"{args.model}.json"
     cold = log.with_name(f"{args.model}_cold.json")  # models.py --cold-weights; its records come first
     restore(Path("benchmarks/records") / f"{args.model}_tuning.json.xz", log)
     restore(Path("benchmarks/records") / f"{args.model}_cold.json.xz", cold)
-    if not log.exists():
+    if not args.untuned and not log.exists():
         raise SystemExit(f"no tuning log for {args.model}; tune it first: python benchmarks/models.py "
                          f"--only {args.model} --trials 2000")
     target = tc.Target.host()
-    logs = [str(p) for p in (cold, log) if p.exists()]
-    model = tc.compile_model(str(path), target, log=logs)
+    logs = [] if args.untuned else [str(p) for p in (cold, log) if p.exists()]
+    model = tc.compile_model(str(path), target, log=logs or None)
     recorded = {r.workload_key: r.mean_cost for path in reversed(logs) for r in best_records(path, target=target)}
     x = np.random.default_rng(0).standard_normal(model_zoo.MODELS[args.model][1]).astype("float32")
     modules = {k.workload_key: k.module for k in model.kernels}
