@@ -3,8 +3,8 @@
     python benchmarks/gpu_pipeline.py [--sizes 1024,2048,4096] [--out FILE]
 
 For each size, the fastest ``gpu_tile`` schedule of the kept H100 matmul log
-(``benchmarks/records/gpu_h100_matmul_N.json.xz``) whose shared tiles fit twice in the 48 KB
-of static shared memory is built as it is and as the
+(``benchmarks/records/gpu_h100_matmul_N.json.xz``) whose shared tiles fit twice in a block's
+shared memory is built as it is and as the
 ``gpu_tile_pipelined`` sketch's candidate of the same decisions: its shared tiles
 double-buffered across the reduction's steps, copied by ``cp.async`` (``ir/pipeline.py``).
 Both are checked against ``torch.matmul`` and timed with CUDA events after an L2 flush,
@@ -33,9 +33,9 @@ from gpu_ops import time_torch  # noqa: E402  (each call after an L2 flush, as o
 
 
 def both_schedules(n: int, target) -> tuple[int, object, object]:
-    """The kept log's best gpu_tile schedule of matmul n^3 whose tiles fit twice in 48 KB of
-    shared memory (static shared arrays; a larger one stays serial), as it is and pipelined,
-    with its rank among the log's schedules."""
+    """The kept log's best gpu_tile schedule of matmul n^3 whose tiles fit twice in a block's
+    shared memory (a larger one stays serial), as it is and pipelined, with its rank among
+    the log's schedules."""
     dag = tc.SearchTask(func="matmul", args=(n, n, n), target=target).compute_dag
     sketches = {s.name: s for s in generate_sketches(dag, target=target)}
     log = Path(tempfile.mkdtemp()) / "matmul.json"

@@ -79,10 +79,10 @@ def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> C
 
     func = lower(sch, name)
     launch = verify_gpu(func, target)
-    source, _ = generate_cuda(func, target)
+    source, launch = generate_cuda(func, target)
     cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
     args, _ = entry_signature(func)
-    return CudaModule(cubin, source, name, args, LaunchSpec(launch.grid, launch.block))
+    return CudaModule(cubin, source, name, args, LaunchSpec(launch.grid, launch.block, launch.shared_bytes))
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",

@@ -219,6 +219,27 @@ def test_binding_mistakes_are_schedule_errors():
         sch.cache_read(sch.get_block("C"), 0, "texture")
 
 
+def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(kernel_cache):
+    """64 KB of tiles: slices of one ``extern __shared__`` array, the bytes in the launch (the
+    runtime opts the kernel in), through tc.build and the tuner's builder alike."""
+    from tilecraft.codegen.cuda import generate_cuda
+    from tilecraft.measure import MeasureInput
+
+    sch = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
+    source, launch = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
+    assert launch.shared_bytes == 65536 and "extern __shared__ __align__(16) unsigned char tc_shared[];" in source
+    assert "float* __restrict__ B_shared = (float*)(tc_shared + 32768);" in source
+    inputs = sch.dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(sch)(*inputs), sch.dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+    small, _ = generate_cuda(tc.lower(tiled_matmul(64, 64, 64, tile=(2, 2), k_step=4)), tc.Target("cuda -arch=sm_90"))
+    assert "extern __shared__" not in small and "__shared__ __align__(16) float A_shared[" in small
+    if shutil.which("nvcc"):
+        assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launch.shared_bytes == 65536
+        (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(
+            [MeasureInput(sch.dag, tc.Target("cuda -arch=sm_90"), sch.trace)])
+        assert built.launch == ((2, 2, 1), (8, 8, 1), 65536)
+
+
 def test_verifier_names_the_limit_the_value_and_the_loop():
     sch = tc.Schedule(add_relu(64, 64))
     sch.compute_inline(sch.get_block("S"))
@@ -234,7 +255,7 @@ def test_verifier_names_the_limit_the_value_and_the_loop():
 
     big = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
     with pytest.raises(GpuLimitError, match="bytes of shared memory .*A_shared.*above the target's 49152"):
-        tc.emulate_gpu(big)
+        tc.emulate_gpu(big, "cuda -arch=sm_90 -max-shared-memory-per-block-optin=49152")
 
 
 def test_barrier_under_a_partial_thread_loop_is_refused():

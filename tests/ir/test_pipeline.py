@@ -63,8 +63,8 @@ def step_loop(tile_floats: int, first_barrier: bool = True) -> For:
     return For(k, 4, "pipeline", Allocate(tile, Seq(tuple(steps))))
 
 
-@pytest.mark.parametrize("loop", [step_loop(8 * 1024), step_loop(64, first_barrier=False)],
-                         ids=["tiles-twice-over-48KB", "no-barrier-before-the-fills"])
+@pytest.mark.parametrize("loop", [step_loop(30 * 1024), step_loop(64, first_barrier=False)],
+                         ids=["tiles-twice-over-227KB", "no-barrier-before-the-fills"])
 def test_a_loop_that_cannot_be_pipelined_stays_as_it_was_but_serial(loop):
     result = software_pipeline(loop)
     assert isinstance(result, For) and result.kind == "serial" and result.body == loop.body

@@ -41,7 +41,7 @@ class SimulatedGpuRunner:
             if build.error_kind is not MeasureErrorKind.NONE:
                 result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time.time())
             else:
-                (grid, block) = build.launch
+                grid, block, _ = build.launch
                 blocks, threads = math.prod(grid), math.prod(block)
                 filled = min(1.0, blocks / (2 * TARGET.sm_count)) * min(1.0, threads / 256)
                 cost = self.flop / (40e12 * max(filled, 1e-3))

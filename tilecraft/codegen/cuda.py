@@ -4,7 +4,8 @@ The loop-nest IR is the CPU's with a few more words (``docs/architecture.md``): 
 bound to ``blockIdx``/``threadIdx`` are not loops in the kernel but the indices of the
 block and thread running it (guarded where a loop covers fewer than the launch does);
 virtual threads are unrolled loops inside one thread; buffers in ``shared`` scope are the
-block's shared memory, ``local`` ones per-thread arrays that nvcc keeps in registers once
+block's shared memory (static arrays, or past 48 KB slices of the dynamic shared memory
+that the launch asks for), ``local`` ones per-thread arrays that nvcc keeps in registers once
 the loops over them unroll; barriers are ``__syncthreads()``. Expressions are the C
 backend's, so a kernel computes what its CPU twin computes.
 """
@@ -45,12 +46,17 @@ _VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("int32", 2
                  ("float64", 2): "double2"}
 
 
+STATIC_SHARED_BYTES = 48 << 10  # a block's static __shared__ arrays, on every architecture
+
+
 @dataclass(frozen=True)
 class Launch:
-    """The grid and block a kernel runs on (x, y, z), read off its bound loops."""
+    """The grid and block a kernel runs on (x, y, z), read off its bound loops, and the
+    dynamic shared memory a block asks for (0 where its tiles fit in static arrays)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    shared_bytes: int = 0
 
     @property
     def threads(self) -> int:
@@ -58,13 +64,27 @@ class Launch:
 
 
 def launch_of(func: LoweredFunc) -> Launch:
-    """Each axis's size: the largest extent of a loop bound to it (1 where none is)."""
+    """Each axis's size: the largest extent of a loop bound to it (1 where none is); the
+    shared tiles' bytes where they outgrow static arrays."""
     sizes: dict[str, int] = {}
     for loop in bound_loops(func.body):
         sizes[loop.kind] = max(sizes.get(loop.kind, 1), loop.extent)
     grid = tuple(sizes.get(f"blockIdx.{a}", 1) for a in "xyz")
     block = tuple(sizes.get(f"threadIdx.{a}", 1) for a in "xyz")
-    return Launch(grid, block)  # type: ignore[arg-type]
+    offsets = _shared_offsets(func.body)
+    dynamic = offsets.pop(None) if offsets.get(None, 0) > STATIC_SHARED_BYTES else 0
+    return Launch(grid, block, dynamic)  # type: ignore[arg-type]
+
+
+def _shared_offsets(body: Stmt) -> dict:
+    """Where each shared buffer (by ``id``) starts in one block of shared memory, 16-byte
+    aligned, in the order allocated; under ``None``, the bytes of them all."""
+    offsets, end = {}, 0
+    for node in walk_stmts(body):
+        if isinstance(node, Allocate) and node.buffer.scope == "shared" and id(node.buffer) not in offsets:
+            offsets[id(node.buffer)] = end
+            end += -(-math.prod(node.buffer.shape) * bytes_of(node.buffer.dtype) // 16) * 16
+    return {**offsets, None: end}
 
 
 def bound_loops(s: Stmt) -> list[For]:
@@ -76,6 +96,7 @@ class _CudaEmitter(_Emitter):
     def __init__(self, func: LoweredFunc, target):
         super().__init__(func, target)
         self.launch = launch_of(func)
+        self.shared_offsets = _shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
         self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 
@@ -178,7 +199,10 @@ class _CudaEmitter(_Emitter):
         b = s.buffer
         size = math.prod(b.shape)
         name = self.buffer_name(b)
-        if b.scope == "shared":
+        if b.scope == "shared" and self.launch.shared_bytes:  # a slice of the block's dynamic shared memory
+            ctype = C_TYPES[b.dtype]
+            self.out.line(f"{ctype}* __restrict__ {name} = ({ctype}*)(tc_shared + {self.shared_offsets[id(b)]});")
+        elif b.scope == "shared":
             self.out.line(f"__shared__ __align__(16) {C_TYPES[b.dtype]} {name}[{size}];")
         elif b.scope == "local":
             self.out.line(f"{C_TYPES[b.dtype]} {name}[{size}];")
@@ -271,6 +295,8 @@ class _CudaEmitter(_Emitter):
         bounds = f"{threads}, {min_blocks}" if min_blocks > 1 else f"{threads}"
         head = f'extern "C" __global__ void __launch_bounds__({bounds}) {f.name}'
         with self.out.block(f"{head}({', '.join(params)})"):
+            if self.launch.shared_bytes:  # over 48 KB: asked for at launch, the kernel opted in
+                self.out.line("extern __shared__ __align__(16) unsigned char tc_shared[];")
             self.stmt(f.body)
         return _PRELUDE + "\n" + body.text()
 

@@ -59,10 +59,10 @@ def verify_gpu(func: LoweredFunc, target) -> Launch:
                                 f"limit of {target.max_vthread} virtual threads")
     shared = _shared_buffers(func.body)
     used = sum(math.prod(b.shape) * bytes_of(b.dtype) for b in shared)
-    if used > target.max_shared_memory_per_block:
+    if used > target.max_shared_memory_per_block_optin:  # past 48 KB, dynamic shared memory the kernel opts in to
         listed = ", ".join(f"{b.name}{list(b.shape)}" for b in shared)
         raise GpuLimitError(f"the block uses {used} bytes of shared memory ({listed}), above the target's "
-                            f"{target.max_shared_memory_per_block} bytes per block: make the tiles cached in "
+                            f"{target.max_shared_memory_per_block_optin} bytes per block: make the tiles cached in "
                             "shared memory smaller")
     _check_nest(func.body, (), target)
     return launch

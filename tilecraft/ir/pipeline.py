@@ -8,7 +8,8 @@ the next step's tiles into the other slot while it computes from its own, the co
 asynchronous where the GPU has them (``AsyncCopies``: ``cp.async``, sm_80 and newer), so
 global memory's latency hides behind the arithmetic. A barrier at the end of a step keeps a
 slot from being refilled while another thread still reads it. A loop without that shape, or
-whose doubled tiles would outgrow the 48 KB of static shared memory, stays serial.
+whose doubled tiles would outgrow the 227 KB a block may have on sm_90, stays serial (past
+48 KB the kernel takes dynamic shared memory; the verifier holds a smaller GPU to its limit).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ..te.expr import Expr, TensorRead, binary, const, map_children
 from .nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store,
                     ThreadAllReduce, map_stmt, seq, substitute_stmt, walk_stmts)
 
-SHARED_BYTES = 48 * 1024  # a block's static __shared__ arrays, on every architecture
+SHARED_BYTES = 227 << 10  # the most shared memory a block may opt in to (sm_90)
 
 
 def software_pipeline(body: Stmt) -> Stmt:

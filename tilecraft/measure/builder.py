@@ -46,7 +46,7 @@ class _Generated:
     args: tuple[ArgSpec, ...]
     packs: tuple[PackSpec, ...]
     time_cost: float  # seconds spent on it so far
-    launch: tuple | None = None  # CUDA: (grid, block)
+    launch: tuple | None = None  # CUDA: (grid, block, dynamic shared bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +136,7 @@ def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
     if getattr(candidate.target, "kind", "llvm") == "cuda":
         try:  # the verifier's refusals cost no compilation
             checked = verify_gpu(func, candidate.target)
-            launch = (checked.grid, checked.block)
+            launch = (checked.grid, checked.block, checked.shared_bytes)
         except GpuLimitError as error:
             return failed(MeasureErrorKind.INSTANTIATION, "GPU verifier: ", error)
     try:

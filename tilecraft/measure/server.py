@@ -264,16 +264,19 @@ class _UploadedDataRunner(LocalRunner):
         return self._uploaded[dag.workload_key]
 
 
-def _launch(value: Any) -> tuple[tuple[int, ...], tuple[int, ...]] | None | str:
-    """A CUDA candidate's grid and block as sent (two lists of three positive integers), None
-    for a CPU library, or what is wrong with it."""
+def _launch(value: Any) -> tuple[tuple[int, ...], tuple[int, ...], int] | None | str:
+    """A CUDA candidate's grid, block and dynamic shared bytes as sent (two lists of three
+    positive integers, then an integer from 0, 0 where left out), None for a CPU library, or
+    what is wrong with it."""
     if value is None:
         return None
-    if (isinstance(value, list) and len(value) == 2
-            and all(isinstance(dims, list) and len(dims) == 3 for dims in value)
-            and all(type(n) is int and 1 <= n < 1 << 31 for dims in value for n in dims)):
-        return tuple(value[0]), tuple(value[1])
-    return f"'launch' must be [grid, block], each three integers from 1 to 2**31 - 1, not {str(value)[:100]}"
+    if (isinstance(value, list) and len(value) in (2, 3)
+            and all(isinstance(dims, list) and len(dims) == 3 for dims in value[:2])
+            and all(type(n) is int and 1 <= n < 1 << 31 for dims in value[:2] for n in dims)
+            and all(type(n) is int and 0 <= n < 1 << 31 for n in value[2:])):
+        return tuple(value[0]), tuple(value[1]), (value[2:] or [0])[0]
+    return (f"'launch' must be [grid, block, shared bytes], grid and block three integers from 1 to 2**31 - 1 "
+            f"each, the shared bytes one from 0, not {str(value)[:100]}")
 
 
 def is_loopback(host: str) -> bool:

@@ -329,7 +329,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
                     shared_tiles=tuple(shared_tiles))
     if getattr(target, "kind", None) == "cuda":
         sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
-                             "shared_bytes": target.max_shared_memory_per_block, "sm_count": target.sm_count}
+                             "shared_bytes": target.max_shared_memory_per_block_optin, "sm_count": target.sm_count}
         sketch.limits_in_decisions = not (unformed or shared_reads or vector
                                           or any(slot.role == "location" for slot in slots))
     elif target is not None:
