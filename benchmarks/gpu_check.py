@@ -6,7 +6,7 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
 1. ``pytest`` on the GPU tests: every test schedule runs as a kernel there and is compared
    with NumPy (``tests/codegen/test_cuda.py``), and the runtime's tests with a GPU.
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
-   matmul (``cp.async``) and a random-schedule sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
+   matmul (``cp.async``), one with 64 KB of dynamic shared memory and a random-schedule sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a
@@ -33,7 +33,8 @@ SANITIZED = """
 import sys, numpy as np, tilecraft as tc
 sys.path.insert(0, "examples"); sys.path.insert(0, "tests/codegen"); sys.path.insert(0, "tests/ir")
 import cuda_matmul, test_cuda, test_pipeline
-schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1]]  # double-buffered, cp.async
+schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1],  # double-buffered, cp.async
+             test_cuda.tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)]  # 64 KB: dynamic
 schedules += [test_cuda.random_gpu_schedule(np.random.default_rng(s)) for s in range(3)]
 for sch in schedules:
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
