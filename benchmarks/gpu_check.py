@@ -6,7 +6,8 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
 1. ``pytest`` on the GPU tests: every test schedule runs as a kernel there and is compared
    with NumPy (``tests/codegen/test_cuda.py``), and the runtime's tests with a GPU.
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
-   matmul (``cp.async``), one with 64 KB of dynamic shared memory and a random-schedule sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
+   matmul (``cp.async``), one with 64 KB of dynamic shared memory and a random-schedule
+   sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a

@@ -78,7 +78,7 @@ def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> C
     from .runtime.cuda_compiler import compile_cuda
 
     func = lower(sch, name)
-    launch = verify_gpu(func, target)
+    verify_gpu(func, target)
     source, launch = generate_cuda(func, target)
     cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
     args, _ = entry_signature(func)

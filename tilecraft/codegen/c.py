@@ -6,8 +6,8 @@ many threads as the target has cores;
 vectorized loops whose body is one store become GCC vector-extension code (contiguous
 accesses as vector loads and stores, loop-invariant values broadcast, reads of every other
 element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar
-tail, in narrower vectors for a loop shorter than the target's unless it would gather. The vector value may use
-arithmetic, min/max, comparisons as lane masks, selects as blends, casts between types of
+tail, in narrower vectors for a loop shorter than the target's unless it would gather. The
+vector value may use arithmetic, min/max, comparisons as lane masks, selects as blends, casts between types of
 one width and the math functions of ``vector_math``; any other vectorized loop is emitted
 scalar for the compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small
 local buffers are stack arrays, which gcc keeps in registers once the loops over them unroll.

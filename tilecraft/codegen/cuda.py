@@ -16,7 +16,8 @@ import math
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..ir.nodes import Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store, ThreadAllReduce, walk_stmts
+from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store,
+                        ThreadAllReduce, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
 from ..te.expr import TensorRead, const, substitute
@@ -71,9 +72,8 @@ def launch_of(func: LoweredFunc) -> Launch:
         sizes[loop.kind] = max(sizes.get(loop.kind, 1), loop.extent)
     grid = tuple(sizes.get(f"blockIdx.{a}", 1) for a in "xyz")
     block = tuple(sizes.get(f"threadIdx.{a}", 1) for a in "xyz")
-    offsets = _shared_offsets(func.body)
-    dynamic = offsets.pop(None) if offsets.get(None, 0) > STATIC_SHARED_BYTES else 0
-    return Launch(grid, block, dynamic)  # type: ignore[arg-type]
+    shared = _shared_offsets(func.body)[None]
+    return Launch(grid, block, shared if shared > STATIC_SHARED_BYTES else 0)  # type: ignore[arg-type]
 
 
 def _shared_offsets(body: Stmt) -> dict:
@@ -137,7 +137,8 @@ class _CudaEmitter(_Emitter):
         nbytes = bytes_of(buffer.dtype) * lanes
         dst = f"&{self.buffer_name(buffer)}[{self.expr(index)}]"
         src = f"&{self.buffer_name(source.tensor)}[{self.expr(source_index)}]"
-        self.out.line(f'asm volatile("cp.async.{"cg" if nbytes == 16 else "ca"}.shared.global [%0], [%1], {nbytes};\\n" '
+        level = "cg" if nbytes == 16 else "ca"
+        self.out.line(f'asm volatile("cp.async.{level}.shared.global [%0], [%1], {nbytes};\\n" '
                       f':: "r"((uint32_t)__cvta_generic_to_shared({dst})), "l"({src}) : "memory");')
 
     def all_reduce(self, s: ThreadAllReduce) -> None:

@@ -191,7 +191,8 @@ class _Lowering:
             pragmas, kind = dict(loop.pragmas), _for_kind(loop.annotation)
             if kind == "serial" and pragmas.get("software_pipeline", 0) >= 2:
                 kind = "pipeline"  # double-buffered by software_pipeline once the loop nest is whole
-            body = For(b.loop_var[leaf], b.loop_extent[leaf], kind, inner, pragmas.get("pragma_auto_unroll_max_step", 0))
+            unroll = pragmas.get("pragma_auto_unroll_max_step", 0)
+            body = For(b.loop_var[leaf], b.loop_extent[leaf], kind, inner, unroll)
         return body
 
     def _attached_nests(self, stages: list[Stage]) -> list[Stmt]:

@@ -35,8 +35,9 @@ def software_pipeline(body: Stmt) -> Stmt:
     def visit(s: Stmt) -> Stmt:
         if isinstance(s, For):
             loop = replace(s, body=visit(s.body))
-            return (_double_buffered(loop, spare) if s.kind == "pipeline" else None) or replace(
-                loop, kind="serial" if s.kind == "pipeline" else s.kind)
+            if s.kind != "pipeline":
+                return loop
+            return _double_buffered(loop, spare) or replace(loop, kind="serial")
         if isinstance(s, Seq):
             return Seq(tuple(visit(c) for c in s.stmts))
         if isinstance(s, IfThenElse):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..te.printer import expr_to_str
-from .nodes import Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
+from .nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store,
+                    ThreadAllReduce)
 
 
 def print_func(func: LoweredFunc) -> str:

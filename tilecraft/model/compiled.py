@@ -46,10 +46,10 @@ from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
-from ..graph.fuse import concat_slices, partition, subgraph_dag
+from ..graph.fuse import partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
-from .tasks import describe, prepare_graph
+from .tasks import describe, in_place_concats, prepare_graph
 
 UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
 
@@ -423,12 +423,13 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     jobs: dict[tuple, tuple] = {}  # (workload key, slice) -> (kernel index, dag, description, best record, slice)
     steps = []
     parts = partition(graph)
-    slices = {} if getattr(target, "kind", "llvm") == "cuda" else concat_slices(graph, parts)
+    slices = in_place_concats(graph, parts, target)
+    written_in_place = {whole for whole, _ in slices.values()}
     for subgraph in parts:
         if subgraph.is_view:
             steps.append(Step(None, subgraph.inputs, subgraph.outputs))
             continue
-        if subgraph.outputs[0] in {whole for whole, _ in slices.values()}:
+        if subgraph.outputs[0] in written_in_place:
             continue  # a concatenation that its producers write in place
         dag = subgraph_dag(graph, subgraph)
         whole, offset = slices.get(subgraph.outputs[0], (None, None))
@@ -500,7 +501,7 @@ def _compile_kernel(dag, desc: str, record, into, log, target: Target, name: str
     why = "no log given" if log is None else f"no record in {log}"
 
     def built(sch):
-        if into is None or getattr(target, "kind", "llvm") == "cuda":
+        if into is None:
             return build(sch, target, name, cache_dir)
         return build_lowered(into_slice(lower(sch, name), *into), target, cache_dir)
 

@@ -488,8 +488,9 @@ class Schedule:
         On a loop the annotation is a pragma: ``pragma_auto_unroll_max_step`` unrolls every
         loop nest inside it of at most ``ann_val`` iterations (``pragma_unroll_explicit`` is
         recorded but does not change the code); ``software_pipeline`` 2 double-buffers the
-        GPU shared-memory tiles that each of its steps fills (``ir/pipeline.py``). On a block it is an intent that lowering
-        realizes once the block's final place is known (see ``postproc.py``):
+        GPU shared-memory tiles that each of its steps fills (``ir/pipeline.py``). On a block
+        it is an intent that lowering realizes once the block's final place is known (see
+        ``postproc.py``):
         ``meta_schedule.parallel`` fuses up to ``ann_val`` outer loops and runs them in
         parallel (at the root only), ``meta_schedule.vectorize`` vectorizes the innermost
         spatial loop, ``pragma_auto_unroll_max_step`` goes on the block's outermost loop,

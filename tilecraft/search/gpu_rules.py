@@ -7,12 +7,13 @@ outer spatial levels, fused across the axes, are bound to ``blockIdx.x``, ``vthr
 input is cached in shared memory at the first reduction level and fetched by the block's
 threads together (``meta_schedule.cooperative_fetch``, realized at lowering once the thread
 extents are known); a second sketch double-buffers those tiles across the reduction's steps
-(``software_pipeline``, with ``cp.async`` copies on sm_80 and newer). Its element-wise epilogue (a bias and a ReLU after a convolution) is
-folded into the copy-out, so the result leaves the registers once, finished. Any other
-block at the root has its loops fused and split over blocks and threads (auto-binding,
-with the thread count a sampled decision; a block that reads a row reduction binds the
-rows to blocks); a reduction short of spatial parallelism, tiled or not (a matrix-vector
-product), gets a second sketch whose reduction runs across a row of threads.
+(``software_pipeline``, with ``cp.async`` copies on sm_80 and newer). Its element-wise
+epilogue (a bias and a ReLU after a convolution) is folded into the copy-out, so the
+result leaves the registers once, finished. Any other block at the root has its loops fused
+and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
+block that reads a row reduction binds the rows to blocks); a reduction short of spatial
+parallelism, tiled or not (a matrix-vector product), gets a second sketch whose reduction
+runs across a row of threads.
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.

@@ -196,12 +196,13 @@ class TaskScheduler:
         for state in self.states:
             use_policies(state.policy, options)
             state.summary.final_costs = ()  # the search steers by its own measurements; the end re-measures
-        if any(s.loaded for s in self.states):
-            reporter.phase("re-measuring the log's best")
+        trials, since_better, best_objective = 0, 0, math.inf
+        try:
+            if options.num_remeasured and any(s.loaded for s in self.states):
+                reporter.phase("re-measuring the log's best")
             for state in self.states:
                 self._resume(state, options, builder, runner)
-        trials, since_better, best_objective = 0, 0, self.objective()
-        try:
+            best_objective = self.objective()
             while trials < options.num_measure_trials:
                 index = self._pick()
                 if index is None:
