@@ -57,32 +57,31 @@ def build(sch, target: Target | CudaTarget | str | None = None, name: str = "def
             print(func.source)              # the C source
     """
     target = target if isinstance(target, (Target, CudaTarget)) else Target(target)
-    if isinstance(target, CudaTarget):
-        return _build_cuda(sch, target, name, cache_dir)
     return build_lowered(lower(sch, name), target, cache_dir)
 
 
-def build_lowered(func: LoweredFunc, target: Target, cache_dir: Path | None = None) -> Module:
-    """``build``'s CPU steps after lowering, for a loop nest a pass has changed (``ir/slices.py``)."""
+def build_lowered(func: LoweredFunc, target: Target | CudaTarget, cache_dir: Path | None = None):
+    """``build``'s steps after lowering, for a loop nest a pass has changed (``ir/slices.py``)."""
+    if isinstance(target, CudaTarget):
+        return _build_cuda(func, target, cache_dir)
     source = generate_c(func, target)
     lib = compile_c(source, target, cache_dir)
     args, packs = entry_signature(func)
     return Module(lib, source, func.name, args, packs)
 
 
-def _build_cuda(sch, target: CudaTarget, name: str, cache_dir: Path | None) -> CudaModule:
+def _build_cuda(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None) -> CudaModule:
     # imported here: the CUDA backend costs nothing to a CPU program or a measuring worker's start
     from .codegen.cuda import generate_cuda
     from .codegen.gpu_verify import verify_gpu
     from .runtime.cuda import CudaModule, LaunchSpec
     from .runtime.cuda_compiler import compile_cuda
 
-    func = lower(sch, name)
     verify_gpu(func, target)
     source, launch = generate_cuda(func, target)
     cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
     args, _ = entry_signature(func)
-    return CudaModule(cubin, source, name, args, LaunchSpec(launch.grid, launch.block, launch.shared_bytes))
+    return CudaModule(cubin, source, func.name, args, LaunchSpec(launch.grid, launch.block, launch.shared_bytes))
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
@@ -113,17 +112,20 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
             c = tc.emulate_gpu(sch)(a, b)
             np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     """
+    target = target if isinstance(target, CudaTarget) else CudaTarget(target)
+    return emulate_lowered(lower(sch, name), target, cache_dir)
+
+
+def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None) -> Module:
+    """``emulate_gpu``'s steps after lowering, for a loop nest a pass has changed."""
     from .codegen.gpu_verify import verify_gpu
     from .ir.emulate import emulate_on_cpu
 
-    target = target if isinstance(target, CudaTarget) else CudaTarget(target)
-    func = lower(sch, name)
-    launch = verify_gpu(func, target)
-    cpu = emulate_on_cpu(func, launch.block)
+    cpu = emulate_on_cpu(func, verify_gpu(func, target).block)
     host = Target.host()
     source = generate_c(cpu, host)
     args, packs = entry_signature(cpu)
-    return Module(compile_c(source, host, cache_dir), source, name, args, packs)
+    return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

@@ -151,3 +151,20 @@ def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, 
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
     with pytest.raises(tc.TilecraftError, match="compile the model with compile_model to emulate it"):
         loaded.emulate(feeds)
+
+
+@pytest.mark.parametrize("axis", [1, 0], ids=["columns", "rows"])
+def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, tmp_path):
+    from tilecraft.graph import run_reference
+    from test_compiled import branches_into_concat
+
+    graph = branches_into_concat(axis=axis)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(graph, TARGET, cache_dir=tmp_path)
+    assert not [k.desc for k in gpu.kernels if k.desc.startswith("concat")]
+    x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
+    expected = run_reference(graph, {"x": x})
+    got = gpu.emulate({"x": x})
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)

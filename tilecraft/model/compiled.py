@@ -46,10 +46,10 @@ from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES
-from ..graph.fuse import partition, subgraph_dag
+from ..graph.fuse import concat_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
-from .tasks import describe, in_place_concats, prepare_graph
+from .tasks import describe, prepare_graph
 
 UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
 
@@ -423,7 +423,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     jobs: dict[tuple, tuple] = {}  # (workload key, slice) -> (kernel index, dag, description, best record, slice)
     steps = []
     parts = partition(graph)
-    slices = in_place_concats(graph, parts, target)
+    slices = concat_slices(graph, parts)
     written_in_place = {whole for whole, _ in slices.values()}
     for subgraph in parts:
         if subgraph.is_view:
@@ -450,7 +450,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     if getattr(target, "kind", "llvm") == "cuda":
         values, constants = _model_values(graph, steps)
         model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
-                         [dag for _, dag, *_ in jobs.values()])
+                         [(dag, into) for _, dag, _, _, into in jobs.values()])
     else:
         model = _assemble(graph, steps, kernels, target, cache_dir)
     model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..errors import TilecraftError
 from ..schedule.trace import Trace
+from ..target import CudaTarget
 from ..te.dag import ComputeDAG
 from ..graph.ir import Value
 
@@ -44,7 +45,7 @@ class GpuModel:
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
                  kernels: Sequence, steps: Sequence, constants: Mapping[str, np.ndarray], target: str,
-                 dags: Sequence[ComputeDAG]) -> None:
+                 dags: Sequence[tuple[ComputeDAG, tuple | None]]) -> None:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         self.untuned: tuple = ()
@@ -126,21 +127,25 @@ class GpuModel:
         Raises:
             ModelInputError: As ``run``.
         """
-        from ..build import emulate_gpu
+        from ..build import emulate_lowered
+        from ..ir.lower import lower
+        from ..ir.slices import into_slice
         from .compiled import check_inputs
 
         if not self._dags:
             raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
                                  "replays its schedules on; compile the model with compile_model to emulate it")
         if self._emulated is None:
-            self._emulated = [emulate_gpu(Trace.from_json(k.trace).replay(dag), self.target)
-                              for k, dag in zip(self.kernels, self._dags)]
+            funcs = [lower(Trace.from_json(k.trace).replay(dag)) for k, (dag, _) in zip(self.kernels, self._dags)]
+            self._emulated = [emulate_lowered(into_slice(func, *into) if into else func, CudaTarget(self.target))
+                              for func, (_, into) in zip(funcs, self._dags)]
         arrays: dict[str, np.ndarray] = {**self.constants, **check_inputs(self.inputs, inputs)}
         for step in self.steps:
             if step.kernel is None:
                 arrays[step.outputs[0]] = arrays[step.inputs[0]].reshape(self.values[step.outputs[0]].shape)
                 continue
-            outs = [np.empty(self.values[n].shape, self.values[n].dtype) for n in step.outputs]
+            outs = [arrays[n] if n in arrays else np.empty(self.values[n].shape, self.values[n].dtype)
+                    for n in step.outputs]  # a concatenation its producers write in place: one array
             self._emulated[step.kernel](*(arrays[n] for n in step.inputs), *outs)
             arrays.update(zip(step.outputs, outs))
         return {name: arrays[name].copy() for name in self.outputs}

@@ -71,7 +71,7 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     weights: list[int] = []
     index: dict[str, int] = {}
     parts = partition(graph)
-    in_place = {whole for whole, _ in in_place_concats(graph, parts, target).values()}
+    in_place = {whole for whole, _ in concat_slices(graph, parts).values()}
     for subgraph in parts:
         if subgraph.is_view or subgraph.outputs[0] in in_place:
             continue
@@ -82,12 +82,6 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
             weights.append(0)
         weights[n] += 1
     return tasks, weights
-
-
-def in_place_concats(graph: Graph, parts: list[Subgraph], target) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``concat_slices`` where the target's kernels write into slices: a CPU's (a GPU kernel
-    still writes a whole array)."""
-    return {} if getattr(target, "kind", "llvm") == "cuda" else concat_slices(graph, parts)
 
 
 def print_tasks(tasks: list[SearchTask], weights: list[int], console=None) -> None:
