@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 
 from ..errors import LoweringError
-from ..te.expr import Expr, TensorRead, Var, binary, const, map_children, reduction_identity, substitute
+from ..te.expr import Expr, TensorRead, Var, binary, const, reduction_identity, substitute
 from .pipeline import synchronous
-from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce, map_stmt,
-                    seq, substitute_stmt, walk_stmts)
+from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce,
+                    rebuffer, seq, substitute_stmt, walk_stmts)
 
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -70,7 +70,7 @@ class _Emulation:
             return Allocate(expanded, self.phases(_expand(s.body, s.buffer, expanded, self.thread_id())))
         if isinstance(s, Allocate):  # shared memory: one array a block
             local = _as_local(s.buffer)
-            return Allocate(local, self.phases(_rebuffer(s.body, s.buffer, local)))
+            return Allocate(local, self.phases(rebuffer(s.body, {s.buffer: local})))
         raise LoweringError("a barrier lies under a condition, which threads may take differently; "
                             "barriers must be reached by every thread of a block")
 
@@ -112,7 +112,7 @@ class _Emulation:
             return IfThenElse(s.cond, self.one_thread(s.then))
         if isinstance(s, Allocate):
             local = _as_local(s.buffer)
-            return Allocate(local, self.one_thread(_rebuffer(s.body, s.buffer, local)))
+            return Allocate(local, self.one_thread(rebuffer(s.body, {s.buffer: local})))
         return s
 
 
@@ -124,38 +124,6 @@ def _as_local(buffer: Buffer) -> Buffer:
     return buffer if buffer.scope == "local" else Buffer(buffer.name, buffer.shape, buffer.dtype, "local")
 
 
-def _rewrite_reads(old: Buffer, new: Buffer, prefix: tuple[Expr, ...]):
-    def rewrite(e: Expr) -> Expr:
-        if isinstance(e, TensorRead) and e.tensor is old:
-            return TensorRead(new, prefix + tuple(rewrite(i) for i in e.indices))
-        return map_children(e, rewrite)
-
-    return rewrite
-
-
-def _rebuffer(s: Stmt, old: Buffer, new: Buffer) -> Stmt:
-    """``s`` using ``new`` wherever it used ``old`` (the same shape)."""
-    return map_stmt(s, _rewrite_reads(old, new, ()), lambda b: new if b is old else b)
-
-
 def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:
     """``s`` using thread ``thread``'s row of ``new`` wherever it used ``old``."""
-    rewrite = _rewrite_reads(old, new, (thread,))
-    if isinstance(s, Store) and s.buffer is old:
-        return Store(new, (thread,) + tuple(rewrite(i) for i in s.indices), rewrite(s.value))
-    if isinstance(s, ThreadAllReduce):
-        indices = tuple(rewrite(i) for i in s.indices)
-        if s.buffer is old:
-            return ThreadAllReduce(s.combiner, rewrite(s.value), new, (thread,) + indices)
-        return ThreadAllReduce(s.combiner, rewrite(s.value), s.buffer, indices)
-    if isinstance(s, Store):
-        return map_stmt(s, rewrite)
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _expand(s.body, old, new, thread), s.unroll_max_step)
-    if isinstance(s, Seq):
-        return Seq(tuple(_expand(c, old, new, thread) for c in s.stmts))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(rewrite(s.cond), _expand(s.then, old, new, thread))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _expand(s.body, old, new, thread))
-    return s
+    return rebuffer(s, {old: new}, lambda buffer, indices: (thread,) + indices)

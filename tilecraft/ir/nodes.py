@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ..te.expr import Expr, Var, substitute
+from ..te.expr import Expr, TensorRead, Var, map_children, substitute
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -166,6 +166,20 @@ def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b, indices_fn=lambda buffer, 
         return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer),
                                indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)))
     return s
+
+
+def rebuffer(s: Stmt, new: dict[Buffer, Buffer], indices=lambda buffer, indices: indices) -> Stmt:
+    """``s`` using ``new[b]`` wherever it read or stored buffer ``b``, those accesses' indices
+    passed through ``indices(b, indices)`` (a slot, a thread's row, a slice's offset)."""
+    images = {id(old): image for old, image in new.items()}
+
+    def rewrite(e: Expr) -> Expr:
+        if isinstance(e, TensorRead) and id(e.tensor) in images:
+            return TensorRead(images[id(e.tensor)], indices(e.tensor, tuple(rewrite(i) for i in e.indices)))
+        return map_children(e, rewrite)
+
+    return map_stmt(s, rewrite, lambda b: images.get(id(b), b),
+                    lambda b, index: indices(b, index) if id(b) in images else index)
 
 
 def substitute_stmt(s: Stmt, mapping: dict[Var, Expr]) -> Stmt:

@@ -18,9 +18,9 @@ import math
 from dataclasses import replace
 
 from ..te.dtype import bytes_of
-from ..te.expr import Expr, TensorRead, binary, const, map_children
+from ..te.expr import Expr, binary, const
 from .nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store,
-                    ThreadAllReduce, map_stmt, seq, substitute_stmt, walk_stmts)
+                    ThreadAllReduce, rebuffer, seq, substitute_stmt, walk_stmts)
 
 SHARED_BYTES = 227 << 10  # the most shared memory a block may opt in to (sm_90)
 
@@ -78,16 +78,10 @@ def _double_buffered(loop: For, spare: int) -> Stmt | None:
     if not fills or not _written(fills) <= ids or _written(rest) & ids or any(
             isinstance(n, Barrier) for step in rest for n in walk_stmts(step)):
         return None
-    doubled = {id(b): Buffer(b.name, (2,) + b.shape, b.dtype, "shared") for b in tiles}
+    doubled = {b: Buffer(b.name, (2,) + b.shape, b.dtype, "shared") for b in tiles}
 
     def in_slot(stmt: Stmt, slot: Expr) -> Stmt:
-        def rewrite(e: Expr) -> Expr:
-            if isinstance(e, TensorRead) and id(e.tensor) in doubled:
-                return TensorRead(doubled[id(e.tensor)], (slot,) + tuple(rewrite(i) for i in e.indices))
-            return map_children(e, rewrite)
-
-        return map_stmt(stmt, rewrite, lambda b: doubled.get(id(b), b),
-                        lambda b, indices: (slot,) + indices if id(b) in doubled else indices)
+        return rebuffer(stmt, doubled, lambda buffer, indices: (slot,) + indices)
 
     k = loop.var
     after = binary("add", k, const(1, k.dtype))
@@ -101,7 +95,7 @@ def _double_buffered(loop: For, spare: int) -> Stmt | None:
         step = Allocate(buffer, step)
     pipelined: Stmt = seq([fill(const(0, k.dtype)), replace(loop, kind="serial", body=step)])
     for buffer in reversed(tiles):
-        pipelined = Allocate(doubled[id(buffer)], pipelined)
+        pipelined = Allocate(doubled[buffer], pipelined)
     return pipelined
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..errors import LoweringError
-from ..te.expr import Expr, TensorRead, binary, const, map_children
-from .nodes import Buffer, LoweredFunc, map_stmt
+from ..te.expr import Expr, binary, const
+from .nodes import Buffer, LoweredFunc, rebuffer
 
 
 def into_slice(func: LoweredFunc, output: str, shape: tuple[int, ...], offset: tuple[int, ...]) -> LoweredFunc:
@@ -29,12 +29,6 @@ def into_slice(func: LoweredFunc, output: str, shape: tuple[int, ...], offset: t
     def moved(indices: tuple[Expr, ...]) -> tuple[Expr, ...]:
         return tuple(binary("add", i, const(o, i.dtype)) if o else i for i, o in zip(indices, offset))
 
-    def rewrite(e: Expr) -> Expr:
-        if isinstance(e, TensorRead) and e.tensor is old:
-            return TensorRead(new, moved(tuple(rewrite(i) for i in e.indices)))
-        return map_children(e, rewrite)
-
-    body = map_stmt(func.body, rewrite, lambda b: new if b is old else b,
-                    lambda b, indices: moved(indices) if b is old else indices)
+    body = rebuffer(func.body, {old: new}, lambda buffer, indices: moved(indices))
     user_args = tuple(Buffer(b.name, new.shape, b.dtype, b.scope) if b.name == output else b for b in func.user_args)
     return replace(func, args=tuple(new if b is old else b for b in func.args), body=body, user_args=user_args)
