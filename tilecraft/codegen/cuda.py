@@ -72,11 +72,11 @@ def launch_of(func: LoweredFunc) -> Launch:
         sizes[loop.kind] = max(sizes.get(loop.kind, 1), loop.extent)
     grid = tuple(sizes.get(f"blockIdx.{a}", 1) for a in "xyz")
     block = tuple(sizes.get(f"threadIdx.{a}", 1) for a in "xyz")
-    shared = _shared_offsets(func.body)[None]
+    shared = shared_offsets(func.body)[None]
     return Launch(grid, block, shared if shared > STATIC_SHARED_BYTES else 0)  # type: ignore[arg-type]
 
 
-def _shared_offsets(body: Stmt) -> dict:
+def shared_offsets(body: Stmt) -> dict:
     """Where each shared buffer (by ``id``) starts in one block of shared memory, 16-byte
     aligned, in the order allocated; under ``None``, the bytes of them all."""
     offsets, end = {}, 0
@@ -96,7 +96,7 @@ class _CudaEmitter(_Emitter):
     def __init__(self, func: LoweredFunc, target):
         super().__init__(func, target)
         self.launch = launch_of(func)
-        self.shared_offsets = _shared_offsets(func.body)
+        self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
         self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 

@@ -8,12 +8,9 @@ the limit, the value and the loop or buffer that exceeds it.
 
 from __future__ import annotations
 
-import math
-
 from ..errors import GpuLimitError
 from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
-from ..te.dtype import bytes_of
-from .cuda import GPU_AXES, Launch, bound_loops, launch_of, vector_bytes
+from .cuda import GPU_AXES, Launch, bound_loops, launch_of, shared_offsets, vector_bytes
 
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -58,7 +55,7 @@ def verify_gpu(func: LoweredFunc, target) -> Launch:
             raise GpuLimitError(f"loop {loop.var.name} bound to {loop.kind} has extent {loop.extent}, above the "
                                 f"limit of {target.max_vthread} virtual threads")
     shared = _shared_buffers(func.body)
-    used = sum(math.prod(b.shape) * bytes_of(b.dtype) for b in shared)
+    used = shared_offsets(func.body)[None]  # as the code generator lays the tiles out, 16-byte aligned
     if used > target.max_shared_memory_per_block_optin:  # past 48 KB, dynamic shared memory the kernel opts in to
         listed = ", ".join(f"{b.name}{list(b.shape)}" for b in shared)
         raise GpuLimitError(f"the block uses {used} bytes of shared memory ({listed}), above the target's "
