@@ -1,15 +1,18 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
-    python benchmarks/models.py [--trials N [--cold-weights] | --kept] [--only resnet50,bert_layer] [--tasks REGEX]
-                                [--out FILE]
+    python benchmarks/models.py [--trials N [--cold-weights] | --kept [--in-place]] [--only resnet50,bert_layer]
+                                [--tasks REGEX] [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
 with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
 its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
-regular expression, say the 7x7 layers) and compiled again from the log. The log is kept in
+regular expression, say the 7x7 layers) and compiled again from the log. After tuning, each
+task's four best schedules are timed inside the model and the fastest there chosen
+(``tc.choose_in_place``, as ``tilecraft tune-model`` ends). The log is kept in
 benchmarks/records (xz-compressed), so a later run resumes the tuning; --kept compiles the
-tuned model from that log as it is, tuning nothing, to time it again. --cold-weights tunes with
+tuned model from that log as it is, tuning nothing, to time it again (--in-place: after
+choosing in place again). --cold-weights tunes with
 each kernel's weights evicted from the caches before every timed call (as a layer finds them
 inside a model, whose other layers' weights pass through the caches between two of its calls),
 into a log of its own (MODEL_cold); the tuned model takes a kernel's schedule from that log
@@ -68,7 +71,7 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
 
 
 def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "",
-        kept: bool = False, cold_weights: bool = False) -> dict:
+        kept: bool = False, cold_weights: bool = False, in_place: bool = False) -> dict:
     path = model_zoo.export(name, directory / "onnx")
     shape = model_zoo.MODELS[name][1]
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
@@ -113,9 +116,16 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
             with tc.LocalRunner(evict_weights=cold_weights) as runner:
                 scheduler.tune(tc.TuningOptions(num_measure_trials=trials, runner=runner,
                                                 measure_callbacks=[tc.RecordToFile(str(log))], verbose=1))
+            if not cold_weights:
+                row["in_place"] = choose(path, log, target)
         finally:
             save(log, archive)
         row["tuning_wall_secs"] = time.perf_counter() - started
+    if kept and in_place:
+        try:
+            row["in_place"] = choose(path, warm_log, target)
+        finally:
+            save(warm_log, archives[warm_log])
     if trials or kept:
         tuned = tc.compile_model(str(path), target, log=[str(p) for p in (cold_log, warm_log) if p.exists()])
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
@@ -123,6 +133,14 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
     with torch.no_grad():
         row.update({f"{k}_ms": v for k, v in interleaved_ms(systems, rounds, min_ms).items()})
     return row
+
+
+def choose(path: Path, log: Path, target) -> dict:
+    """Each task's best few schedules timed inside the model, the fastest there chosen (model records in ``log``)."""
+    started = time.perf_counter()
+    report = tc.choose_in_place(str(path), log, target)
+    return {"tasks": len(report.choices), "before_ms": report.before_seconds * 1e3,
+            "after_ms": report.after_seconds * 1e3, "secs": time.perf_counter() - started}
 
 
 def print_results(rows: list[dict]) -> None:
@@ -150,12 +168,17 @@ def main() -> int:
     parser.add_argument("--min-ms", type=float, default=200)
     parser.add_argument("--tasks", default="", help="tune only the tasks whose description matches this regex")
     parser.add_argument("--kept", action="store_true", help="time the tuned model of the kept log, tuning nothing")
+    parser.add_argument("--in-place", action="store_true",
+                        help="with --kept: time each task's best schedules inside the model first, into the kept log")
     parser.add_argument("--cold-weights", action="store_true",
                         help="tune with the weights evicted before every timed call, into the model's cold log")
     options = parser.parse_args()
     if options.kept and options.trials:
         parser.error(f"--kept times the kept log as it is; --trials {options.trials} would tune it further: "
                      f"give one of the two")
+    if options.in_place and not options.kept:
+        parser.error("--in-place chooses among the kept log's schedules: give --kept as well (a run with --trials "
+                     "chooses in place when its tuning ends)")
     if options.cold_weights and not options.trials:
         parser.error("--cold-weights says how to tune: give --trials N > 0 as well")
     if options.tasks:
@@ -175,7 +198,7 @@ def main() -> int:
     rows = []
     for name in names:
         rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks,
-                        options.kept, options.cold_weights))
+                        options.kept, options.cold_weights, options.in_place))
         print(f"  {name}: done", flush=True)
 
     print()

@@ -120,6 +120,8 @@ MISTAKES = [
     ([*TUNE_MODEL, "--trials", "-3"], "argument --trials: -3: give the number of measurements to make"),
     ([*TUNE_MODEL, "--per-round", "0"], "argument --per-round: 0: give the measurements per round of a task"),
     ([*TUNE_MODEL, "--warm-up", "0"], "argument --warm-up: 0: give the measurements of each task's first round"),
+    ([*TUNE_MODEL, "--in-place", "1"], "argument --in-place: --in-place 1: give the schedules to time of each task, "
+                                       "2 or more, or 0 to skip"),
     ([*TUNE_MODEL, "--per-task-early-stopping", "0"], "argument --per-task-early-stopping: 0: give the trials"),
     ([*TUNE_MODEL, "--tasks", "("], "argument --tasks: '(' is not a regular expression (missing ), unterminated "
                                     "subpattern at position 0); match task descriptions as `tilecraft tasks`"),
@@ -277,7 +279,8 @@ def test_tune_command_stops_at_its_time_limit_and_tune_model_too(onnx_model, tmp
     assert time.perf_counter() - started < 10 and 0 < len(load_records(log)) < 100000
     started = time.perf_counter()
     assert main(["tune-model", str(onnx_model), "--trials", "100000", "--per-round", "2", "--time", "2s",
-                 "--log", str(tmp_path / "model.json"), "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
+                 "--log", str(tmp_path / "model.json"), "--verbose", "0", "--no-transfer", "--remeasure", "0",
+                 "--in-place", "0"]) == 0
     assert time.perf_counter() - started < 15 and 0 < len(load_records(tmp_path / "model.json")) < 100000
 
 
@@ -317,6 +320,9 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
     assert len(records) == 8 and len({r.workload_key for r in records}) == 3  # a warm-up round for each task
     finals = [r for r in tc.load_records(log) if r.phase == "final"]
     assert {r.workload_key for r in finals} == {r.workload_key for r in records}  # every task re-measured
+    assert "whole model, interleaved:" in said and "chosen in place" in said  # then its best timed in the model
+    in_model = [r for r in tc.load_records(log) if r.phase == "model"]
+    assert in_model and all(len(r.costs) == 8 and r.is_valid for r in in_model)
     assert main(["run-model", str(onnx_model), "--log", str(log)]) == 0
     assert "have the default schedule" not in capsys.readouterr().err
 
@@ -337,7 +343,7 @@ def test_run_model_for_a_gpu_checks_its_kernels_emulated_where_there_is_no_gpu(o
 def test_tune_model_warms_each_task_up_with_the_trials_asked(onnx_model, tmp_path):
     log = tmp_path / "model.json"
     assert main(["tune-model", str(onnx_model), "--trials", "5", "--per-round", "2", "--warm-up", "1",
-                 "--log", str(log), "--verbose", "0", "--no-transfer", "--remeasure", "0"]) == 0
+                 "--log", str(log), "--verbose", "0", "--no-transfer", "--remeasure", "0", "--in-place", "0"]) == 0
     keys = [r.workload_key for r in tc.load_records(log)]
     assert len(keys) == 5 and len(set(keys[:3])) == 3  # one measurement of each task first
 
@@ -350,7 +356,8 @@ def test_tune_model_of_some_tasks_with_flushed_caches_into_a_log_run_model_takes
     assert len(chosen) == 1
     flushed = tmp_path / "flushed.json"
     assert main(["tune-model", str(onnx_model), "--trials", "2", "--per-round", "2", "--log", str(flushed),
-                 "--tasks", "^conv2d_nhwc\\+relu", "--cache-flush", "--verbose", "0", "--no-transfer"]) == 0
+                 "--tasks", "^conv2d_nhwc\\+relu", "--cache-flush", "--verbose", "0", "--no-transfer",
+                 "--in-place", "0"]) == 0
     assert {r.workload_key for r in tc.load_records(flushed)} == {chosen[0].workload_key}
     capsys.readouterr()
     assert main(["run-model", str(onnx_model), "--log", str(flushed), "--log", str(flushed)]) == 0

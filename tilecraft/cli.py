@@ -263,8 +263,10 @@ def _best_header(summary: WorkloadSummary) -> str:
 
 
 def _how_measured(record: TuningRecord) -> str:
-    """`` (median of 5 re-measured)`` for a final record: the rule of database/best.py."""
-    return f" (median of {len(record.costs)} re-measured)" if record.phase == "final" else ""
+    """`` (median of 5 re-measured)`` for a final record, `` (median of 8 in the model)`` for a
+    model record: the rule of database/best.py."""
+    how = {"final": "re-measured", "model": "in the model"}.get(record.phase)
+    return f" (median of {len(record.costs)} {how})" if how else ""
 
 
 def _schedule_as_python(record: TuningRecord) -> str:
@@ -370,7 +372,8 @@ def add_tasks_command(subparsers: Any) -> None:
 def run_tasks(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
-    tasks, weights = extract_tasks(_onnx_model(args), args.target, dict(args.input_shape))
+    model = _onnx_model(args)
+    tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
     print_tasks(tasks, weights)
     return 0
 
@@ -407,6 +410,9 @@ def add_tune_model_command(subparsers: Any) -> None:
     _add_transfer_arguments(command, "of ")
     _add_time_argument(command)
     _add_remeasure_argument(command)
+    command.add_argument("--in-place", type=_in_place_candidates, default=4, metavar="N",
+                         help="when tuning ends, time each task's N best schedules inside the compiled model and "
+                              "choose the fastest there (tc.choose_in_place; default 4, 0 to skip; CPU targets)")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1, 2))
     command.set_defaults(run=run_tune_model)
 
@@ -414,7 +420,8 @@ def add_tune_model_command(subparsers: Any) -> None:
 def run_tune_model(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
-    tasks, weights = extract_tasks(_onnx_model(args), args.target, dict(args.input_shape))
+    model = _onnx_model(args)
+    tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
     if args.tasks is not None:
         chosen = [n for n, task in enumerate(tasks) if args.tasks.search(task.desc)]
         if not chosen:
@@ -431,8 +438,13 @@ def run_tune_model(args: argparse.Namespace) -> int:
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
                                 num_remeasured=args.remeasure, time_budget_secs=args.time)
         latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
-    print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}; "
-          f"run it with: tilecraft run-model {args.model} --log {log}")
+    print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}")
+    if args.in_place and getattr(args.target, "kind", "llvm") == "llvm":
+        from .model.in_place import choose_in_place
+
+        choose_in_place(model, log, args.target, candidates=args.in_place, input_shapes=dict(args.input_shape),
+                        verbose=args.verbose)
+    print(f"run it with: tilecraft run-model {args.model} --log {log}")
     return 0
 
 
@@ -693,6 +705,13 @@ def _at_least(least: int, what: str) -> Callable[[str], int]:
             raise CommandError(f"{text}: give {what}, a whole number, {least} or more")
         return int(text)
     return count
+
+
+def _in_place_candidates(text: str) -> int:
+    """An argparse type: 0 (choose nothing in place) or a number of candidates, 2 or more."""
+    if not re.fullmatch(r"\s*\d+\s*", text) or int(text) == 1:
+        raise CommandError(f"--in-place {text}: give the schedules to time of each task, 2 or more, or 0 to skip")
+    return int(text)
 
 
 def _duration(text: str) -> float:

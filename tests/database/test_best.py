@@ -57,15 +57,31 @@ def test_if_every_re_measured_schedule_failed_the_search_measurements_rank(final
     assert [r.cost for r in rank(records)] == [1e-3, 2e-3]
 
 
+def test_a_schedule_timed_in_a_model_ranks_first_by_that_time_and_a_failure_there_puts_it_out(final, make_record):
+    warm_best = final([1e-3] * 3, inner=4)
+    in_model = [dataclasses.replace(final([1.4e-3] * 3, inner=4), phase="model"),
+                dataclasses.replace(final([1.3e-3, 1.2e-3, 1.25e-3], inner=2), phase="model")]
+    records = [make_record(0.5e-3, inner=8), warm_best, final([1.1e-3] * 3, inner=2), *in_model,
+               final([1.5e-3] * 3, inner=16)]
+    ranked = rank(records)
+    assert [(r.phase, r.cost) for r in ranked] == [("model", 1.25e-3), ("model", 1.4e-3), ("final", 1.5e-3),
+                                                   ("search", 0.5e-3)]
+    crashed = dataclasses.replace(final([], inner=2, timestamp=2000.0), phase="model")
+    assert [r.trace_json for r in rank(records + [crashed])] == [in_model[0].trace_json, records[-1].trace_json,
+                                                                 records[0].trace_json]
+
+
 def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_record):
     rng = np.random.default_rng(0)
-    for _ in range(200):
+    for _ in range(300):
         records = []
         for _ in range(int(rng.integers(1, 12))):
             inner = int(rng.choice([1, 2, 4, 8, 16]))
-            if rng.random() < 0.3:
+            if rng.random() < 0.4:
                 costs = [] if rng.random() < 0.2 else list(rng.uniform(1e-3, 2e-3, size=3))
-                records.append(final(costs, inner=inner, timestamp=float(rng.integers(100))))
+                phase = "model" if rng.random() < 0.3 else "final"
+                records.append(dataclasses.replace(final(costs, inner=inner, timestamp=float(rng.integers(100))),
+                                                   phase=phase))
             else:
                 records.append(make_record(None if rng.random() < 0.1 else float(rng.uniform(1e-3, 2e-3)),
                                            inner=inner, timestamp=float(rng.integers(100))))
@@ -76,9 +92,10 @@ def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_reco
         assert found.best is (ranked[0] if ranked else None)
 
 
-def test_learning_counts_a_schedule_searched_and_re_measured_once(final, make_record):
+def test_learning_counts_a_schedule_searched_and_re_measured_once_and_never_a_time_in_a_model(final, make_record):
     searched, remeasured, distilled = make_record(1e-3, inner=4), final([1e-3] * 3, inner=4), final([2e-3], inner=2)
-    assert for_learning([searched, remeasured, distilled]) == [searched, distilled]
+    in_model = dataclasses.replace(final([3e-3] * 3, inner=8), phase="model")
+    assert for_learning([searched, remeasured, distilled, in_model]) == [searched, distilled]
 
 
 def test_every_reader_ranks_a_log_by_the_rule(tmp_path, final, make_record, write_log):
@@ -114,7 +131,7 @@ def test_a_record_round_trips_its_phase_and_device_and_refuses_an_unknown_phase(
     line = record.to_json_line()
     assert '"phase":"final","costs":[' in line and '"device":"local@box","trace":' in line
     assert TuningRecord.from_json_line(line + "\n") == record
-    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, not \"best\""):
+    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, model, not \"best\""):
         TuningRecord.from_json_line(line.replace('"phase":"final"', '"phase":"best"') + "\n")
 
 

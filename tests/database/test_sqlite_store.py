@@ -24,7 +24,7 @@ from tilecraft.database import (RECORD_VERSION, MalformedRecordWarning, NoValidR
                                 RecordStore, RecordToFile, RecordVersionError, TuningRecord, load_best_record,
                                 load_records, summarize)
 from tilecraft.database.best import rank
-from tilecraft.database.sqlite import SCHEMA
+from tilecraft.database.sqlite import _INSERT, SCHEMA, _row
 
 FORMATS = Path(__file__).resolve().parents[2] / "docs" / "formats.md"
 
@@ -89,6 +89,22 @@ def test_a_store_of_a_newer_version_is_refused_naming_the_file(tmp_path):
         RecordStore(path)
 
 
+def test_a_version_2_store_is_upgraded_when_opened_keeping_its_rows_in_order(tmp_path, varied):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # a store as version 2 made it: its CHECK knew two phases
+        db.executescript(SCHEMA.replace(", 'model')", ")") + "PRAGMA user_version = 2;")
+        db.executemany(_INSERT, [_row(record) for record in varied])
+    with RecordStore(path) as store:
+        assert store.records() == varied
+        model = dataclasses.replace(varied[0], phase="model", costs=(5e-3, 4e-3, 6e-3), timestamp=2000.0)
+        store.add([model])
+        assert store.best(model.workload_key, model.target) == model
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == RECORD_VERSION
+        assert [name for (name,) in db.execute("SELECT name FROM sqlite_master ORDER BY name")] == [
+            "records", "records_by_cost", "records_by_schedule"]
+
+
 def test_a_file_that_is_not_a_store_is_named_and_a_log_is_pointed_to_import_log(tmp_path, make_record, write_log):
     write_log(tmp_path / "log.json", [make_record()] * 40)
     with pytest.raises(RecordFormatError, match=r"log.json is not a record store: file is not a database; a "
@@ -107,18 +123,19 @@ def test_a_file_that_is_not_a_store_is_named_and_a_log_is_pointed_to_import_log(
 
 
 def _random_records(rng: np.random.Generator, key: str, targets: list[str]) -> list[TuningRecord]:
-    """Search and final records of a few schedules, with errors, repeated schedules, equal costs and
-    equal times: every tie the rule breaks."""
+    """Search, final and model records of a few schedules, with errors, repeated schedules, equal costs
+    and equal times: every tie the rule breaks."""
     records = []
     for _ in range(int(rng.integers(1, 30))):
         failed = rng.random() < 0.15
-        final = rng.random() < 0.3
-        costs = () if failed else tuple(float(c) for c in rng.choice([1e-3, 2e-3, 3e-3, 4e-3], size=3 if final else 2))
+        phase = str(rng.choice(["search", "final", "model"], p=[0.6, 0.3, 0.1]))
+        costs = () if failed else tuple(float(c) for c in rng.choice([1e-3, 2e-3, 3e-3, 4e-3],
+                                                                      size=2 if phase == "search" else 3))
         records.append(TuningRecord(
             workload_key=key, workload=None, target=str(rng.choice(targets)),
             trace_json=f'[{{"kind":"split","decision":[{int(rng.integers(6))}]}}]', costs=costs,
             error_kind="run_timeout" if failed else "none", error_msg="", all_cost=0.5,
-            timestamp=float(rng.integers(5)), flop=1e6, sketch=None, phase="final" if final else "search"))
+            timestamp=float(rng.integers(5)), flop=1e6, sketch=None, phase=phase))
     return records
 
 
@@ -196,7 +213,7 @@ def test_version_1_lines_and_garbage_import_as_the_log_reads_them_and_export_as_
         expected = [record.to_json_line() + "\n" for record in load_records(tmp_path / "old.json")]
     exported = (tmp_path / "new.json").read_text().splitlines(keepends=True)
     assert exported == expected
-    assert exported[1].startswith('{"v":2,') and '"phase":"search"' in exported[1] and '"device":null' in exported[1]
+    assert exported[1].startswith('{"v":3,') and '"phase":"search"' in exported[1] and '"device":null' in exported[1]
 
 
 def test_a_row_that_is_not_a_record_is_skipped_with_a_warning_naming_it(store, make_record):

@@ -101,16 +101,29 @@ class RecordToFile:
 
     def __call__(self, task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],
                  sketches: Sequence[Any] | None = None) -> None:
-        records = measured_records(task, measure_inputs, measure_results, sketches)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a+b") as file:
-            _end_torn_line(file)
-            for record in records:
-                file.write((record.to_json_line() + "\n").encode())  # one write per line: O_APPEND keeps it whole
-                file.flush()
+        append_records(self.path, measured_records(task, measure_inputs, measure_results, sketches))
 
     def __repr__(self) -> str:
         return f"RecordToFile({str(self.path)!r})"
+
+
+def append_records(path: str | Path, records: Sequence[TuningRecord]) -> None:
+    """Append ``records`` to the log at ``path`` (made, with its directory, if missing), each
+    line flushed as it is written; or add them to it in one transaction if it is a SQLite
+    store (``RecordStore``)."""
+    path = Path(path)
+    if is_store(path):
+        from .sqlite import RecordStore  # it reads logs with this module: imported when used
+
+        with RecordStore(path) as store:
+            store.add(records)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as file:
+        _end_torn_line(file)
+        for record in records:
+            file.write((record.to_json_line() + "\n").encode())  # one write per line: O_APPEND keeps it whole
+            file.flush()
 
 
 def measured_records(task: Any, measure_inputs: Sequence[Any], measure_results: Sequence[Any],

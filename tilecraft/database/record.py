@@ -8,19 +8,21 @@ kind and message) and the workload's FLOP count, so throughput is known without
 rebuilding the DAG.
 
 It also says how it was measured: ``phase`` is ``"search"`` for a measurement that guided
-the search and ``"final"`` for a re-measurement of the best candidates when tuning ends
+the search, ``"final"`` for a re-measurement of the best candidates when tuning ends
 (several interleaved repeats in a fresh worker: the costs that rank schedules, see
-``best.py``), and ``device`` names the machine or device that measured it. A line looks
-like this (the trace shortened)::
+``best.py``) and ``"model"`` for a kernel timed in place inside a compiled model, between
+the model's other kernels (``model/in_place.py``); ``device`` names the machine or device
+that measured it. A line looks like this (the trace shortened)::
 
-    {"v":2,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
+    {"v":3,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
      "sketch":"multi_level_tiling","phase":"search","costs":[0.00123,0.00121],"error":"none",
      "error_msg":"","all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,
      "device":"local@build-7","trace":[{"kind":"get_block",...}]}
 
 ``v`` is ``RECORD_VERSION``. A reader refuses records newer than itself (it cannot know
 what changed) and says to upgrade; it never guesses. It reads every older version:
-version 1 had no ``phase`` (every record was a search measurement) and no ``device``.
+version 1 had no ``phase`` (every record was a search measurement) and no ``device``;
+version 2 had no ``"model"`` phase.
 JSON has no infinity, so a non-finite cost is written as ``null`` and read back as ``inf``.
 
 The trace is most of a line (kilobytes, against a few hundred bytes for the rest) and
@@ -41,12 +43,12 @@ from typing import Any, Mapping
 
 from ..errors import TilecraftError
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 NO_ERROR = "none"
-PHASES = ("search", "final")
-# How a line that to_json_line wrote starts, in this version and in version 1, whose layout
-# agrees up to the trace: the fast readers find a workload's lines by these bytes.
-LINE_STARTS = tuple(f'{{"v":{version},"key":' for version in (RECORD_VERSION, 1))
+PHASES = ("search", "final", "model")
+# How a line that to_json_line wrote starts, in this version and the older ones, whose
+# layouts agree up to the trace: the fast readers find a workload's lines by these bytes.
+LINE_STARTS = tuple(f'{{"v":{version},"key":' for version in range(RECORD_VERSION, 0, -1))
 _TRACE_MARK = ',"trace":['  # the trace is the last field of a line written by to_json_line
 _DECODER = json.JSONDecoder()
 
@@ -69,8 +71,8 @@ class TuningRecord:
     ``all_cost`` is the wall time the whole measurement took (build and run), ``timestamp``
     when it finished (seconds since the epoch). ``trace_json`` is the trace's step list
     as compact JSON (``trace_key``); ``trace`` decodes it. ``phase`` is ``"search"`` or
-    ``"final"`` (a re-measurement when tuning ends), ``device`` the machine or device that
-    measured it (None when not known, as in version 1). ``version`` is the version the
+    ``"final"`` (a re-measurement when tuning ends) or ``"model"`` (timed in place inside a
+    compiled model), ``device`` the machine or device that measured it (None when not known, as in version 1). ``version`` is the version the
     record was read from; it is always written in the current one.
     """
 
@@ -112,9 +114,9 @@ class TuningRecord:
 
     @property
     def cost(self) -> float:
-        """The seconds a call takes by the ranking rule (``best.py``): the median of a final
-        record's repeats, the mean of a search record's costs; ``inf`` when not valid."""
-        if self.phase != "final" or not self.is_valid:
+        """The seconds a call takes by the ranking rule (``best.py``): the median of the repeats
+        of a final or model record, the mean of a search record's costs; ``inf`` when not valid."""
+        if self.phase == "search" or not self.is_valid:
             return self.mean_cost
         return statistics.median(self.costs)
 
@@ -191,7 +193,7 @@ class TuningRecord:
         """Decode a line's fields other than the trace, with the trace's text (``split_line``)."""
         # Run for every line of a log: the checks are the few that keep a wrong record out.
         version = data.get("v")
-        if type(version) is not int or version not in (1, RECORD_VERSION):  # 1: no phase (search), no device
+        if type(version) is not int or not 1 <= version <= RECORD_VERSION:  # 1: no phase (search), no device
             _check_version(data)
             raise RecordFormatError(_describe_bad_field(data))
         try:

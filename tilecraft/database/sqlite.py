@@ -16,20 +16,22 @@ records of a log, one row each, in a SQLite database:
 - **A commit survives the process, not the machine.** ``synchronous=NORMAL`` syncs the
   WAL at checkpoints, not at every commit: a killed tuner loses nothing, a power cut may
   lose the last commits, as it may lose a log's last lines.
-- **The best is two indexed queries** (``best``), not a pass over every row: the final
-  rows of the workload, the latest of each schedule; failing a valid one, the search row
-  of lowest cost. They apply the rule of ``best.py`` exactly as ``load_best_record`` does,
+- **The best is at most three indexed queries** (``best``), not a pass over every row:
+  the model rows of the workload, the latest of each schedule; failing a valid one, its
+  final rows likewise; failing those, the search row of lowest cost. They apply the rule of ``best.py`` exactly as ``load_best_record`` does,
   ties included (the earliest row wins).
 - **The log stays the exchange format.** ``import_log`` and ``export_log`` convert line
   for line: a log written by ``to_json_line`` comes back byte for byte. A version 1
   record imports as what it reads as (a search measurement by an unknown device) and
-  exports as version 2, as rewriting a log upgrades it.
+  exports in the current version, as rewriting a log upgrades it.
 - **Rows are checked like log lines.** A row another program wrote is decoded through
   ``TuningRecord.from_json_parts``; one that fails is skipped with a
   ``MalformedRecordWarning`` naming the store and the row.
 
 ``PRAGMA user_version`` is the record version of the rows: a store of a newer version
-is refused with ``RecordVersionError``, as a log's newer records are. The schema is
+is refused with ``RecordVersionError``, as a log's newer records are. A version 2 store is
+upgraded when it is opened: its table is copied into the current schema, whose phases
+include ``"model"``, in one transaction. The schema is
 docs/formats.md's, word for word ("The SQLite store"); its comments are kept in the file.
 ``benchmarks/database_store.py`` times the store against the log and ``Database``.
 """
@@ -60,13 +62,13 @@ CREATE TABLE records (
   workload TEXT,                   -- JSON object, or NULL
   sketch TEXT,
   costs TEXT NOT NULL,             -- JSON list of seconds (null for a non-finite one)
-  cost REAL,                       -- TuningRecord.cost (median of a final row, mean of a search row); NULL unless valid
+  cost REAL,                       -- TuningRecord.cost (median of a final or model row, mean of a search row); NULL unless valid
   error TEXT NOT NULL,
   error_msg TEXT NOT NULL,
   all_cost REAL,
   time REAL NOT NULL,
   flop REAL NOT NULL,
-  phase TEXT NOT NULL CHECK (phase IN ('search', 'final')),
+  phase TEXT NOT NULL CHECK (phase IN ('search', 'final', 'model')),
   device TEXT,
   trace_hash TEXT NOT NULL,        -- SHA-256 of the trace text: a schedule's identity, indexed
   trace TEXT NOT NULL              -- the trace's compact JSON
@@ -83,11 +85,12 @@ _COLUMNS = "id, workload_key, target, workload, sketch, costs, error, error_msg,
 # schedules were first re-measured, as best.py keeps them. The final rows are a few per
 # tuning run: found by records_by_cost, they are sorted in memory (without INDEXED BY the
 # planner walks records_by_schedule through every row of the workload to skip the sort).
-_FINALS = f"""SELECT {_COLUMNS} FROM (
+_LATEST = f"""SELECT {_COLUMNS} FROM (
   SELECT *, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age,
          MIN(id) OVER (PARTITION BY trace_hash) AS first
-  FROM records INDEXED BY records_by_cost WHERE {{where}} AND phase = 'final')
+  FROM records INDEXED BY records_by_cost WHERE {{where}} AND phase = '{{phase}}'{{unless}})
 WHERE age = 1 AND cost IS NOT NULL ORDER BY cost, first"""
+_MODELED = " AND trace_hash NOT IN (SELECT trace_hash FROM records WHERE {where} AND phase = 'model')"
 _SEARCHED = f"SELECT {_COLUMNS} FROM records WHERE {{where}} AND phase = 'search' AND cost IS NOT NULL ORDER BY cost, id"
 _IMPORT_BATCH = 10_000  # rows a transaction while importing: other writers get a turn between batches
 
@@ -143,9 +146,16 @@ class RecordStore:
         with self._db:  # create the schema once, whoever opens a new file first
             self._db.execute("BEGIN IMMEDIATE")
             version, tables = self._check_version(), self._tables()
-            if version == 0 and not tables:
+            if (version == 0 and not tables) or (version == 2 and tables == ["records"]):
+                if version == 2:  # its CHECK refuses model rows: the rows move to a table that takes them
+                    self._db.execute("DROP INDEX records_by_cost")
+                    self._db.execute("DROP INDEX records_by_schedule")
+                    self._db.execute("ALTER TABLE records RENAME TO records_v2")
                 for statement in SCHEMA.split(";\n")[:-1]:
                     self._db.execute(statement)
+                if version == 2:
+                    self._db.execute("INSERT INTO records SELECT * FROM records_v2")
+                    self._db.execute("DROP TABLE records_v2")
                 self._db.execute(f"PRAGMA user_version = {RECORD_VERSION}")
             elif version != RECORD_VERSION or tables != ["records"]:
                 raise RecordFormatError(f"{self.path} is a SQLite database but not a record store (tables: "
@@ -200,8 +210,11 @@ class RecordStore:
         """
         key, target = workload_key_of(workload), canonical_target(target)
         where, args = _where(key, target)
-        for query in (_FINALS, _SEARCHED):  # the second runs only when no final row is usable
-            for row in self._db.execute(query.format(where=where), args):
+        queries = ((_LATEST.format(where=where, phase="model", unless=""), args),  # each runs only when
+                   (_LATEST.format(where=where, phase="final", unless=_MODELED.format(where=where)), args + args),
+                   (_SEARCHED.format(where=where), args))  # those before it found no usable row
+        for query, query_args in queries:
+            for row in self._db.execute(query, query_args):
                 record = self._record(row)
                 if record is not None and _has_readable_trace(record, self.path):
                     return record

@@ -420,7 +420,42 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
         best.update((r.workload_key, r) for r in best_records(path, target=target))
     described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
-    jobs: dict[tuple, tuple] = {}  # (workload key, slice) -> (kernel index, dag, description, best record, slice)
+    jobs, steps = kernel_jobs(graph, best)
+    built = compile_kernels(jobs, described, target, cache_dir)
+    kernels = [kernel for kernel, _ in built]
+    calls = Counter(step.kernel for step in steps if step.kernel is not None)
+    work = [job.dag.flop_count() * calls[n] for n, job in enumerate(jobs)]
+    untuned = sorted(((w / (sum(work) or 1), kernel.desc, why) for w, (kernel, why) in zip(work, built) if why),
+                     reverse=True)
+    if untuned:
+        _warn_untuned(untuned, len(kernels))
+    if getattr(target, "kind", "llvm") == "cuda":
+        values, constants = _model_values(graph, steps)
+        model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
+                         [(job.dag, job.into) for job in jobs])
+    else:
+        model = assemble(graph, steps, kernels, target, cache_dir)
+    model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
+    return model
+
+
+@dataclass(frozen=True)
+class KernelJob:
+    """A kernel to build: its subgraph's DAG and description, the record to build it from
+    (None: the default schedule), and ``into`` (output, shape, offset): its output written
+    into that slice of a larger array, or None."""
+
+    dag: Any
+    desc: str
+    record: Any
+    into: tuple | None
+
+
+def kernel_jobs(graph, best: Mapping[str, Any]) -> tuple[list[KernelJob], list[Step]]:
+    """The distinct kernels of a prepared ``graph`` (one per workload key and slice), each
+    with its record in ``best`` (by workload key), and the steps that call them."""
+    jobs: dict[tuple, KernelJob] = {}
+    index: dict[tuple, int] = {}
     steps = []
     parts = partition(graph)
     slices = concat_slices(graph, parts)
@@ -435,26 +470,18 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
         whole, offset = slices.get(subgraph.outputs[0], (None, None))
         into = None if whole is None else (dag.outputs[0].name, graph.values[whole].shape, offset)
         if (dag.workload_key, into) not in jobs:
-            jobs[dag.workload_key, into] = (len(jobs), dag, describe(graph, subgraph), best.get(dag.workload_key), into)
-        steps.append(Step(jobs[dag.workload_key, into][0], subgraph.inputs, (whole,) if whole else subgraph.outputs))
+            index[dag.workload_key, into] = len(jobs)
+            jobs[dag.workload_key, into] = KernelJob(dag, describe(graph, subgraph), best.get(dag.workload_key), into)
+        steps.append(Step(index[dag.workload_key, into], subgraph.inputs, (whole,) if whole else subgraph.outputs))
+    return list(jobs.values()), steps
+
+
+def compile_kernels(jobs: Sequence[KernelJob], log: str | None, target: Target,
+                    cache_dir) -> list[tuple[Kernel, str]]:
+    """Each job's kernel (``_compile_kernel``), several built at once: gcc runs outside the GIL."""
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tilecraft-compile") as pool:
-        built = list(pool.map(lambda job: _compile_kernel(*job[1:], described, target, f"kernel_{job[0]}", cache_dir),
-                              jobs.values()))  # gcc runs outside the GIL
-    kernels = [kernel for kernel, _ in built]
-    calls = Counter(step.kernel for step in steps if step.kernel is not None)
-    work = [dag.flop_count() * calls[index] for index, dag, *_ in jobs.values()]
-    untuned = sorted(((w / (sum(work) or 1), kernel.desc, why) for w, (kernel, why) in zip(work, built) if why),
-                     reverse=True)
-    if untuned:
-        _warn_untuned(untuned, len(kernels))
-    if getattr(target, "kind", "llvm") == "cuda":
-        values, constants = _model_values(graph, steps)
-        model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
-                         [(dag, into) for _, dag, _, _, into in jobs.values()])
-    else:
-        model = _assemble(graph, steps, kernels, target, cache_dir)
-    model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
-    return model
+        return list(pool.map(lambda n: _compile_kernel(jobs[n].dag, jobs[n].desc, jobs[n].record, jobs[n].into, log,
+                                                       target, f"kernel_{n}", cache_dir), range(len(jobs))))
 
 
 def _warn_untuned(untuned: list[tuple[float, str, str]], kernels: int) -> None:
@@ -479,7 +506,7 @@ def _model_values(graph, steps) -> tuple[dict[str, Value], dict[str, np.ndarray]
     return {name: value for name, value in graph.values.items() if name in used}, constants
 
 
-def _assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
+def assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
     """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it keeps."""
     values, constants = _model_values(graph, steps)
     runner = compile_plan_runner(max((len(k.module.args) for k in kernels), default=1), target, cache_dir)

@@ -1,0 +1,89 @@
+"""Choosing each task's schedule by its time inside the compiled model (``tc.choose_in_place``):
+every candidate timed in place becomes a model record, the fastest in the model is what the
+log then compiles, a candidate that fails is recorded as failed, and the model stays right."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.database import TuningRecord, load_records, trace_key
+from tilecraft.graph import run_reference
+from tilecraft.model.in_place import choose_in_place
+from tilecraft.search.policy import Candidate, SketchPolicy
+
+onnx = pytest.importorskip("onnx")
+from onnx_models import tiny_cnn  # noqa: E402
+
+TARGET = tc.Target.host()
+
+
+def _log_of_candidates(path, model, per_task: int = 3) -> dict[str, list[TuningRecord]]:
+    """A log with up to ``per_task`` sampled schedules of each task that has a sketch (the
+    distinct ones), the first recorded fastest; the task whose output is largest gets, fourth, one whose trace names
+    a block the task does not have (it replays on no DAG)."""
+    tasks, _ = tc.extract_tasks(model, TARGET)
+    written: dict[str, list[TuningRecord]] = {}
+    for n, task in enumerate(tasks):
+        policy = SketchPolicy(task)
+        if not policy.sketches:
+            continue
+        rows = policy.sketches[0].sample_uniform(np.random.default_rng(n), per_task)
+        traces = dict.fromkeys(trace_key(policy.trace_of(Candidate(0, tuple(int(v) for v in row)))) for row in rows)
+        written[task.workload_key] = [
+            TuningRecord(task.workload_key, task.workload, str(task.target), trace, (1e-3 * (1 + k),), "none", "",
+                         0.1, 1000.0 + k, task.compute_dag.flop_count(), policy.sketches[0].name)
+            for k, trace in enumerate(traces)]
+    largest = max(written, key=lambda key: next(t for t in tasks if t.workload_key == key).compute_dag.flop_count())
+    good = written[largest][0]
+    broken = good.trace_json.replace(json.dumps(json.loads(good.trace_json)[0]["args"]["name"]), '"no_such_block"', 1)
+    written[largest].append(dataclasses.replace(good, trace_json=broken, costs=(9e-3,)))
+    with open(path, "w") as file:
+        file.writelines(r.to_json_line() + "\n" for records in written.values() for r in records)
+    return written
+
+
+@pytest.mark.slow
+def test_the_fastest_schedule_in_the_model_is_recorded_and_compiled_and_a_broken_one_is_put_out(tmp_path,
+                                                                                             kernel_cache, capsys):
+    model, log = tiny_cnn(), tmp_path / "cnn.json"
+    written = _log_of_candidates(log, model)
+    report = choose_in_place(model, log, TARGET, candidates=4, rounds=3, min_share=0.0, cache_dir=kernel_cache)
+    assert "whole model, interleaved:" in capsys.readouterr().out
+    assert {c.workload_key for c in report.choices} == {key for key, records in written.items() if len(records) > 1}
+    assert report.before_seconds > 0 and report.after_seconds > 0
+
+    timed = [r for r in load_records(log) if r.phase == "model"]
+    for choice in report.choices:
+        records = [r for r in timed if r.workload_key == choice.workload_key]
+        assert [r.trace_json for r in records] == [r.trace_json for r in written[choice.workload_key]][:4]
+        for record, seconds in zip(records, choice.seconds):
+            if seconds == float("inf"):  # the broken trace: recorded as failed, with the reason
+                assert record.error_kind == "compile" and "failed to replay" in record.error_msg
+                assert "no_such_block" in record.trace_json and not record.costs
+            else:
+                assert record.is_valid and len(record.costs) == 3 and record.cost == pytest.approx(seconds)
+        assert choice.chosen == int(np.argmin(choice.seconds))
+    assert sum(r.error_kind == "compile" for r in timed) == 1
+
+    compiled = tc.compile_model(model, TARGET, log=str(log), cache_dir=kernel_cache)
+    for choice in report.choices:  # what the log now compiles: the fastest in the model
+        chosen = written[choice.workload_key][choice.chosen]
+        kernel = next(k for k in compiled.kernels if k.workload_key == choice.workload_key)
+        assert json.loads(kernel.trace) == json.loads(chosen.trace_json)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype("float32")
+    expected = run_reference(tc.frontend.from_onnx(model), {"input": x})["output"]
+    np.testing.assert_allclose(compiled(input=x), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_it_refuses_a_gpu_target_too_few_candidates_and_a_missing_log(tmp_path):
+    with pytest.raises(ValueError, match="candidates=1 must be >= 2"):
+        choose_in_place(tiny_cnn(), tmp_path / "log.json", TARGET, candidates=1)
+    with pytest.raises(ValueError, match="on this machine's CPU, not on cuda"):
+        choose_in_place(tiny_cnn(), tmp_path / "log.json", "cuda -arch=sm_90")
+    with pytest.raises(FileNotFoundError, match="log.json does not exist; tune the model's tasks into it first"):
+        choose_in_place(tiny_cnn(), tmp_path / "log.json", TARGET)

@@ -1,0 +1,204 @@
+"""Each task's schedule chosen by its time inside the compiled model.
+
+The tuner times a candidate alone: called again and again on the same buffers, its weights
+sit in the caches. Inside a model the layers between two calls have evicted them, and the
+fastest of a task's finalists alone need not be the fastest there: one waits for its weights
+before it computes, another streams them while it does. So ``choose_in_place`` compiles the
+model with the log's best schedules and then, task by task, the largest share of the model's
+time first, builds the task's few best schedules by the rule into copies of the model that
+differ only in that task's kernels, checks each copy's output against the model's, and times
+each copy's calls of those kernels in place, in interleaved rounds (each round times every
+copy once, in a rotated order, so a slow spell of a shared machine slows them all alike).
+The fastest stays in the model the next tasks are timed in, and every candidate's seconds a
+call are appended to the log as a ``"model"`` record. Model records rank first
+(``database/best.py``), so ``compile_model`` and every reader of the log choose by the
+model's time from then on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import statistics
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+from ..database.log import append_records, best_records
+from ..database.record import TuningRecord
+from ..target import Target
+from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
+from .tasks import prepare_graph
+
+CALLS_PER_ROUND = 3  # model calls a round times each copy for: the median is one repeat
+WHOLE_MODEL_ROUNDS = 20  # interleaved calls of the model before and after, for the report
+
+
+@dataclass(frozen=True)
+class InPlaceChoice:
+    """One task's candidates timed in the model: ``seconds`` a call of each (the median of
+    its rounds; inf for one that failed to build or gave a wrong answer), the first being
+    the schedule the log ranked first, and the index of the one ``chosen``."""
+
+    desc: str
+    workload_key: str
+    calls: int
+    seconds: tuple[float, ...]
+    chosen: int
+
+
+@dataclass(frozen=True)
+class InPlaceReport:
+    """What ``choose_in_place`` did: a choice per task timed, and a model call's seconds
+    (median of interleaved calls) with the log's schedules before and with the choices after."""
+
+    choices: tuple[InPlaceChoice, ...]
+    before_seconds: float
+    after_seconds: float
+
+
+def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str | None = None, candidates: int = 4,
+                    rounds: int = 8, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                    min_share: float = 0.01, cache_dir: str | Path | None = None, verbose: int = 1) -> InPlaceReport:
+    """Time each task's ``candidates`` best schedules inside the compiled model and append
+    their times to ``log`` as model records, which rank first: the model compiled from the
+    log afterwards runs the fastest in place.
+
+    Args:
+        model_or_graph: The model, as ``compile_model`` takes it.
+        log: The tuning log (or SQLite store) its tasks were tuned into; the records are
+            appended to it.
+        target: A CPU target; None for the host.
+        candidates: The best schedules by the rule to time of each task, the one in use
+            among them.
+        rounds: Interleaved rounds; each times every candidate in ``CALLS_PER_ROUND`` model
+            calls, their median one repeat.
+        input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
+        min_share: Tasks below this share of the model's time are left as they are.
+        cache_dir: Where kernels are compiled and cached (see ``tc.build``).
+        verbose: 0 for silence, 1 for a line per task and the whole model's time.
+
+    Returns:
+        The choices and the model's time before and after.
+
+    Raises:
+        ValueError: If ``candidates`` is below 2, ``rounds`` below 1, or the target is a GPU.
+        FileNotFoundError: If the log does not exist.
+    """
+    if candidates < 2 or rounds < 1:
+        raise ValueError(f"choose_in_place: candidates={candidates} must be >= 2 and rounds={rounds} >= 1")
+    target = target if isinstance(target, Target) else Target(target)
+    if target.kind != "llvm":
+        raise ValueError(f"choose_in_place times a model's kernels on this machine's CPU, not on {target.kind}; "
+                         "compile a GPU model from its log with tc.compile_model")
+    if not Path(log).is_file():
+        raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
+                                "(tilecraft tune-model)")
+    graph = prepare_graph(model_or_graph, input_shapes)
+    ranked: dict[str, list[TuningRecord]] = defaultdict(list)
+    for record in best_records(log, target=target, top_k=candidates):
+        ranked[record.workload_key].append(record)
+    jobs, steps = kernel_jobs(graph, {key: records[0] for key, records in ranked.items()})
+    kernels = [kernel for kernel, _ in compile_kernels(jobs, str(log), target, cache_dir)]
+    before = model = assemble(graph, steps, kernels, target, cache_dir)
+    inputs = _inputs(model)
+    expected = model.run(inputs)
+
+    spent: dict[str, float] = defaultdict(float)
+    for timed in model.profile(inputs, rounds=rounds):
+        spent[timed.workload_key] += timed.seconds
+    order = [key for key in sorted(spent, key=spent.get, reverse=True)
+             if len(ranked.get(key, ())) > 1 and spent[key] >= min_share * sum(spent.values())]
+    choices = []
+    for key in order:
+        owned = [n for n, job in enumerate(jobs) if job.dag.workload_key == key]
+        model, choice, records = _choose(model, key, owned, jobs, ranked[key], graph, steps, target, str(log),
+                                         cache_dir, inputs, expected, rounds)
+        append_records(log, records)  # as each task is timed: nothing measured is lost
+        choices.append(choice)
+        if verbose:
+            _print_choice(choice)
+    before_seconds, after_seconds = _whole_model_seconds(before, model, inputs)
+    if verbose:
+        print(f"whole model, interleaved: {before_seconds * 1e3:.2f} ms with the log's best schedules, "
+              f"{after_seconds * 1e3:.2f} ms chosen in place ({after_seconds / before_seconds:.3f}x); "
+              f"{len(choices)} tasks timed, records appended to {log}")
+    return InPlaceReport(tuple(choices), before_seconds, after_seconds)
+
+
+def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: list[TuningRecord], graph, steps,
+            target: Target, log: str, cache_dir, inputs, expected, rounds: int):
+    """The copy of ``model`` with the fastest of ``records`` in place for ``key``'s kernels
+    (at ``owned``), that task's choice, and a model record per candidate."""
+    started = time.perf_counter()
+    rebuilt = compile_kernels([dataclasses.replace(jobs[n], record=record) for record in records[1:] for n in owned],
+                              log, target, cache_dir)
+    copies: list[CompiledModel | None] = [model]
+    failures = {}
+    for c in range(1, len(records)):
+        built = rebuilt[(c - 1) * len(owned):c * len(owned)]
+        why = next((reason for _, reason in built if reason), "")
+        if why:
+            copies.append(None)
+            failures[c] = ("compile", why)
+            continue
+        kernels = list(model.kernels)
+        for n, (kernel, _) in zip(owned, built):
+            kernels[n] = kernel
+        copy = assemble(graph, steps, kernels, target, cache_dir)
+        if not _agrees(copy.run(inputs), expected):
+            copies.append(None)
+            failures[c] = ("wrong_answer", "its model's outputs differ from the model compiled from the log's best")
+            continue
+        copies.append(copy)
+    alive = [c for c in range(len(records)) if copies[c] is not None]
+    costs: list[list[float]] = [[] for _ in records]
+    calls = sum(1 for step in steps if step.kernel in owned)
+    for r in range(rounds):
+        for c in alive[r % len(alive):] + alive[:r % len(alive)]:
+            times = copies[c].profile(inputs, rounds=CALLS_PER_ROUND)
+            costs[c].append(sum(t.seconds for t in times if t.workload_key == key) / calls)
+    now, device, wall = time.time(), f"local@{socket.gethostname()}", time.perf_counter() - started
+    measured = []
+    for c, record in enumerate(records):
+        kind, message = failures.get(c, ("none", ""))
+        measured.append(dataclasses.replace(record, costs=tuple(costs[c]), error_kind=kind, error_msg=message,
+                                            all_cost=wall, timestamp=now, phase="model", device=device))
+    seconds = tuple(statistics.median(costs[c]) if c in alive else float("inf") for c in range(len(records)))
+    chosen = min(alive, key=seconds.__getitem__)
+    return copies[chosen], InPlaceChoice(jobs[owned[0]].desc, key, calls, seconds, chosen), measured
+
+
+def _inputs(model: CompiledModel) -> dict[str, np.ndarray]:
+    """Inputs to time the model with: normal floats, and zeros (valid indices) for integers."""
+    rng = np.random.default_rng(0)
+    return {value.name: rng.standard_normal(value.shape).astype(value.dtype)
+            if np.issubdtype(np.dtype(value.dtype), np.floating) else np.zeros(value.shape, value.dtype)
+            for value in model.inputs}
+
+
+def _agrees(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> bool:
+    """Whether a copy's outputs match the model's, to float32's rounding of a reordered sum."""
+    return all(np.allclose(outputs[name], want, rtol=1e-3, atol=1e-3 * float(np.max(np.abs(want), initial=1.0)))
+               for name, want in expected.items())
+
+
+def _whole_model_seconds(before: CompiledModel, after: CompiledModel, inputs) -> tuple[float, float]:
+    """A call's seconds of each model, the median of ``WHOLE_MODEL_ROUNDS`` interleaved calls."""
+    seconds: tuple[list[float], list[float]] = ([], [])
+    for _ in range(WHOLE_MODEL_ROUNDS):
+        for model, spent in zip((before, after), seconds):
+            started = time.perf_counter()
+            model.run(inputs)
+            spent.append(time.perf_counter() - started)
+    return statistics.median(seconds[0]), statistics.median(seconds[1])
+
+
+def _print_choice(choice: InPlaceChoice) -> None:
+    """One line: the task, then each candidate's milliseconds a call in the model, the chosen one starred."""
+    times = " ".join(f"{s * 1e3:.3f}{'*' if n == choice.chosen else ''}" if s < float("inf") else "failed"
+                     for n, s in enumerate(choice.seconds))
+    print(f"{choice.desc:<44} {choice.calls:>3} calls, ms a call in the model: {times}", flush=True)
