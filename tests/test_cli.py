@@ -131,6 +131,15 @@ MISTAKES = [
     ([*TUNE_MODEL, "--remeasure", "-2"], "argument --remeasure: -2: give the number of finalists"),
     ([*TUNE_MODEL, "--log", "{notlog}"], "argument --log: {notlog} is not a tuning log"),
     (["tune-model", "{tmp}/none.onnx"], "MODEL: {tmp}/none.onnx does not exist"),
+    (["choose-in-place", "{model}"], "the following arguments are required: --log"),
+    (["choose-in-place", "{model}", "--log", "{tmp}/none.json"], "argument --log: {tmp}/none.json does not exist"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "1"], "argument --candidates: --in-place 1: "
+                                                                            "give the schedules to time"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "0"], "--candidates 0: give the schedules to "
+                                                                            "time of each task, 2 or more"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--rounds", "0"], "argument --rounds: 0: give the interleaved"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--target", "cuda"], "--target cuda: models are timed in place "
+                                                                           "on this machine's CPU only"),
     (["run-model", "{tmp}/none.onnx"], "MODEL: {tmp}/none.onnx does not exist"),
     (["run-model", "{tmp}"], "MODEL: {tmp}/model.json does not exist: {tmp} is not a saved model"),
     (["run-model", "{model}", "--log", "{tmp}/none.json"], "argument --log: {tmp}/none.json does not exist"),
@@ -213,7 +222,8 @@ def test_report_without_matplotlib_says_what_to_install(log, tmp_path, capsys, m
 
 def test_every_command_is_registered_and_one_is_required(capsys):
     assert [c.__name__ for c in COMMANDS] == ["add_tune_command", "add_best_command", "add_report_command",
-                                              "add_tasks_command", "add_tune_model_command", "add_run_model_command",
+                                              "add_tasks_command", "add_tune_model_command",
+                                              "add_choose_in_place_command", "add_run_model_command",
                                               "add_serve_command", "add_db_command"]
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args([])
@@ -325,6 +335,21 @@ def test_tune_model_shares_the_trials_over_the_tasks_then_run_model_uses_the_log
     assert in_model and all(len(r.costs) == 8 and r.is_valid for r in in_model)
     assert main(["run-model", str(onnx_model), "--log", str(log)]) == 0
     assert "have the default schedule" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_choose_in_place_times_the_best_of_a_log_tuned_before_inside_the_model(onnx_model, tmp_path, capsys):
+    log = tmp_path / "model.json"
+    assert main(["tune-model", str(onnx_model), "--trials", "12", "--per-round", "4", "--log", str(log),
+                 "--verbose", "0", "--no-transfer", "--remeasure", "0", "--in-place", "0"]) == 0
+    assert not [r for r in tc.load_records(log) if r.phase == "model"]
+    capsys.readouterr()
+    assert main(["choose-in-place", str(onnx_model), "--log", str(log), "--candidates", "3", "--rounds", "2"]) == 0
+    said = capsys.readouterr().out
+    assert "ms a call in the model:" in said and f"run it with: tilecraft run-model {onnx_model} --log {log}" in said
+    timed = [r for r in tc.load_records(log) if r.phase == "model"]
+    assert timed and all(len(r.costs) == 2 for r in timed)
+    assert all(len([r for r in timed if r.workload_key == key]) in (2, 3) for key in {r.workload_key for r in timed})
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")

@@ -5,6 +5,7 @@
     tilecraft report LOG [-o report.png] [--workload KEY]      best-so-far GFLOPS by trial and by time
     tilecraft tasks MODEL.onnx                                 the tuning tasks of a model, with FLOPs and weights
     tilecraft tune-model MODEL.onnx [--trials N] [--log LOG]   tune all the tasks of a model, one shared budget
+    tilecraft choose-in-place MODEL.onnx --log LOG             time each task's best schedules inside the model
     tilecraft run-model MODEL.onnx [--log LOG] [--input X.npy] compile (or load a saved model dir), run, time
     (MODEL: an .onnx file, or a .pt2 file that torch.export.save wrote)
     tilecraft serve [--port 9190] [--secret-file FILE]          measure candidates for tuners elsewhere (RPCRunner)
@@ -439,12 +440,42 @@ def run_tune_model(args: argparse.Namespace) -> int:
                                 num_remeasured=args.remeasure, time_budget_secs=args.time)
         latency = scheduler.tune(options, per_task_early_stopping=args.per_task_early_stopping)
     print(f"model latency as the sum of weight x best kernel latency: {latency * 1e3:.3f} ms; log {log}")
-    if args.in_place and getattr(args.target, "kind", "llvm") == "llvm":
+    if args.in_place and _is_cpu(args.target):
         from .model.in_place import choose_in_place
 
         choose_in_place(model, log, args.target, candidates=args.in_place, input_shapes=dict(args.input_shape),
                         verbose=args.verbose)
     print(f"run it with: tilecraft run-model {args.model} --log {log}")
+    return 0
+
+
+def add_choose_in_place_command(subparsers: Any) -> None:
+    command = subparsers.add_parser(
+        "choose-in-place", help="time each task's best schedules inside the compiled model and record the fastest",
+        description="Compile the model with the log's best schedules, then time each task's few best schedules "
+                    "inside it, where each layer's weights come from memory, and append their times to the log as "
+                    "model records, which rank first: the model compiled from the log then runs the fastest there. "
+                    "tune-model does this when it ends; this command does it for a log tuned before.")
+    _add_model_arguments(command)
+    command.add_argument("--log", required=True, type=_tuning_log, help="the model's tuning log; appended to")
+    command.add_argument("--candidates", type=_in_place_candidates, default=4, metavar="N",
+                         help="the best schedules of each task to time (default 4)")
+    command.add_argument("--rounds", type=_at_least(1, "the interleaved rounds"), default=8,
+                         help="interleaved rounds, each timing every candidate (default 8)")
+    command.add_argument("--verbose", type=int, default=1, choices=(0, 1))
+    command.set_defaults(run=run_choose_in_place)
+
+
+def run_choose_in_place(args: argparse.Namespace) -> int:
+    from .model.in_place import choose_in_place
+
+    if not _is_cpu(args.target):
+        raise CommandError(f"--target {args.target}: models are timed in place on this machine's CPU only")
+    if not args.candidates:
+        raise CommandError("--candidates 0: give the schedules to time of each task, 2 or more")
+    choose_in_place(_onnx_model(args), args.log, args.target, candidates=args.candidates, rounds=args.rounds,
+                    input_shapes=dict(args.input_shape), verbose=args.verbose)
+    print(f"run it with: tilecraft run-model {args.model} --log {args.log}")
     return 0
 
 
@@ -731,6 +762,11 @@ def _target(text: str) -> str:
     return text
 
 
+def _is_cpu(target: str | None) -> bool:
+    """Whether ``--target`` (None: this machine) is a CPU."""
+    return target is None or Target(target).kind == "llvm"
+
+
 def _pattern(text: str) -> re.Pattern:
     try:
         return re.compile(text)
@@ -817,7 +853,8 @@ def run_db(args: argparse.Namespace) -> int:
 
 # The commands, in the order `tilecraft --help` lists them. The tuner's `tune` goes here.
 COMMANDS: tuple[Callable[[Any], None], ...] = (add_tune_command, add_best_command, add_report_command,
-                                               add_tasks_command, add_tune_model_command, add_run_model_command,
+                                               add_tasks_command, add_tune_model_command,
+                                               add_choose_in_place_command, add_run_model_command,
                                                add_serve_command, add_db_command)
 
 
