@@ -5,8 +5,8 @@ sit in the caches. Inside a model the layers between two calls have evicted them
 fastest of a task's finalists alone need not be the fastest there: one waits for its weights
 before it computes, another streams them while it does. So ``choose_in_place`` compiles the
 model with the log's best schedules and then, task by task, the largest share of the model's
-time first, builds the task's few best schedules by the rule into copies of the model that
-differ only in that task's kernels, checks each copy's output against the model's, and times
+time first, builds the task's schedule in use and its next best (``_candidates``) into copies
+of the model that differ only in that task's kernels, checks each copy's output against the model's, and times
 each copy's calls of those kernels in place, in interleaved rounds (each round times every
 copy once, in a rotated order, so a slow spell of a shared machine slows them all alike).
 The fastest stays in the model the next tasks are timed in, and every candidate's seconds a
@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-from ..database.log import append_records, best_records
+from ..database.best import rank
+from ..database.log import append_records, load_records
 from ..database.record import TuningRecord
 from ..target import Target
 from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
@@ -72,8 +73,8 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
         log: The tuning log (or SQLite store) its tasks were tuned into; the records are
             appended to it.
         target: A CPU target; None for the host.
-        candidates: The best schedules by the rule to time of each task, the one in use
-            among them.
+        candidates: The schedules to time of each task: the one in use, and the next best
+            by the rule without model records.
         rounds: Interleaved rounds; each times every candidate in ``CALLS_PER_ROUND`` model
             calls, their median one repeat.
         input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
@@ -98,20 +99,19 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
         raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
                                 "(tilecraft tune-model)")
     graph = prepare_graph(model_or_graph, input_shapes)
-    ranked: dict[str, list[TuningRecord]] = defaultdict(list)
-    for record in best_records(log, target=target, top_k=candidates):
-        ranked[record.workload_key].append(record)
+    ranked = _candidates(log, target, candidates)
     jobs, steps = kernel_jobs(graph, {key: records[0] for key, records in ranked.items()})
-    kernels = [kernel for kernel, _ in compile_kernels(jobs, str(log), target, cache_dir)]
-    before = model = assemble(graph, steps, kernels, target, cache_dir)
+    built = compile_kernels(jobs, str(log), target, cache_dir)
+    unbuilt = {job.dag.workload_key for job, (_, why) in zip(jobs, built) if why}  # default schedules, left alone
+    before = model = assemble(graph, steps, [kernel for kernel, _ in built], target, cache_dir)
     inputs = _inputs(model)
     expected = model.run(inputs)
 
     spent: dict[str, float] = defaultdict(float)
     for timed in model.profile(inputs, rounds=rounds):
         spent[timed.workload_key] += timed.seconds
-    order = [key for key in sorted(spent, key=spent.get, reverse=True)
-             if len(ranked.get(key, ())) > 1 and spent[key] >= min_share * sum(spent.values())]
+    order = [key for key in sorted(spent, key=spent.get, reverse=True) if len(ranked.get(key, ())) > 1
+             and key not in unbuilt and spent[key] >= min_share * sum(spent.values())]
     choices = []
     for key in order:
         owned = [n for n, job in enumerate(jobs) if job.dag.workload_key == key]
@@ -127,6 +127,22 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
               f"{after_seconds * 1e3:.2f} ms chosen in place ({after_seconds / before_seconds:.3f}x); "
               f"{len(choices)} tasks timed, records appended to {log}")
     return InPlaceReport(tuple(choices), before_seconds, after_seconds)
+
+
+def _candidates(log: str | Path, target: Target, count: int) -> dict[str, list[TuningRecord]]:
+    """Per workload, the schedule in use (the best by the rule) and the next best by the
+    rule without model records, ``count`` in all: a schedule found since the last choice
+    is timed too, however fast the schedules timed then were in the model."""
+    records: dict[str, list[TuningRecord]] = defaultdict(list)
+    for record in load_records(log, target=target):
+        records[record.workload_key].append(record)
+    chosen = {}
+    for key, theirs in records.items():
+        distinct: dict[str, TuningRecord] = {}
+        for record in rank(theirs)[:1] + rank([r for r in theirs if r.phase != "model"]):
+            distinct.setdefault(record.trace_json, record)
+        chosen[key] = list(distinct.values())[:count]
+    return chosen
 
 
 def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: list[TuningRecord], graph, steps,
