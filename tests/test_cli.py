@@ -391,6 +391,7 @@ def test_tune_model_of_some_tasks_with_flushed_caches_into_a_log_run_model_takes
     assert f"no record in {flushed}, {flushed}" in err
 
 
+@pytest.mark.slow
 def test_run_model_runs_saves_the_output_and_times_it(onnx_model, tmp_path, capsys):
     from tilecraft.frontend import from_onnx
     from tilecraft.graph import run_reference

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 _BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
-_SLOW_PAGES = {"extending.md"}  # they tune for a few trials
+_SLOW_PAGES = {"extending.md", "models.md"}  # they tune for a few trials, or compile whole models
 _EXTRAS = {"torch": "torch", "ray": "ray", "cuda": "cuda"}  # a module an example imports -> the extra with it
 _IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
 

@@ -103,6 +103,7 @@ def test_max_pool_indices_of_ties_and_of_uint8_point_at_the_first_real_maximum()
         np.testing.assert_array_equal(got[output], want, err_msg=output)
 
 
+@pytest.mark.slow
 def test_conv_family_compiles_and_matches_onnxruntime(kernel_cache):
     nodes = [N("DeformConv", ["x", "w", "offset", "b", "mask"], ["d"], kernel_shape=[2, 2], offset_group=2),
              N("ConvTranspose", ["d", "wt"], ["t"], group=3, dilations=[2, 2], strides=[2, 2]),

@@ -68,6 +68,7 @@ class Spectrum(nn.Module):
         return self.second(torch.fft.rfft(self.first(x)).abs())
 
 
+@pytest.mark.slow
 def test_operators_tilecraft_cannot_compile_run_in_pytorch_and_the_others_compile(kernel_cache, monkeypatch):
     """The graph is split around them, with one warning that names them and why."""
     torch.manual_seed(0)
