@@ -373,8 +373,7 @@ def add_tasks_command(subparsers: Any) -> None:
 def run_tasks(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
-    model = _onnx_model(args)
-    tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
+    tasks, weights = extract_tasks(_onnx_model(args), args.target, dict(args.input_shape))
     print_tasks(tasks, weights)
     return 0
 

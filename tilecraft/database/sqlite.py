@@ -18,8 +18,9 @@ records of a log, one row each, in a SQLite database:
   lose the last commits, as it may lose a log's last lines.
 - **The best is at most three indexed queries** (``best``), not a pass over every row:
   the model rows of the workload, the latest of each schedule; failing a valid one, its
-  final rows likewise; failing those, the search row of lowest cost. They apply the rule of ``best.py`` exactly as ``load_best_record`` does,
-  ties included (the earliest row wins).
+  final rows likewise; failing those, the search row of lowest cost. They apply the rule
+  of ``best.py`` exactly as ``load_best_record`` does, ties included (the earliest row
+  wins).
 - **The log stays the exchange format.** ``import_log`` and ``export_log`` convert line
   for line: a log written by ``to_json_line`` comes back byte for byte. A version 1
   record imports as what it reads as (a search measurement by an unknown device) and
@@ -31,8 +32,8 @@ records of a log, one row each, in a SQLite database:
 ``PRAGMA user_version`` is the record version of the rows: a store of a newer version
 is refused with ``RecordVersionError``, as a log's newer records are. A version 2 store is
 upgraded when it is opened: its table is copied into the current schema, whose phases
-include ``"model"``, in one transaction. The schema is
-docs/formats.md's, word for word ("The SQLite store"); its comments are kept in the file.
+include ``"model"``, in one transaction. The schema is docs/formats.md's, word for word
+("The SQLite store"); its comments are kept in the file.
 ``benchmarks/database_store.py`` times the store against the log and ``Database``.
 """
 
@@ -80,11 +81,12 @@ _FIELDS = ("workload_key, target, workload, sketch, costs, cost, error, error_ms
            "device, trace_hash, trace")
 _INSERT = f"INSERT INTO records ({_FIELDS}) VALUES ({', '.join('?' * 15)})"
 _COLUMNS = "id, workload_key, target, workload, sketch, costs, error, error_msg, all_cost, time, flop, phase, device, trace"
-# The rule's first query: the latest final row of each schedule (a later row, or the later
-# of two at one time, replaces it), the valid ones by cost; equal costs in the order their
-# schedules were first re-measured, as best.py keeps them. The final rows are a few per
-# tuning run: found by records_by_cost, they are sorted in memory (without INDEXED BY the
-# planner walks records_by_schedule through every row of the workload to skip the sort).
+# The rule's first queries: the latest model (then final) row of each schedule (a later
+# row, or the later of two at one time, replaces it), the valid ones by cost; equal costs in
+# the order their schedules were first re-measured, as best.py keeps them. The final query
+# leaves out the schedules with a model row (_MODELED). Such rows are a few per tuning run:
+# found by records_by_cost, they are sorted in memory (without INDEXED BY the planner walks
+# records_by_schedule through every row of the workload to skip the sort).
 _LATEST = f"""SELECT {_COLUMNS} FROM (
   SELECT *, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age,
          MIN(id) OVER (PARTITION BY trace_hash) AS first
