@@ -23,9 +23,9 @@ TARGET = tc.Target.host()
 
 
 def _log_of_candidates(path, model, per_task: int = 3) -> dict[str, list[TuningRecord]]:
-    """A log with up to ``per_task`` sampled schedules of each task that has a sketch (the
-    distinct ones), the first recorded fastest; the task whose output is largest gets, fourth, one whose trace names
-    a block the task does not have (it replays on no DAG)."""
+    """A log with up to ``per_task`` distinct sampled schedules of each task that has a sketch,
+    the first recorded fastest; the task of most FLOPs gets one more, recorded slowest, whose
+    trace names a block the task does not have (it replays on no DAG)."""
     tasks, _ = tc.extract_tasks(model, TARGET)
     written: dict[str, list[TuningRecord]] = {}
     for n, task in enumerate(tasks):
