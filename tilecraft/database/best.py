@@ -40,13 +40,22 @@ def rank(records: Iterable[TuningRecord]) -> list[TuningRecord]:
     by the rule, each as one record: its latest model or final record, or its fastest
     search record."""
     latest, searched = _split(records)
+    remeasured = _remeasured(latest)
+    seen = set().union(*latest.values())
+    rest = searched.values() if not remeasured else (r for key, r in searched.items() if key not in seen)
+    return remeasured + sorted(rest, key=lambda r: r.cost)
+
+
+def _remeasured(latest: dict[str, dict[str, TuningRecord]]) -> list[TuningRecord]:
+    """The valid latest records of each phase of re-measurement (``_split``), phase by phase
+    and by cost within one; a schedule with a record of an earlier phase is left out of the
+    later ones (even where that record is an error: the schedule is out)."""
     remeasured, seen = [], set()
     for phase in REMEASURED:
         remeasured += sorted((r for key, r in latest[phase].items() if r.is_valid and key not in seen),
                              key=lambda r: r.cost)
         seen.update(latest[phase])
-    rest = searched.values() if not remeasured else (r for key, r in searched.items() if key not in seen)
-    return remeasured + sorted(rest, key=lambda r: r.cost)
+    return remeasured
 
 
 def for_learning(records: Sequence[TuningRecord]) -> list[TuningRecord]:
@@ -81,15 +90,7 @@ class BestSoFar:
     @property
     def best(self) -> TuningRecord | None:
         """The best record so far, or None when there is no valid one."""
-        seen: set[str] = set()
-        for phase in REMEASURED:
-            ranked = sorted((r for key, r in self._latest[phase].items() if r.is_valid and key not in seen),
-                            key=lambda r: r.cost)
-            found = next((r for r in ranked if self.usable(r)), None)
-            if found is not None:
-                return found
-            seen.update(self._latest[phase])
-        return self._searched
+        return next((r for r in _remeasured(self._latest) if self.usable(r)), self._searched)
 
 
 def _split(records: Iterable[TuningRecord]) -> tuple[dict[str, dict[str, TuningRecord]], dict[str, TuningRecord]]:
