@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from .. import ops, te
 from ..errors import TeError
+from ..ops import winograd
 from ..ops.common import compute_nd
 from ..te.tensor import Tensor
 from .ir import Node, Value
@@ -51,6 +52,8 @@ OPERATORS: dict[str, Operator] = {
     "matmul": Operator(_call(ops.matmul), HEAVY),
     "batch_matmul": Operator(_call(ops.batch_matmul), HEAVY),
     "axis_matmul": Operator(_call(ops.axis_matmul), HEAVY),
+    **{name: Operator(_call(getattr(winograd, name)), HEAVY) for name in (
+        "winograd_input", "winograd_matmul", "winograd_output")},
     **{name: Operator(_call(getattr(ops, name)), ELEMENTWISE) for name in (
         "relu", "sigmoid", "tanh", "gelu", "erf", "sqrt", "exp", "log", "abs", "negative", "clip", "cast")},
     "reciprocal": Operator(lambda inputs, attrs, name: ops.divide(1.0, inputs[0], name=name), ELEMENTWISE),

@@ -78,9 +78,9 @@ def fold_batch_norm(graph: Graph) -> Graph:
         else:
             shape[axis] = weight.shape[axis]
         bias = graph.constants[bias_add.inputs[1]].reshape(-1) if bias_add else np.zeros_like(scale)
-        new_weight = _add_constant(graph, f"{conv.name}_folded_weight",
+        new_weight = add_constant(graph, f"{conv.name}_folded_weight",
                                    (weight * scale.reshape(shape)).astype(weight.dtype))
-        new_bias = _add_constant(graph, f"{conv.name}_folded_bias",
+        new_bias = add_constant(graph, f"{conv.name}_folded_bias",
                                  ((bias - mean) * scale + beta).reshape(-1, 1, 1).astype(weight.dtype))
         index = graph.nodes.index(conv)
         graph.nodes[index] = replace(conv, inputs=(conv.inputs[0], new_weight, *conv.inputs[2:]))
@@ -97,9 +97,9 @@ def _fold_into_affine(graph: Graph, norm: Node) -> None:
     value = graph.values[norm.inputs[0]]
     shape = [1] * len(value.shape)
     shape[1] = -1
-    factors = _add_constant(graph, f"{norm.name}_scale", scale.reshape(shape).astype(value.dtype))
-    shift = _add_constant(graph, f"{norm.name}_shift", (beta - mean * scale).reshape(shape).astype(value.dtype))
-    scaled = _add_value(graph, f"{norm.output}_scaled", value.shape, value.dtype)
+    factors = add_constant(graph, f"{norm.name}_scale", scale.reshape(shape).astype(value.dtype))
+    shift = add_constant(graph, f"{norm.name}_shift", (beta - mean * scale).reshape(shape).astype(value.dtype))
+    scaled = add_value(graph, f"{norm.output}_scaled", value.shape, value.dtype)
     index = graph.nodes.index(norm)
     graph.nodes[index:index + 1] = [Node("multiply", (norm.inputs[0], factors), scaled, {}, f"{norm.name}_scale"),
                                     Node("add", (scaled, shift), norm.output, {}, norm.name)]
@@ -196,13 +196,13 @@ def _sink(graph: Graph, node: Node, reshape: Node, others: list[str], kept: int,
         if trimmed == shape:
             operands[other] = other
         elif graph.is_constant(other):
-            operands[other] = _add_constant(graph, f"{other}_trimmed", graph.constants[other].reshape(trimmed))
+            operands[other] = add_constant(graph, f"{other}_trimmed", graph.constants[other].reshape(trimmed))
         else:
-            operands[other] = _add_value(graph, f"{other}_trimmed", trimmed, graph.values[other].dtype)
+            operands[other] = add_value(graph, f"{other}_trimmed", trimmed, graph.values[other].dtype)
             trim = unique_name(f"{node.name}_trim", names)
             names.add(trim)
             nodes.append(Node("reshape", (other,), operands[other], {"newshape": trimmed}, trim))
-    result = _add_value(graph, f"{node.output}_unshaped", graph.values[reshape.inputs[0]].shape,
+    result = add_value(graph, f"{node.output}_unshaped", graph.values[reshape.inputs[0]].shape,
                         graph.values[node.output].dtype)
     nodes.append(Node(node.op, tuple(operands[i] for i in node.inputs), result, node.attrs, node.name))
     nodes.append(Node("reshape", (result,), node.output, {"newshape": graph.values[node.output].shape},
@@ -242,13 +242,13 @@ def _gelu_product(graph: Graph, x: str, one_plus: str) -> Node | None:
     return None
 
 
-def _add_constant(graph: Graph, hint: str, array: np.ndarray) -> str:
-    name = _add_value(graph, hint, array.shape, array.dtype.name)
+def add_constant(graph: Graph, hint: str, array: np.ndarray) -> str:
+    name = add_value(graph, hint, array.shape, array.dtype.name)
     graph.constants[name] = array
     return name
 
 
-def _add_value(graph: Graph, hint: str, shape: tuple[int, ...], dtype: str) -> str:
+def add_value(graph: Graph, hint: str, shape: tuple[int, ...], dtype: str) -> str:
     """A new value named ``hint`` (or ``hint_1``... if taken)."""
     name = unique_name(hint, graph.values)
     graph.values[name] = Value(name, tuple(shape), dtype)

@@ -409,7 +409,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
             model.save("resnet50_compiled")
     """
     target = target if isinstance(target, Target) else Target(target)
-    graph = prepare_graph(model_or_graph, input_shapes)
+    graph = prepare_graph(model_or_graph, input_shapes, target)
     logs = [] if log is None else [log] if isinstance(log, (str, Path)) else list(log)
     for path in logs:
         if not Path(path).is_file():

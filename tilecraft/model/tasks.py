@@ -1,7 +1,8 @@
 """Task extraction: the distinct fused subgraphs of a model, as tuning tasks weighted by their count.
 
 A model is prepared the same way here and in ``compile_model`` (ONNX imported, convolutions
-and pools put in NHWC by ``layout.convert_layout``, the graph partitioned), so the workload
+and pools put in NHWC by ``layout.convert_layout``, 3x3 convolutions rewritten by
+``winograd.winograd_convolutions`` on CPUs, the graph partitioned), so the workload
 keys of the tasks tuned are the keys that compiling the model looks up in the log.
 """
 
@@ -15,15 +16,19 @@ from ..frontend.onnx import from_onnx
 from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
+from ..graph.winograd import winograd_convolutions
 
 
-def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Graph:
-    """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in NHWC."""
+def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None,
+                  target: Target) -> Graph:
+    """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
+    NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays."""
     if not isinstance(model_or_graph, Graph):
         model_or_graph = from_onnx(model_or_graph, input_shapes)
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
-    return convert_layout(model_or_graph)
+    graph = convert_layout(model_or_graph)
+    return winograd_convolutions(graph) if target.kind == "llvm" else graph
 
 
 def describe(graph: Graph, subgraph: Subgraph) -> str:
@@ -65,8 +70,8 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
                                                                    measure_callbacks=[tc.RecordToFile(log)]))
             model = tc.compile_model("resnet50.onnx", log=log)
     """
-    graph = prepare_graph(model_or_graph, input_shapes)
     target = target if isinstance(target, Target) else Target(target)
+    graph = prepare_graph(model_or_graph, input_shapes, target)
     tasks: list[SearchTask] = []
     weights: list[int] = []
     index: dict[str, int] = {}

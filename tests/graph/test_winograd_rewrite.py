@@ -1,0 +1,63 @@
+"""winograd_convolutions: which convolutions it rewrites, and that the graph computes the same."""
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.graph.builder import GraphBuilder
+from tilecraft.graph.fuse import partition
+from tilecraft.graph.layout import convert_layout
+from tilecraft.graph.reference import run_reference
+from tilecraft.graph.winograd import winograd_convolutions
+from tilecraft.model.compiled import DefaultScheduleWarning
+
+
+def block(size=8, channels=64, filters=128, stride=1, kernel=3, dilation=1):
+    """conv + bias + ReLU, then a second 3x3 convolution with a residual add: NCHW, as imported."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("input", (1, channels, size, size), "float32")
+    w1 = b.add_constant("w1", rng.standard_normal((filters, channels, kernel, kernel)).astype("float32") / 20)
+    w2 = b.add_constant("w2", rng.standard_normal((filters, filters, 3, 3)).astype("float32") / 30)
+    bias = b.add_constant("bias", rng.standard_normal((filters, 1, 1)).astype("float32"))
+    y = b.emit("conv2d", [x, w1], {"stride": stride, "padding": kernel // 2 * dilation, "dilation": dilation}, "c1")
+    y = b.emit("relu", [b.emit("add", [y, bias], {}, "bias1")], {}, "relu1")
+    z = b.emit("conv2d", [y, w2], {"stride": 1, "padding": 1}, "c2")
+    return b.finish([b.emit("relu", [b.emit("add", [z, y], {}, "residual")], {}, "relu2")])
+
+
+def test_3x3_convolutions_become_three_kernels_with_the_same_outputs():
+    graph = convert_layout(block())
+    rewritten = winograd_convolutions(graph)
+    ops = [n.op for n in rewritten.nodes]
+    assert "conv2d_nhwc" not in ops and ops.count("winograd_matmul") == 2
+    x = np.random.default_rng(1).standard_normal((1, 64, 8, 8)).astype("float32")
+    want = run_reference(graph, {"input": x})[graph.outputs[0]]
+    got = run_reference(rewritten, {"input": x})[graph.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    groups = [part.ops for part in partition(rewritten)]
+    assert groups.count("winograd_output+add+relu") == 2  # bias or residual, and ReLU, fused as into the conv
+
+
+@pytest.mark.parametrize("kwargs", [{"stride": 2, "size": 16}, {"kernel": 1}, {"dilation": 2, "size": 12},
+                                    {"size": 7}, {"channels": 32}, {"filters": 64}])
+def test_convolutions_where_winograd_does_not_pay_stay_direct(kwargs):
+    """Strided, 1x1 and dilated convolutions; outputs under 8x8 (weights outweigh pixels);
+    fewer than 64 channels in, or 64 x 64 (moving the transformed tiles costs more than the
+    products save)."""
+    graph = convert_layout(block(**kwargs))
+    first = [n.op for n in winograd_convolutions(graph).nodes if n.name.startswith("c1") and n.op != "transpose"]
+    assert first == ["conv2d_nhwc"]
+
+
+def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel_cache):
+    graph = block()
+    cpu_tasks, _ = tc.extract_tasks(graph, "llvm")
+    gpu_tasks, _ = tc.extract_tasks(graph, "cuda -arch=sm_90")
+    assert any("winograd_matmul" in t.desc for t in cpu_tasks)
+    assert not any("winograd" in t.desc for t in gpu_tasks)
+    with pytest.warns(DefaultScheduleWarning, match="winograd_matmul"):  # untuned, and said so
+        model = tc.compile_model(graph, "llvm", cache_dir=kernel_cache)
+    x = np.random.default_rng(2).standard_normal((1, 64, 8, 8)).astype("float32")
+    want = run_reference(graph, {"input": x})[graph.outputs[0]]
+    np.testing.assert_allclose(model(input=x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
