@@ -26,12 +26,16 @@ def block(size=8, channels=64, filters=128, stride=1, kernel=3, dilation=1):
     return b.finish([b.emit("relu", [b.emit("add", [z, y], {}, "residual")], {}, "relu2")])
 
 
-def test_3x3_convolutions_become_three_kernels_with_the_same_outputs():
-    graph = convert_layout(block())
+@pytest.mark.parametrize("size, points", [(8, 36), (10, 16)])
+def test_3x3_convolutions_become_three_kernels_with_the_same_outputs(size, points):
+    """4x4 output tiles (36 points) where 4 divides the output, 2x2 tiles (16) elsewhere."""
+    graph = convert_layout(block(size))
     rewritten = winograd_convolutions(graph)
     ops = [n.op for n in rewritten.nodes]
     assert "conv2d_nhwc" not in ops and ops.count("winograd_matmul") == 2
-    x = np.random.default_rng(1).standard_normal((1, 64, 8, 8)).astype("float32")
+    products = [rewritten.values[n.output].shape for n in rewritten.nodes if n.op == "winograd_matmul"]
+    assert {shape[0] for shape in products} == {points}
+    x = np.random.default_rng(1).standard_normal((1, 64, size, size)).astype("float32")
     want = run_reference(graph, {"input": x})[graph.outputs[0]]
     got = run_reference(rewritten, {"input": x})[graph.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

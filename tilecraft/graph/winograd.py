@@ -4,8 +4,9 @@ A stride-1 3x3 convolution with constant weights becomes an input transform, one
 product a point of the transformed tile (its weights transformed here, once, as a
 constant) and an output transform, which the nodes after the convolution (bias, residual,
 ReLU) fuse into as they fused into the convolution. The products do 2.25x fewer multiplies
-with 2x2 output tiles; their weights are 16/9 the convolution's, so a layer whose weights
-outweigh its pixels (ResNet-50's 7x7 layers: 9.4 MB of weights for 49 pixels) stays direct.
+with 2x2 output tiles and 4x fewer with 4x4; their weights are 16/9 or 4x the convolution's,
+so a layer whose weights outweigh its pixels (ResNet-50's 7x7 layers: 9.4 MB of weights for
+49 pixels) stays direct.
 See docs/experiments/winograd.md for the figures that chose these rules.
 """
 
@@ -19,7 +20,8 @@ from .builder import unique_name
 from .ir import Graph, Node, Value
 from .passes import add_constant, add_value, eliminate_dead_code
 
-TILE = 2  # F(2x2, 3x3): transforms of 0 and +-1, float32 error about 1e-7 of the output's scale
+WIDE_TILE = 4  # F(4x4, 3x3): 4x fewer multiplies, where 4 divides the output (no tile computed past its edge)
+TILE = 2  # F(2x2, 3x3) elsewhere: 2.25x fewer, transforms of 0 and +-1
 MIN_OUTPUT = 8  # output rows and columns: below, the transformed weights cost more than the products save
 MIN_CHANNELS = 64  # input and output channels, each; a product of channels at least MIN_PRODUCT:
 MIN_PRODUCT = 8192  # below, moving the transformed tiles costs more than the products save (64 x 64 did)
@@ -35,18 +37,18 @@ def winograd_convolutions(graph: Graph) -> Graph:
             continue
         data, kernel, out = graph.values[node.inputs[0]], graph.values[node.inputs[1]], graph.values[node.output]
         batch, out_h, out_w, filters = out.shape
-        points, count = (TILE + KERNEL - 1) ** 2, batch * tiles(out_h, TILE) * tiles(out_w, TILE)
-        into = add_constant(rewritten, f"{node.name}_winograd_in", input_transform(TILE))
-        back = add_constant(rewritten, f"{node.name}_winograd_out", output_transform(TILE))
-        weights = add_constant(rewritten, f"{kernel.name}_winograd", winograd_weights(graph.constants[kernel.name],
-                                                                                       TILE))
+        m = WIDE_TILE if out_h % WIDE_TILE == 0 and out_w % WIDE_TILE == 0 else TILE
+        points, count = (m + KERNEL - 1) ** 2, batch * tiles(out_h, m) * tiles(out_w, m)
+        into = add_constant(rewritten, f"{node.name}_winograd_in", input_transform(m))
+        back = add_constant(rewritten, f"{node.name}_winograd_out", output_transform(m))
+        weights = add_constant(rewritten, f"{kernel.name}_winograd", winograd_weights(graph.constants[kernel.name], m))
         transformed = add_value(rewritten, f"{node.output}_tiles", (points, count, data.shape[3]), data.dtype)
         product = add_value(rewritten, f"{node.output}_products", (points, count, filters), data.dtype)
         padding = padding4(node.attrs.get("padding", 0), node.op)
         for op, inputs, output, attrs, name in (
-                ("winograd_input", (data.name, into), transformed, {"m": TILE, "padding": padding}, "input"),
+                ("winograd_input", (data.name, into), transformed, {"m": m, "padding": padding}, "input"),
                 ("winograd_matmul", (transformed, weights), product, {}, "matmul"),
-                ("winograd_output", (product, back), node.output, {"m": TILE, "shape": (batch, out_h, out_w)}, "")):
+                ("winograd_output", (product, back), node.output, {"m": m, "shape": (batch, out_h, out_w)}, "")):
             unique = unique_name(f"{node.name}_{name}", names) if name else node.name
             names.add(unique)
             rewritten.nodes.append(Node(op, inputs, output, attrs, unique))
