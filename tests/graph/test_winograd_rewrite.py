@@ -4,12 +4,14 @@ import numpy as np
 import pytest
 
 import tilecraft as tc
+from tilecraft.database.record import TuningRecord
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.graph.fuse import partition
+from tilecraft.graph.fuse import partition, subgraph_dag
 from tilecraft.graph.layout import convert_layout
 from tilecraft.graph.reference import run_reference
 from tilecraft.graph.winograd import winograd_convolutions
 from tilecraft.model.compiled import DefaultScheduleWarning
+from tilecraft.model.tasks import prepare_graph
 
 
 def block(size=8, channels=64, filters=128, stride=1, kernel=3, dilation=1):
@@ -54,7 +56,8 @@ def test_convolutions_where_winograd_does_not_pay_stay_direct(kwargs):
     assert first == ["conv2d_nhwc"]
 
 
-def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel_cache):
+def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel_cache, tmp_path):
+    """Compiled, then saved and loaded (the transformed weights are the saved model's constants)."""
     graph = block()
     cpu_tasks, _ = tc.extract_tasks(graph, "llvm")
     gpu_tasks, _ = tc.extract_tasks(graph, "cuda -arch=sm_90")
@@ -64,4 +67,38 @@ def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel
         model = tc.compile_model(graph, "llvm", cache_dir=kernel_cache)
     x = np.random.default_rng(2).standard_normal((1, 64, 8, 8)).astype("float32")
     want = run_reference(graph, {"input": x})[graph.outputs[0]]
-    np.testing.assert_allclose(model(input=x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    model.save(tmp_path / "saved")
+    for compiled in (model, tc.load_model(tmp_path / "saved")):
+        np.testing.assert_allclose(compiled(input=x), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def record(key, seconds):
+    return TuningRecord(key, None, "llvm", "[]", (seconds,), "none", "", 0.0, 0.0, 1.0, None)
+
+
+@pytest.mark.parametrize("direct, stages, expected", [
+    (None, None, "winograd"),  # no log: by the rule
+    (1e-3, None, "direct"),  # a log tuned before the rewrite keeps its kernel
+    (1e-3, (2e-4, 2e-4, None), "direct"),  # and so does one that lacks one of the three
+    (1e-3, (2e-4, 5e-4, 2e-4), "winograd"),  # the three together faster
+    (1e-3, (2e-4, 7e-4, 2e-4), "direct"),  # slower
+    (None, (2e-4, 7e-4, 2e-4), "winograd")])
+def test_the_log_chooses_between_the_direct_kernel_and_winograd(direct, stages, expected):
+    """The first convolution (64 -> 128 channels, 10x10) by the records of its kernels."""
+    graph = convert_layout(block(10))
+    rewritten = winograd_convolutions(graph)
+    c1 = next(n for n in graph.nodes if n.op == "conv2d_nhwc" and n.name.startswith("c1"))
+    kernels = {n.op: part for part in partition(rewritten) for n in part.nodes if n.op.startswith("winograd")
+               and n.inputs[0] in (c1.inputs[0], f"{c1.output}_tiles", f"{c1.output}_products")}
+    best = {}
+    if direct is not None:
+        part = next(part for part in partition(graph) if c1 in part.nodes)
+        best[subgraph_dag(graph, part).workload_key] = record(subgraph_dag(graph, part).workload_key, direct)
+    for op, seconds in zip(("winograd_input", "winograd_matmul", "winograd_output"), stages or ()):
+        if seconds is not None:
+            key = subgraph_dag(rewritten, kernels[op]).workload_key
+            best[key] = record(key, seconds)
+    prepared = prepare_graph(block(10), None, tc.Target("llvm"), best)
+    ops = [n.op for n in prepared.nodes if n.name.startswith("c1") and n.op != "transpose"]
+    assert ops == (["conv2d_nhwc"] if expected == "direct" else ["winograd_input", "winograd_matmul",
+                                                                  "winograd_output"])

@@ -12,6 +12,8 @@ See docs/experiments/winograd.md for the figures that chose these rules.
 
 from __future__ import annotations
 
+from typing import Collection
+
 import numpy as np
 
 from ..ops.common import pair, padding4
@@ -27,12 +29,13 @@ MIN_CHANNELS = 64  # input and output channels, each; a product of channels at l
 MIN_PRODUCT = 8192  # below, moving the transformed tiles costs more than the products save (64 x 64 did)
 
 
-def winograd_convolutions(graph: Graph) -> Graph:
-    """``graph`` with each convolution that ``_eligible`` accepts computed by Winograd's algorithm."""
+def winograd_convolutions(graph: Graph, direct: Collection[str] = ()) -> Graph:
+    """``graph`` with each convolution that ``_eligible`` accepts computed by Winograd's
+    algorithm, but for the nodes named in ``direct``."""
     rewritten = Graph(graph.inputs, graph.outputs, [], dict(graph.constants), dict(graph.values))
     names = {node.name for node in graph.nodes}
     for node in graph.nodes:
-        if not _eligible(node, graph.values, graph.constants):
+        if node.name in direct or not _eligible(node, graph.values, graph.constants):
             rewritten.nodes.append(node)
             continue
         data, kernel, out = graph.values[node.inputs[0]], graph.values[node.inputs[1]], graph.values[node.output]
@@ -53,6 +56,18 @@ def winograd_convolutions(graph: Graph) -> Graph:
             names.add(unique)
             rewritten.nodes.append(Node(op, inputs, output, attrs, unique))
     return eliminate_dead_code(rewritten)
+
+
+def stages_of(rewritten: Graph) -> dict[str, tuple[str, str, str]]:
+    """For each convolution rewritten, by its node's name (its output transform's), the outputs
+    of its input transform, products and output transform."""
+    producers = {node.output: node for node in rewritten.nodes}
+    stages = {}
+    for node in rewritten.nodes:
+        if node.op == "winograd_output":
+            products = node.inputs[0]
+            stages[node.name] = (producers[products].inputs[0], products, node.output)
+    return stages
 
 
 def _eligible(node: Node, values: dict[str, Value], constants: dict[str, np.ndarray]) -> bool:

@@ -409,7 +409,6 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
             model.save("resnet50_compiled")
     """
     target = target if isinstance(target, Target) else Target(target)
-    graph = prepare_graph(model_or_graph, input_shapes, target)
     logs = [] if log is None else [log] if isinstance(log, (str, Path)) else list(log)
     for path in logs:
         if not Path(path).is_file():
@@ -419,6 +418,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
     best = {}
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
         best.update((r.workload_key, r) for r in best_records(path, target=target))
+    graph = prepare_graph(model_or_graph, input_shapes, target, best)
     described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
     jobs, steps = kernel_jobs(graph, best)
     built = compile_kernels(jobs, described, target, cache_dir)

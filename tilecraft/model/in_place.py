@@ -98,9 +98,10 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
     if not Path(log).is_file():
         raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
                                 "(tilecraft tune-model)")
-    graph = prepare_graph(model_or_graph, input_shapes, target)
     ranked = _candidates(log, target, candidates)
-    jobs, steps = kernel_jobs(graph, {key: records[0] for key, records in ranked.items()})
+    best = {key: records[0] for key, records in ranked.items()}
+    graph = prepare_graph(model_or_graph, input_shapes, target, best)
+    jobs, steps = kernel_jobs(graph, best)
     built = compile_kernels(jobs, str(log), target, cache_dir)
     unbuilt = {job.dag.workload_key for job, (_, why) in zip(jobs, built) if why}  # default schedules, left alone
     before = model = assemble(graph, steps, [kernel for kernel, _ in built], target, cache_dir)

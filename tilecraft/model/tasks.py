@@ -8,27 +8,53 @@ keys of the tasks tuned are the keys that compiling the model looks up in the lo
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
+from ..database.record import TuningRecord
 from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
 from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
-from ..graph.winograd import winograd_convolutions
+from ..graph.winograd import stages_of, winograd_convolutions
 
 
-def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None,
-                  target: Target) -> Graph:
+def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
+                  best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
-    NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays."""
+    NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays.
+
+    With ``best`` (a log's best record by workload key), a convolution stays direct where the
+    log times it direct and lacks one of Winograd's three tasks, or times it direct faster than
+    the three together: a log tuned before the rewrite keeps its tuned kernels.
+    """
     if not isinstance(model_or_graph, Graph):
         model_or_graph = from_onnx(model_or_graph, input_shapes)
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
     graph = convert_layout(model_or_graph)
-    return winograd_convolutions(graph) if target.kind == "llvm" else graph
+    if target.kind != "llvm":
+        return graph
+    rewritten = winograd_convolutions(graph)
+    direct = _direct_by_the_log(graph, rewritten, best) if best else set()
+    return winograd_convolutions(graph, direct) if direct else rewritten
+
+
+def _direct_by_the_log(graph: Graph, rewritten: Graph, best: Mapping[str, TuningRecord]) -> set[str]:
+    """The convolutions of ``graph`` whose direct kernel the log's records prefer (``prepare_graph``)."""
+    def seconds(source: Graph, subgraphs: list[Subgraph], values: set[str]) -> float:
+        """The log's seconds for the kernels that compute ``values``; inf if it lacks one."""
+        keys = [subgraph_dag(source, part).workload_key for part in subgraphs
+                if any(node.output in values for node in part.nodes)]
+        return sum(best[key].cost if key in best else math.inf for key in keys)
+
+    direct_parts, winograd_parts = partition(graph), partition(rewritten)
+    outputs = {node.name: node.output for node in graph.nodes}
+    return {name for name, stages in stages_of(rewritten).items()
+            if (alone := seconds(graph, direct_parts, {outputs[name]})) < math.inf
+            and alone <= seconds(rewritten, winograd_parts, set(stages))}
 
 
 def describe(graph: Graph, subgraph: Subgraph) -> str:
