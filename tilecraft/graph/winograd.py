@@ -25,8 +25,8 @@ from .passes import add_constant, add_value, eliminate_dead_code
 WIDE_TILE = 4  # F(4x4, 3x3): 4x fewer multiplies, where 4 divides the output (no tile computed past its edge)
 TILE = 2  # F(2x2, 3x3) elsewhere: 2.25x fewer, transforms of 0 and +-1
 MIN_OUTPUT = 8  # output rows and columns: below, the transformed weights cost more than the products save
-MIN_CHANNELS = 64  # input and output channels, each; a product of channels at least MIN_PRODUCT:
-MIN_PRODUCT = 8192  # below, moving the transformed tiles costs more than the products save (64 x 64 did)
+MIN_CHANNELS = 64  # channels in and out, each at least this, and their product at least MIN_PRODUCT:
+MIN_PRODUCT = 8192  # with fewer, moving the transformed tiles costs more than the products save (64 x 64 lost)
 
 
 def winograd_convolutions(graph: Graph, direct: Collection[str] = ()) -> Graph:

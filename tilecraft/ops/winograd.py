@@ -11,9 +11,10 @@ F(2x2), 36 for F(4x4): 2.25x and 4x fewer). It is three kernels in tilecraft:
   transformed once, at compile time (``winograd_weights``);
 - ``winograd_output``: each tile back to its m x m outputs, ``Y = kron(A^T, A^T) M``.
 
-The products are almost all of the work (16 x the channels a tile-channel pair, against 16
-a transform), so it is the matrix product that the search tiles as it tiles any other; the
-transforms read their small constant matrices as inputs, which keeps them one sum each.
+The products are most of the work ((m+2)^2 x F multiply-adds for a tile and an input
+channel, against (m+2)^4 for its transform), so they are the matrix product that the search
+tiles as it tiles any other; the transforms read their small constant matrices as inputs,
+which keeps each of them one sum.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 from .. import te
 from ..errors import TeError
 from ..te.tensor import Tensor
-from .common import check_tensor, layout_free, same_dtype
+from .common import check_tensor, layout_free, padding4, same_dtype
 from .transform import pad
 
 KERNEL = 3  # the filter size the transforms below are for
@@ -75,11 +76,11 @@ def tiles(size: int, m: int) -> int:
     return -(-size // m)
 
 
-def winograd_input(data: Tensor, transform: Tensor, m: int, padding: tuple[int, int, int, int],
+def winograd_input(data: Tensor, transform: Tensor, m: int, padding: int | tuple = 0,
                    name: str = "winograd_input") -> Tensor:
     """data [N, H, W, C], ``transform`` = ``input_transform(m)`` -> V [(m+2)^2, P, C], where P
     counts the output tiles (n, tile row, tile column) of a stride-1 3x3 convolution with
-    ``padding`` (top, left, bottom, right); the input is padded with zeros past the last tile."""
+    ``padding`` (as conv2d_nhwc takes it); the input is padded with zeros past the last tile."""
     op = "winograd_input"
     check_tensor(data, op, 4, "data")
     check_tensor(transform, op, 2, "transform")
@@ -89,7 +90,7 @@ def winograd_input(data: Tensor, transform: Tensor, m: int, padding: tuple[int, 
         raise TeError(f"{op}: the transform {transform.name} {transform.shape} must be "
                       f"[{alpha * alpha}, {alpha * alpha}] for tiles of {m}: ops.winograd.input_transform({m})")
     N, H, W, C = data.shape
-    top, left, bottom, right = padding
+    top, left, bottom, right = padding4(padding, op)
     OH, OW = H + top + bottom - KERNEL + 1, W + left + right - KERNEL + 1
     if OH < 1 or OW < 1:
         raise TeError(f"{op}: data {data.shape} padded by {padding} is smaller than the 3x3 kernel")
