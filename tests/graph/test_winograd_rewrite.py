@@ -46,14 +46,21 @@ def test_3x3_convolutions_become_three_kernels_with_the_same_outputs(size, point
 
 
 @pytest.mark.parametrize("kwargs", [{"stride": 2, "size": 16}, {"kernel": 1}, {"dilation": 2, "size": 12},
-                                    {"size": 7}, {"channels": 32}, {"filters": 64}])
+                                    {"size": 7}, {"channels": 32}, {"filters": 64, "size": 10}])
 def test_convolutions_where_winograd_does_not_pay_stay_direct(kwargs):
     """Strided, 1x1 and dilated convolutions; outputs under 8x8 (weights outweigh pixels);
-    fewer than 64 channels in, or 64 x 64 (moving the transformed tiles costs more than the
-    products save)."""
+    fewer than 64 channels in, or 64 x 64 with 2x2 tiles (moving the transformed tiles costs
+    more than the products save)."""
     graph = convert_layout(block(**kwargs))
     first = [n.op for n in winograd_convolutions(graph).nodes if n.name.startswith("c1") and n.op != "transpose"]
     assert first == ["conv2d_nhwc"]
+
+
+def test_64_by_64_channels_take_4x4_tiles_where_4_divides_the_output():
+    graph = convert_layout(block(size=8, filters=64))
+    first = [n for n in winograd_convolutions(graph).nodes if n.name.startswith("c1") and n.op != "transpose"]
+    assert [n.op for n in first] == ["winograd_input", "winograd_matmul", "winograd_output"]
+    assert first[0].attrs["m"] == 4
 
 
 def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel_cache, tmp_path):

@@ -26,7 +26,8 @@ WIDE_TILE = 4  # F(4x4, 3x3): 4x fewer multiplies, where 4 divides the output (n
 TILE = 2  # F(2x2, 3x3) elsewhere: 2.25x fewer, transforms of 0 and +-1
 MIN_OUTPUT = 8  # output rows and columns: below, the transformed weights cost more than the products save
 MIN_CHANNELS = 64  # channels in and out, each at least this, and their product at least MIN_PRODUCT:
-MIN_PRODUCT = 8192  # with fewer, moving the transformed tiles costs more than the products save (64 x 64 lost)
+MIN_PRODUCT = {TILE: 8192, WIDE_TILE: 4096}  # with fewer, moving the transformed tiles costs more than the
+# products save (64 x 64 with 2x2 tiles lost: its tiles are 4x the pixels, 2.25x with 4x4)
 
 
 def winograd_convolutions(graph: Graph, direct: Collection[str] = ()) -> Graph:
@@ -40,7 +41,7 @@ def winograd_convolutions(graph: Graph, direct: Collection[str] = ()) -> Graph:
             continue
         data, kernel, out = graph.values[node.inputs[0]], graph.values[node.inputs[1]], graph.values[node.output]
         batch, out_h, out_w, filters = out.shape
-        m = WIDE_TILE if out_h % WIDE_TILE == 0 and out_w % WIDE_TILE == 0 else TILE
+        m = _tile(out)
         points, count = (m + KERNEL - 1) ** 2, batch * tiles(out_h, m) * tiles(out_w, m)
         into = add_constant(rewritten, f"{node.name}_winograd_in", input_transform(m))
         back = add_constant(rewritten, f"{node.name}_winograd_out", output_transform(m))
@@ -74,13 +75,19 @@ def _eligible(node: Node, values: dict[str, Value], constants: dict[str, np.ndar
     """A float32 stride-1, undilated, ungrouped NHWC 3x3 convolution of constant weights whose
     output is at least ``MIN_OUTPUT`` square, with enough channels in and out for the products
     to outweigh the transforms: a tile's transforms cost about 16/F + 4/C of its products
-    (C channels in, F out), and its transformed tiles are 4x the pixels they come from."""
+    (C channels in, F out), and its transformed tiles are 4x the pixels they come from with
+    2x2 tiles, 2.25x with 4x4 (``MIN_PRODUCT``)."""
     if node.op != "conv2d_nhwc" or len(node.inputs) != 2 or node.inputs[1] not in constants:
         return False
     kernel, out = values[node.inputs[1]], values[node.output]
     channels_in, channels_out = kernel.shape[2:]
-    return (kernel.dtype == "float32" and kernel.shape[:2] == (KERNEL, KERNEL)
-            and min(channels_in, channels_out) >= MIN_CHANNELS and channels_in * channels_out >= MIN_PRODUCT
+    return (kernel.dtype == "float32" and kernel.shape[:2] == (KERNEL, KERNEL) and min(channels_in, channels_out)
+            >= MIN_CHANNELS and channels_in * channels_out >= MIN_PRODUCT[_tile(out)]
             and pair(node.attrs.get("stride", 1), node.op, "stride") == (1, 1)
             and pair(node.attrs.get("dilation", 1), node.op, "dilation") == (1, 1)
             and node.attrs.get("groups", 1) == 1 and min(out.shape[1:3]) >= MIN_OUTPUT)
+
+
+def _tile(out: Value) -> int:
+    """The output tile of a convolution's NHWC output: 4x4 where 4 divides it, else 2x2."""
+    return WIDE_TILE if out.shape[1] % WIDE_TILE == 0 and out.shape[2] % WIDE_TILE == 0 else TILE
