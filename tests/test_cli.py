@@ -120,7 +120,7 @@ MISTAKES = [
     ([*TUNE_MODEL, "--trials", "-3"], "argument --trials: -3: give the number of measurements to make"),
     ([*TUNE_MODEL, "--per-round", "0"], "argument --per-round: 0: give the measurements per round of a task"),
     ([*TUNE_MODEL, "--warm-up", "0"], "argument --warm-up: 0: give the measurements of each task's first round"),
-    ([*TUNE_MODEL, "--in-place", "1"], "argument --in-place: --in-place 1: give the schedules to time of each task, "
+    ([*TUNE_MODEL, "--in-place", "1"], "argument --in-place: 1: give the schedules to time of each task, "
                                        "2 or more, or 0 to skip"),
     ([*TUNE_MODEL, "--per-task-early-stopping", "0"], "argument --per-task-early-stopping: 0: give the trials"),
     ([*TUNE_MODEL, "--tasks", "("], "argument --tasks: '(' is not a regular expression (missing ), unterminated "
@@ -133,10 +133,12 @@ MISTAKES = [
     (["tune-model", "{tmp}/none.onnx"], "MODEL: {tmp}/none.onnx does not exist"),
     (["choose-in-place", "{model}"], "the following arguments are required: --log"),
     (["choose-in-place", "{model}", "--log", "{tmp}/none.json"], "argument --log: {tmp}/none.json does not exist"),
-    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "1"], "argument --candidates: --in-place 1: "
-                                                                            "give the schedules to time"),
-    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "0"], "--candidates 0: give the schedules to "
-                                                                            "time of each task, 2 or more"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "1"], "argument --candidates: 1: give the "
+                                                                            "schedules to time of each task, a whole "
+                                                                            "number, 2 or more"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "0"], "argument --candidates: 0: give the "
+                                                                            "schedules to time of each task, a whole "
+                                                                            "number, 2 or more"),
     (["choose-in-place", "{model}", "--log", "{log}", "--rounds", "0"], "argument --rounds: 0: give the interleaved"),
     (["choose-in-place", "{model}", "--log", "{log}", "--target", "cuda"], "--target cuda: models are timed in place "
                                                                            "on this machine's CPU only"),

@@ -46,8 +46,8 @@ _NAMES = {  # public name -> the module that defines it
     "DEFAULT_RECORDS": ".tune.transfer", "transfer_model": ".tune.transfer", "TaskScheduler": ".tune.scheduler",
     "SearchTask": ".tune.task", "TuningOptions": ".tune.task", "register_workload": ".tune.task",
     "CompiledModel": ".model", "GpuModel": ".model", "compile_model": ".model", "extract_tasks": ".model",
-    "load_model": ".model", "print_tasks": ".model", "choose_in_place": ".model.in_place", "from_torch": ".model.torch", "compile_tir": ".tune.tir",
-    "tune_tir": ".tune.tir",
+    "load_model": ".model", "print_tasks": ".model", "choose_in_place": ".model.in_place", "from_torch": ".model.torch",
+    "compile_tir": ".tune.tir", "tune_tir": ".tune.tir",
     "CudaModule": ".runtime.cuda", "cuda_available": ".runtime.cuda",
 }
 

@@ -457,7 +457,8 @@ def add_choose_in_place_command(subparsers: Any) -> None:
                     "tune-model does this when it ends; this command does it for a log tuned before.")
     _add_model_arguments(command)
     command.add_argument("--log", required=True, type=_tuning_log, help="the model's tuning log; appended to")
-    command.add_argument("--candidates", type=_in_place_candidates, default=4, metavar="N",
+    command.add_argument("--candidates", type=_at_least(2, "the schedules to time of each task"), default=4,
+                         metavar="N",
                          help="the best schedules of each task to time (default 4)")
     command.add_argument("--rounds", type=_at_least(1, "the interleaved rounds"), default=8,
                          help="interleaved rounds, each timing every candidate (default 8)")
@@ -470,8 +471,6 @@ def run_choose_in_place(args: argparse.Namespace) -> int:
 
     if not _is_cpu(args.target):
         raise CommandError(f"--target {args.target}: models are timed in place on this machine's CPU only")
-    if not args.candidates:
-        raise CommandError("--candidates 0: give the schedules to time of each task, 2 or more")
     choose_in_place(_onnx_model(args), args.log, args.target, candidates=args.candidates, rounds=args.rounds,
                     input_shapes=dict(args.input_shape), verbose=args.verbose)
     print(f"run it with: tilecraft run-model {args.model} --log {args.log}")
@@ -740,7 +739,7 @@ def _at_least(least: int, what: str) -> Callable[[str], int]:
 def _in_place_candidates(text: str) -> int:
     """An argparse type: 0 (choose nothing in place) or a number of candidates, 2 or more."""
     if not re.fullmatch(r"\s*\d+\s*", text) or int(text) == 1:
-        raise CommandError(f"--in-place {text}: give the schedules to time of each task, 2 or more, or 0 to skip")
+        raise CommandError(f"{text}: give the schedules to time of each task, 2 or more, or 0 to skip")
     return int(text)
 
 
