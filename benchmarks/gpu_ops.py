@@ -36,6 +36,7 @@ def _conv(n: int):
 # name -> (workload, arguments, the operator in PyTorch, FLOPs of one call)
 WORKLOADS = {
     **{f"matmul_{n}": ("matmul", (n, n, n), lambda F, a, b: a @ b, 2 * n**3) for n in (1024, 2048, 4096)},
+    "matmul_256x16384x256": ("matmul", (256, 16384, 256), lambda F, a, b: a @ b, 2 * 256 * 16384 * 256),  # split-K's
     "conv2d_b1": _conv(1),
     "conv2d_b32": _conv(32),
     "dense_2048x1000": ("dense", (1, 2048, 1000), lambda F, x, w: F.linear(x, w), 2 * 2048 * 1000),

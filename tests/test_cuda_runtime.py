@@ -187,8 +187,9 @@ def test_error_lines_are_quoted_with_their_numbers():
 def test_launch_spec_and_module_metadata_round_trip_through_json():
     import json
 
-    launch = LaunchSpec((8, 2, 1), (128, 2, 1), shared_bytes=64 << 10)
+    launch = LaunchSpec((8, 2, 1), (128, 2, 1), shared_bytes=64 << 10, zeroed=(2,))
     assert LaunchSpec.from_json(json.loads(json.dumps(launch.to_json()))) == launch
+    assert LaunchSpec.from_json({"grid": [1, 1, 1], "block": [32, 1, 1]}).zeroed == ()  # written before split-K
     module = CudaModule(b"\x7fELF...", ADD, "vector_add", ADD_ARGS, launch)
     metadata = json.loads(json.dumps(module.to_json()))
     assert "cubin" not in metadata
@@ -207,6 +208,12 @@ def test_bad_launch_specs_and_metadata_are_refused():
         LaunchSpec((1, 1, 1), (32, 1, 1), shared_bytes=-1)
     with pytest.raises(ValueError, match="lacks 'launch'"):
         CudaModule.from_artifact(b"", {"entry": "k", "args": []})
+    for zeroed in ((-1,), (2, 2), ("2",)):
+        with pytest.raises(ValueError, match="zeroed=.* must be distinct argument indices"):
+            LaunchSpec((1, 1, 1), (32, 1, 1), zeroed=zeroed)
+    for zeroed in ((0,), (3,)):  # an input, and no argument at all: never set to zero
+        with pytest.raises(ValueError, match="only outputs among its 3 arguments can be zeroed"):
+            CudaModule(b"", ADD, "vector_add", ADD_ARGS, LaunchSpec((1, 1, 1), (32, 1, 1), zeroed=zeroed))
 
 
 def test_cuda_available_answers_without_raising():
@@ -355,8 +362,8 @@ class FakeMemoryDriver(FakeDriver):
 
     def cuGraphLaunch(self, executable, stream):
         self.graph_launches += 1
-        for function, params in executable:
-            self._run(function, params)
+        for step in executable:
+            step()
         return (0,)
 
     def cuGraphExecDestroy(self, executable):
@@ -378,10 +385,20 @@ class FakeMemoryDriver(FakeDriver):
         return 0, module
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return self._on_stream(lambda: self._run(function, params))
+
+    def cuMemsetD8Async(self, pointer, value, size, stream):
+        def memset():
+            self.memory[pointer][:size] = bytes([value]) * size
+
+        return self._on_stream(memset)
+
+    def _on_stream(self, step):
+        """Run ``step``, or record it where a capture is on."""
         if self.captured is not None:
-            self.captured.append((function, params))
-            return (0,)
-        self._run(function, params)
+            self.captured.append(step)
+        else:
+            step()
         return (0,)
 
     def _run(self, function, params):
@@ -434,6 +451,42 @@ def test_a_device_array_is_a_gpu_array_to_a_call_and_comes_back_as_numpy(monkeyp
     del arrays, binding
     gc.collect()
     assert driver.memory == {} and driver.references == 1  # freed; the context kept
+
+
+class AddInto:
+    """A kernel whose blocks add ``a + b`` into ``c`` (split-K's way), on the fake memory."""
+
+    args = ADD_ARGS
+
+    def __init__(self, driver):
+        self.driver = driver
+
+    def __call__(self, a, b, c):
+        memory = self.driver.memory
+        total = np.frombuffer(memory[c], np.float32) + np.frombuffer(memory[a], np.float32) \
+            + np.frombuffer(memory[b], np.float32)
+        memory[c][:] = total.tobytes()
+
+
+def test_an_output_that_blocks_add_into_is_zeroed_before_every_launch_called_planned_or_captured(monkeypatch):
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    driver.kernels[b"add into"] = AddInto(driver)
+    module = CudaModule(b"add into", ADD, "vector_add", ADD_ARGS, LaunchSpec((4, 1, 1), (256, 1, 1), zeroed=(2,)))
+    a, b = host_inputs()
+    arrays = [cuda_runtime.DeviceArray(x) for x in (a, b, np.full(N, np.nan, np.float32))]
+    for _ in range(2):  # garbage in the output, then the last call's sum: each launch starts from zero
+        module(*arrays)
+        np.testing.assert_array_equal(arrays[2].numpy(), a + b)
+    plan = cuda_runtime.LaunchPlan([(module, [x.pointer for x in arrays])] * 2)
+    plan.run()
+    np.testing.assert_array_equal(arrays[2].numpy(), a + b)
+    graph = cuda_runtime.LaunchGraph(plan)
+    arrays[2].copy_from(np.full(N, 7, np.float32))
+    graph.run()
+    np.testing.assert_array_equal(arrays[2].numpy(), a + b)
+    assert driver.launches == 6 and driver.graph_launches == 1
 
 
 def test_the_measuring_worker_uploads_a_candidates_arguments_once(monkeypatch, tmp_path):

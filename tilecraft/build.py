@@ -81,7 +81,8 @@ def _build_cuda(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None) -
     source, launch = generate_cuda(func, target)
     cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
     args, _ = entry_signature(func)
-    return CudaModule(cubin, source, func.name, args, LaunchSpec(launch.grid, launch.block, launch.shared_bytes))
+    return CudaModule(cubin, source, func.name, args,
+                      LaunchSpec(launch.grid, launch.block, launch.shared_bytes, zeroed_arguments(func, args)))
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
@@ -126,6 +127,13 @@ def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | Non
     source = generate_c(cpu, host)
     args, packs = entry_signature(cpu)
     return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
+
+
+def zeroed_arguments(func: LoweredFunc, args: tuple[ArgSpec, ...]) -> tuple[int, ...]:
+    """The positions in ``args`` of the outputs that ``func``'s blocks add into (split-K),
+    which the runtime zeroes before each launch."""
+    names = {buffer.name for buffer, zeroed in zip(func.args, func.zeroed) if zeroed}
+    return tuple(n for n, arg in enumerate(args) if arg.name in names)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

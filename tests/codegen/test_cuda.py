@@ -196,6 +196,66 @@ def test_cross_thread_reduction_needs_its_spatial_loops_outside():
         tc.lower(sch)
 
 
+def split_k_matmul(n: int, l: int, m: int, parts: int) -> tc.Schedule:
+    """A matmul's reduction in ``parts`` parts bound to blockIdx.y, each part's sum in a
+    thread's register (rfactor), added into the output across the blocks."""
+    sch = tc.Schedule(matmul(n, l, m))
+    i, j, k = sch.get_loops(sch.get_block("C"))
+    ko, _ = sch.split(k, [parts, None])
+    partials = sch.rfactor(ko, 0)
+    i, j, ko = sch.get_loops(sch.get_block("C"))
+    sch.reorder(ko, i, j)
+    sch.bind(ko, "blockIdx.y")
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    sch.compute_at(partials, j)
+    return sch
+
+
+def test_a_reduction_bound_to_blocks_adds_into_an_output_zeroed_before_the_kernel():
+    """Split-K: each block adds its partial into the output atomically; the launch zeroes the
+    output first (the emulation too), so a call on an output full of garbage is right."""
+    sch = split_k_matmul(16, 96, 24, parts=3)
+    text = str(tc.lower(sch))
+    assert "C is zeroed before the kernel" in text and "+= C_rf" in text and "blockIdx.y" in text
+    check(sch)
+    if shutil.which("nvcc"):
+        kernel = tc.build(sch, "cuda -arch=sm_90")
+        assert "atomicAdd(&C[" in kernel.source
+        assert (kernel.launch.grid, kernel.launch.zeroed) == ((16, 3, 1), (2,))
+        assert kernel.to_json()["launch"]["zeroed"] == [2]
+    a, b = sch.dag.random_inputs(np.random.default_rng(3))
+    garbage = np.full((16, 24), np.nan, np.float32)
+    tc.emulate_gpu(sch, "cuda -arch=sm_90")(a, b, garbage)
+    np.testing.assert_allclose(garbage, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_reduction_across_blocks_must_be_a_sum_that_nothing_in_the_kernel_reads():
+    sch = tc.Schedule(row_reduce(6, 64, "max"))
+    i, k = sch.get_loops(sch.get_block("B"))
+    sch.bind(i, "threadIdx.x")
+    sch.bind(k, "blockIdx.x")
+    with pytest.raises(LoweringError, match="needs a sum of float32, float64, int32.*it is a max of float32"):
+        tc.lower(sch)
+    A = te.placeholder((6, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    total = te.compute((6,), lambda i: te.sum(A[i, k], axis=k), name="total")
+    scaled = te.compute((6,), lambda i: total[i] * 2.0, name="scaled")
+    sch = tc.Schedule(tc.ComputeDAG([A, scaled]))
+    i, k = sch.get_loops(sch.get_block("total"))
+    sch.bind(k, "blockIdx.x")
+    sch.bind(sch.get_loops(sch.get_block("scaled"))[0], "threadIdx.x")
+    with pytest.raises(LoweringError, match="whole only when the kernel ends; but block scaled reads it"):
+        tc.lower(sch)
+
+
+def test_an_output_that_blocks_add_into_cannot_be_written_into_a_slice():
+    from tilecraft.ir.slices import into_slice
+
+    with pytest.raises(LoweringError, match="adds into C across GPU blocks"):
+        into_slice(tc.lower(split_k_matmul(16, 96, 24, parts=3)), "C", (16, 48), (0, 24))
+
+
 # ----------------------------------------------------------------------------- errors
 
 
@@ -207,8 +267,8 @@ def test_binding_mistakes_are_schedule_errors():
         sch.bind(i, "threadIdx.x")
     with pytest.raises(ScheduleError, match="already binds blockIdx.x to loop i"):
         sch.bind(j, "blockIdx.x")
-    with pytest.raises(ScheduleError, match="reduction loop and cannot be bound to blockIdx.y.*rfactor"):
-        sch.bind(k, "blockIdx.y")
+    with pytest.raises(ScheduleError, match="reduction loop and cannot be bound to vthread.x: virtual threads"):
+        sch.bind(k, "vthread.x")
     with pytest.raises(ScheduleError, match="along threadIdx.x only"):
         sch.bind(k, "threadIdx.y")
     with pytest.raises(ScheduleError, match="unknown thread axis 'threadIdx.w'"):

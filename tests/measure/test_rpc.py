@@ -305,12 +305,18 @@ def test_a_malformed_launch_or_one_for_the_wrong_kind_of_device_is_refused_and_t
     assert channel.receive()[0]["kind"] == "stored"
     request = {"kind": "measure", "reference": hashlib.sha256(data).hexdigest(), "entry_name": "add",
                "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in ARGS], "packs": []}
-    for launch, message in (([[0, 1, 1], [32, 1, 1]], "'launch' must be [grid, block, shared bytes]"),
-                            ([[1, 1], [32, 1, 1]], "'launch' must be [grid, block, shared bytes]"),
-                            ([[1, 1, 1], [32.5, 1, 1]], "'launch' must be [grid, block, shared bytes]"),
-                            ([[1, 1, 1], [32, 1, 1], -1], "'launch' must be [grid, block, shared bytes]"),
+    malformed = "'launch' must be [grid, block, shared bytes, zeroed]"
+    for launch, message in (([[0, 1, 1], [32, 1, 1]], malformed),
+                            ([[1, 1], [32, 1, 1]], malformed),
+                            ([[1, 1, 1], [32.5, 1, 1]], malformed),
+                            ([[1, 1, 1], [32, 1, 1], -1], malformed),
+                            ([[1, 1, 1], [32, 1, 1], 0, [2, 2]], malformed),
+                            ([[1, 1, 1], [32, 1, 1], 0, [-1]], malformed),
+                            ([[1, 1, 1], [32, 1, 1], 0, 2], malformed),
+                            ([[1, 1, 1], [32, 1, 1], 0, [2], 0], malformed),
                             ([[1, 1, 1], [32, 1, 1]], "send a shared library"),
-                            ([[1, 1, 1], [32, 1, 1], 65536], "send a shared library")):
+                            ([[1, 1, 1], [32, 1, 1], 65536], "send a shared library"),
+                            ([[1, 1, 1], [32, 1, 1], 0, [2]], "send a shared library")):
         channel.send({**request, "launch": launch}, b"\x7fELF")
         reply = channel.receive()[0]
         assert reply["kind"] == "error" and message in reply["message"]

@@ -80,7 +80,8 @@ def conv_bias_relu():
     return tc.ComputeDAG([X, W, Bias, relu])
 
 
-WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45), "row_sum": lambda: row_sum(6, 150),
+WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
+             "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu}
 
@@ -129,17 +130,46 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
+def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
+    """Split-K: the reduction's first axis cut into parts (the outermost factor of its tile),
+    each part's sum a block's along blockIdx.y, added into the zeroed output atomically;
+    only for a sum into the kernel's output that the SMs cannot fill, with a long reduction."""
+    dag = matmul(64, 1024, 64)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_split_k")
+    steps = [(step.kind, dict(step.args)) for step in sketch.trace.steps]
+    assert [args["thread_axis"] for kind, args in steps if kind == "bind"] == ["blockIdx.y", "blockIdx.x", "vthread.x",
+                                                                                "threadIdx.x"]
+    assert [kind for kind, _ in steps].count("rfactor") == 1 and sketch.limits_in_decisions
+    parts_slot = next(slot for slot in sketch.slots if slot.role == "tile" and not slot.spatial)
+    row = default_row(sketch, 1)
+    assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (4, 8, 32, 1)  # 4 parts, steps of 32
+    func = lower(sketch.trace_of(row).replay(dag))
+    assert func.zeroed == (False, False, True)
+    assert verify_gpu(func, TARGET).grid[1] == 4
+    space = FeatureSpace([sketch])
+    rows = sketch.sample(np.random.default_rng(0), 8, 1)  # within the limits
+    features = dict(zip(space.names, space.features(0, rows).T))
+    for row, blocks_y in zip(rows, features["gpu.blockIdx.y"]):  # the parts, as sampled
+        assert 2 ** blocks_y == pytest.approx(verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET).grid[1])
+    for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64),
+                      "an epilogue": conv_bias_relu()}.items():
+        assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, target=TARGET)}, name
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("dag", [lambda: matmul(512, 512, 512), conv_bias_relu,
-                                 lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"),
-                                                               te.placeholder((8, 8, 3, 3), name="W"))),
-                                                        conv2d_nchw(*X, stride=2, padding=1)])],
-                         ids=["matmul", "conv", "conv_strided"])
-def test_the_decisions_alone_tell_threads_vthreads_and_shared_memory_as_the_verifier_does(dag):
+@pytest.mark.parametrize("dag,kind", [
+    (lambda: matmul(512, 512, 512), "gpu_tile"), (conv_bias_relu, "gpu_tile"),
+    (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"), te.placeholder((8, 8, 3, 3), name="W"))),
+                            conv2d_nchw(*X, stride=2, padding=1)]), "gpu_tile"),
+    (lambda: matmul(512, 512, 512), "gpu_split_k"),
+    (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"), te.placeholder((16, 32, 3, 3), name="W"))),
+                            conv2d_nchw(*X, padding=1)]), "gpu_split_k")],
+    ids=["matmul", "conv", "conv_strided", "matmul_split_k", "conv_split_k"])
+def test_the_decisions_alone_tell_threads_vthreads_and_shared_memory_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""
     dag = dag()
-    sketch = next(s for s in generate_sketches(dag, target=TARGET) if "gpu_tile" in s.name)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if kind in s.name)
     rows = sketch.sample_uniform(np.random.default_rng(0), 60)
     fits, shared = sketch.within_gpu_limits(rows), sketch.shared_bytes(rows)
     for row, fit, shared_bytes in zip(rows, fits, shared):

@@ -23,7 +23,8 @@ from ..target import Target
 from ..te.dtype import C_TYPES, bytes_of, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
 from ..te.arith import bounds, simplify, to_linear
-from ..ir.nodes import Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce
+from ..ir.nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store,
+                        ThreadAllReduce)
 from . import vector_math
 from .prefetch import flat_index, prefetches
 from .vector_math import MASK_DTYPES, VECTOR_DTYPES, vector_type
@@ -164,6 +165,9 @@ class _Emitter:
             if s.buffer.dtype == "float16":
                 value = f"(_Float16)({value})"
             self.out.line(f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}] = {value};")
+        elif isinstance(s, AtomicAdd):  # only in a GPU kernel's emulation, whose blocks run one after another
+            target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
+            self.out.line(f"{target} += {self.expr(s.value)};")
         elif isinstance(s, IfThenElse):
             with self.out.block(f"if ({self.expr(s.cond)})"):
                 self.stmt(s.then, unroll_budget)

@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 
 from ..errors import LoweringError
-from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Stmt, Store,
-                        ThreadAllReduce, walk_stmts)
+from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Stmt,
+                        Store, ThreadAllReduce, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
 from ..te.expr import TensorRead, const, substitute
@@ -107,6 +107,10 @@ class _CudaEmitter(_Emitter):
             return
         if isinstance(s, ThreadAllReduce):
             self.all_reduce(s)
+            return
+        if isinstance(s, AtomicAdd):
+            target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
+            self.out.line(f"atomicAdd(&{target}, {self.expr(s.value)});")
             return
         if isinstance(s, AsyncCopies):
             self.copying_async, outer = self.target.compute_capability >= (8, 0), self.copying_async

@@ -7,7 +7,8 @@ takes the index of the thread running it (skipping threads beyond its extent), t
 body is cut into phases at its barriers (each phase runs for all threads before the next
 begins), and a thread's local buffers live across phases as one copy per thread. So a
 shared-memory tile that the threads fill together is filled only where the real threads
-would fill it. What it cannot see is what serial execution hides: races, a missing
+would fill it. An output that blocks add into (split-K) is zeroed first, as the runtime
+zeroes it before the kernel, and the blocks' atomic adds are plain ones. What it cannot see is what serial execution hides: races, a missing
 barrier, misaligned vector accesses; the GPU tests run under compute-sanitizer for those.
 """
 
@@ -29,7 +30,8 @@ def emulate_on_cpu(func: LoweredFunc, block: tuple[int, int, int]) -> LoweredFun
     threads a block (x, y, z): block loops serial, threads serialized phase by phase."""
     threads = {axis: Var(f"tc_{axis.replace('.', '_')}") for axis in _THREAD_AXES}
     body = _Emulation(threads, block).block_level(synchronous(func.body))
-    return LoweredFunc(func.name, func.args, body, func.outputs, func.packs, func.user_args)
+    zeroing = [_zero(buffer) for buffer, zeroed in zip(func.args, func.zeroed) if zeroed]
+    return LoweredFunc(func.name, func.args, seq([*zeroing, body]), func.outputs, func.packs, func.user_args)
 
 
 class _Emulation:
@@ -114,6 +116,15 @@ class _Emulation:
             local = _as_local(s.buffer)
             return Allocate(local, self.one_thread(rebuffer(s.body, {s.buffer: local})))
         return s
+
+
+def _zero(buffer: Buffer) -> Stmt:
+    """Every element of ``buffer`` set to zero."""
+    indices = tuple(Var(f"tc_zeroed{n}") for n in range(buffer.ndim))
+    body: Stmt = Store(buffer, indices, const(0, buffer.dtype))
+    for index, extent in reversed(list(zip(indices, buffer.shape))):
+        body = For(index, extent, "serial", body)
+    return body
 
 
 def _has_barrier(s: Stmt) -> bool:

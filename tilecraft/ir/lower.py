@@ -7,8 +7,9 @@ Passes, in order:
   3. build loop nests    every stage's loops, with the stages attached at each loop
                          nested inside it and a reduction's init placed before its
                          outermost reduction loop (or where decompose_reduction says);
-                         on a GPU, a stage filling shared memory fenced by barriers, and a
-                         reduction bound to threadIdx.x ending in a ThreadAllReduce;
+                         on a GPU, a stage filling shared memory fenced by barriers, a
+                         reduction bound to threadIdx.x ending in a ThreadAllReduce, and one
+                         bound to blockIdx (split-K) adding into a zeroed output atomically;
   4. simplify            index arithmetic in canonical form, proven guards dropped; a loop
                          cut where a select on its own variable changes side (a
                          concatenation's channels), the selects its pieces decide folded.
@@ -26,10 +27,10 @@ from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, 
                        reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
 from .pipeline import software_pipeline
-from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
+from .nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
                     ThreadAllReduce, seq, substitute_stmt, walk_stmts)
 
-_IDENTITY = {"sum": 0, "max": "-inf", "min": "inf"}
+ATOMIC_DTYPES = ("float32", "float64", "int32")  # what CUDA's atomicAdd adds
 _KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}
 
 
@@ -44,6 +45,7 @@ class _Lowering:
         self.buffers: dict[Tensor, Buffer] = {}
         self.offsets: dict[Tensor, tuple[Expr, ...]] = {}
         self.alloc_at: dict[int | None, list[Buffer]] = {}
+        self.zeroed: set[Tensor] = set()  # outputs that blocks add into (reductions across blocks)
         packed_of = {p.source: p.packed for p in self.state.packed}
         for tensor in sch.dag.tensors:
             shown = packed_of.get(tensor, tensor)
@@ -111,8 +113,11 @@ class _Lowering:
             if not (isinstance(where, Const) and where.value):
                 all_guards.append(where)
             init = Store(target.tensor, target.indices, reduction_identity(body.combiner, op.dtype))
-            if any(stage.loop(l).annotation == "threadIdx.x" and stage.loop(l).kind != "spatial" for l in stage.leaves):
+            bound = {stage.loop(l).annotation for l in stage.leaves if stage.loop(l).kind != "spatial"}
+            if "threadIdx.x" in bound:
                 return self._cross_thread_nest(stage, b, target, body.combiner, source, all_guards, spatial_guards)
+            if any(axis.startswith("blockIdx") for axis in bound):
+                return self._cross_block_nest(stage, b, target, body.combiner, source, all_guards)
             return self._reduction_nest(stage, b, _guard(update, all_guards), _guard(init, spatial_guards))
         value = self.rewrite_reads(substitute(body, axis_index))
         store = Store(target.tensor, target.indices, _cast_to(value, op.dtype))
@@ -176,6 +181,26 @@ class _Lowering:
                     _guard(Store(target.tensor, target.indices, TensorRead(result, here)), spatial_guards)])
         return self._nest(stage, b, leaves[:first_reduce], Allocate(partial, Allocate(result, body)))
 
+    def _cross_block_nest(self, stage: Stage, b: StageBounds, target: TensorRead, combiner: str, source: Expr,
+                          all_guards: list[Expr]) -> Stmt:
+        """A reduction whose loop is bound to ``blockIdx`` (split-K): each block adds its partial
+        into the output atomically, and the output is zeroed before the kernel, since no
+        block can wait for the others to initialize it."""
+        where = f"block {stage.name} reduces across GPU blocks (a reduction loop bound to blockIdx)"
+        dtype = stage.op.dtype
+        if combiner != "sum" or dtype not in ATOMIC_DTYPES:
+            raise LoweringError(f"{where}, which needs a sum of {', '.join(ATOMIC_DTYPES)} (what GPU atomics add); "
+                                f"it is a {combiner} of {dtype}: bind only spatial loops to blockIdx")
+        readers = self.state.consumers_of(stage.name)
+        if target.tensor.scope != "arg" or readers or stage.init_loop is not None:
+            why = (f"block {readers[0].name} reads it in the same kernel" if readers else
+                   "its init is decomposed" if stage.init_loop is not None else "it is not an output of the kernel")
+            raise LoweringError(f"{where}, so its result is whole only when the kernel ends; but {why}: bind only "
+                                "spatial loops to blockIdx, or make this block the kernel's last")
+        self.zeroed.add(stage.tensor)
+        return self._nest(stage, b, list(stage.leaves),
+                          _guard(AtomicAdd(target.tensor, target.indices, _cast_to(source, dtype)), all_guards))
+
     def _plain_nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
             kind = _for_kind(stage.loop(leaf).annotation)
@@ -228,7 +253,9 @@ class _Lowering:
         written = {self.buffers[s.tensor] for s in self.state.stages}
         user_args = tuple(Buffer(t.name, t.shape, t.dtype, "arg") for t in self.sch.dag.tensors)
         packs = tuple(self._pack_func(p, user_args) for p in self.state.packed)
-        return LoweredFunc(self.name, arg_buffers, body, tuple(b in written for b in arg_buffers), packs, user_args)
+        zeroed = {self.buffers[t] for t in self.zeroed}
+        return LoweredFunc(self.name, arg_buffers, body, tuple(b in written for b in arg_buffers), packs, user_args,
+                           tuple(b in zeroed for b in arg_buffers) if zeroed else ())
 
     def _pack_func(self, packed, user_args) -> PackFunc:
         index = [t for t in self.sch.dag.tensors].index(packed.source)
@@ -322,9 +349,9 @@ def _simplify_stmt(stmt: Stmt, ranges: dict) -> Stmt:
             ranges[node.var] = node.extent
             body = visit(node.body)
             return None if body is None else For(node.var, node.extent, node.kind, body, node.unroll_max_step)
-        if isinstance(node, Store):
-            return Store(node.buffer, tuple(simplify(i, ranges) for i in node.indices),
-                         _fold_selects(simplify(node.value, ranges), ranges))
+        if isinstance(node, (Store, AtomicAdd)):
+            return type(node)(node.buffer, tuple(simplify(i, ranges) for i in node.indices),
+                              _fold_selects(simplify(node.value, ranges), ranges))
         if isinstance(node, IfThenElse):
             cond = _simplify_condition(node.cond, ranges)
             then = visit(node.then)

@@ -79,6 +79,17 @@ class ThreadAllReduce:
 
 
 @dataclass(frozen=True, slots=True)
+class AtomicAdd:
+    """``buffer[indices] += value``, atomically: the end of a reduction whose loop is bound to
+    ``blockIdx`` (split-K), each block adding its partial into an output that is zeroed
+    before the kernel (``LoweredFunc.zeroed``)."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
 class AsyncCopies:
     """The copies from global into shared memory in ``body`` may complete later, until the
     next ``AsyncWait`` (``cp.async`` on sm_80 and newer; plain copies elsewhere)."""
@@ -94,7 +105,7 @@ class AsyncWait:
     pending: int
 
 
-Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce, AsyncCopies, AsyncWait]
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce, AtomicAdd, AsyncCopies, AsyncWait]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,7 @@ class LoweredFunc:
     outputs: tuple[bool, ...]  # per argument: written by the kernel
     packs: tuple[PackFunc, ...] = ()
     user_args: tuple[Buffer, ...] = ()  # as the caller sees them (unpacked layouts)
+    zeroed: tuple[bool, ...] = ()  # per argument: zeroed before the body, which adds into it (AtomicAdd)
 
     def __str__(self) -> str:
         from .printer import print_func
@@ -165,6 +177,9 @@ def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b, indices_fn=lambda buffer, 
     if isinstance(s, ThreadAllReduce):
         return ThreadAllReduce(s.combiner, expr_fn(s.value), buffer_fn(s.buffer),
                                indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)))
+    if isinstance(s, AtomicAdd):
+        return AtomicAdd(buffer_fn(s.buffer), indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)),
+                         expr_fn(s.value))
     return s
 
 

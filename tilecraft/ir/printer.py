@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from ..te.printer import expr_to_str
-from .nodes import (Allocate, AsyncCopies, AsyncWait, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store,
-                    ThreadAllReduce)
+from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt,
+                    Store, ThreadAllReduce)
 
 
 def print_func(func: LoweredFunc) -> str:
     lines = [f"{func.name}({', '.join(f'{b.name}: {b.dtype}{list(b.shape)}' for b in func.args)}) {{"]
     for pack in func.packs:
         lines.append(f"  // {pack.packed.name}{list(pack.packed.shape)} is {pack.source.name} packed once by {pack.name}")
+    for buffer, zeroed in zip(func.args, func.zeroed):
+        if zeroed:
+            lines.append(f"  // {buffer.name} is zeroed before the kernel, which adds into it")
     _print(func.body, 1, lines)
     lines.append("}")
     return "\n".join(lines)
@@ -29,6 +32,9 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
     elif isinstance(s, Store):
         index = ", ".join(expr_to_str(i) for i in s.indices)
         lines.append(f"{pad}{s.buffer.name}[{index}] = {expr_to_str(s.value)}")
+    elif isinstance(s, AtomicAdd):
+        index = ", ".join(expr_to_str(i) for i in s.indices)
+        lines.append(f"{pad}{s.buffer.name}[{index}] += {expr_to_str(s.value)}  # atomic, across blocks")
     elif isinstance(s, IfThenElse):
         lines.append(f"{pad}if {expr_to_str(s.cond)}:")
         _print(s.then, depth + 1, lines)

@@ -21,6 +21,9 @@ def into_slice(func: LoweredFunc, output: str, shape: tuple[int, ...], offset: t
     old = next((b for b, written in zip(func.args, func.outputs) if written and b.name == output), None)
     if old is None:
         raise LoweringError(f"{func.name} has no output {output!r}; name one of its written arguments")
+    if func.zeroed and func.zeroed[func.args.index(old)]:
+        raise LoweringError(f"{func.name} adds into {output} across GPU blocks (split-K), zeroing the whole argument "
+                            "first, so it cannot write a slice of a larger array; build it to an array of its own")
     if len(shape) != old.ndim or len(offset) != old.ndim or any(
             o < 0 or o + n > whole for n, whole, o in zip(old.shape, shape, offset)):
         raise LoweringError(f"{output}{list(old.shape)} at offset {list(offset)} does not fit in {list(shape)}")

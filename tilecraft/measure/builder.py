@@ -19,7 +19,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Protocol, Sequence
 
-from ..build import entry_signature
+from ..build import entry_signature, zeroed_arguments
 from ..codegen.c import generate_c
 from ..codegen.cuda import generate_cuda
 from ..codegen.gpu_verify import verify_gpu
@@ -46,7 +46,7 @@ class _Generated:
     args: tuple[ArgSpec, ...]
     packs: tuple[PackSpec, ...]
     time_cost: float  # seconds spent on it so far
-    launch: tuple | None = None  # CUDA: (grid, block, dynamic shared bytes)
+    launch: tuple | None = None  # CUDA: (grid, block, dynamic shared bytes[, the arguments zeroed before it])
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +142,8 @@ def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
     try:
         source = generate_c(func, candidate.target) if launch is None else generate_cuda(func, candidate.target)[0]
         args, packs = entry_signature(func)
+        if launch is not None and (zeroed := zeroed_arguments(func, args)):
+            launch += (zeroed,)
     except Exception as error:  # noqa: BLE001
         return failed(MeasureErrorKind.COMPILE, "code generation: ", error)
     return _Generated(source, args, packs, perf_counter() - start, launch)

@@ -125,9 +125,9 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
 
     stage = "loading the kernel"
     try:
-        grid, block, *shared_bytes = request["launch"]  # the dynamic shared bytes: 0 where left out
+        grid, block, *rest = request["launch"]  # the dynamic shared bytes (0 where left out), the zeroed outputs
         module = CudaModule(Path(request["lib_path"]).read_bytes(), "", request["entry_name"], args,
-                            LaunchSpec(tuple(grid), tuple(block), *shared_bytes))
+                            LaunchSpec(tuple(grid), tuple(block), *rest))
         buffers = {arg.name: DeviceArray(reference.check(arg.name).poisoned if arg.is_output else reference[arg.name])
                    for arg in args}
         stage = "running the kernel"

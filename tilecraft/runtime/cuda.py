@@ -56,11 +56,14 @@ _INSTALL = "pip install -e '.[cuda]' (or pip install 'cuda-bindings>=13.0'; it n
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """How a kernel is launched: ``grid`` blocks of ``block`` threads (x, y, z), each block
-    with ``shared_bytes`` of dynamic shared memory (``extern __shared__``)."""
+    with ``shared_bytes`` of dynamic shared memory (``extern __shared__``); the arguments
+    at the indices ``zeroed`` are set to zero on the stream before each launch (the kernel's
+    blocks add their partials into them: split-K)."""
 
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    zeroed: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("grid", "block"):
@@ -72,6 +75,10 @@ class LaunchSpec:
         if shared_bytes is None or shared_bytes[0] < 0:
             raise ValueError(f"LaunchSpec shared_bytes={self.shared_bytes!r} must be an int >= 0")
         object.__setattr__(self, "shared_bytes", shared_bytes[0])
+        zeroed = _ints(self.zeroed)
+        if zeroed is None or any(n < 0 for n in zeroed) or len(set(zeroed)) != len(zeroed):
+            raise ValueError(f"LaunchSpec zeroed={self.zeroed!r} must be distinct argument indices >= 0")
+        object.__setattr__(self, "zeroed", zeroed)
 
     @property
     def threads(self) -> int:
@@ -79,11 +86,13 @@ class LaunchSpec:
         return math.prod(self.block)
 
     def to_json(self) -> dict[str, Any]:
-        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes}
+        return {"grid": list(self.grid), "block": list(self.block), "shared_bytes": self.shared_bytes,
+                "zeroed": list(self.zeroed)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> LaunchSpec:
-        return cls(tuple(data["grid"]), tuple(data["block"]), int(data.get("shared_bytes", 0)))
+        return cls(tuple(data["grid"]), tuple(data["block"]), int(data.get("shared_bytes", 0)),
+                   tuple(data.get("zeroed", ())))
 
 
 def _ints(values: Any) -> tuple[int, ...] | None:
@@ -234,7 +243,8 @@ class CudaModule:
         launch: Its grid, block and dynamic shared memory.
 
     Raises:
-        ValueError: If argument names repeat.
+        ValueError: If argument names repeat, or ``launch`` zeroes an argument that is not
+            an output.
 
     A call raises ``TypeError`` / ``ValueError`` / ``TilecraftError`` naming the argument at
     fault (``bind_arrays``), ``TargetError`` when cuda-bindings or the driver is missing, and
@@ -250,6 +260,9 @@ class CudaModule:
         names = [arg.name for arg in self.args]
         if len(set(names)) != len(names):
             raise ValueError(f"{entry}: argument names {names} repeat; give each argument its own name")
+        if any(n >= len(self.args) or not self.args[n].is_output for n in launch.zeroed):
+            raise ValueError(f"{entry}: its launch zeroes arguments {list(launch.zeroed)}, but only outputs among its "
+                             f"{len(self.args)} arguments can be zeroed")
         self._kernel: _Kernel | None = None
 
     def __repr__(self) -> str:
@@ -316,7 +329,9 @@ class CudaModule:
     def loaded(self, device: int = 0) -> _Kernel:
         """The kernel loaded on GPU ``device`` (by the first call, or here)."""
         if self._kernel is None:
-            self._kernel = _Kernel(self.cubin, self.entry, self.launch, device)
+            zeroed = tuple((n, math.prod(self.args[n].shape) * np.dtype(self.args[n].dtype).itemsize)
+                           for n in self.launch.zeroed)
+            self._kernel = _Kernel(self.cubin, self.entry, self.launch, device, zeroed)
         if self._kernel.device != device:
             raise ValueError(f"{self.entry} is loaded on cuda:{self._kernel.device}, not cuda:{device}")
         return self._kernel
@@ -605,10 +620,12 @@ def _free(cu: Any, context: Any, pointer: int) -> None:
 
 class _Kernel:
     """The entry of a cubin, loaded on one GPU in its primary context; the module is
-    unloaded when this is garbage-collected."""
+    unloaded when this is garbage-collected. ``zeroed``: (argument index, bytes) of each
+    argument set to zero before each launch."""
 
-    def __init__(self, cubin: bytes, entry: str, launch: LaunchSpec, device: int) -> None:
-        self.entry, self.spec, self.device = entry, launch, device
+    def __init__(self, cubin: bytes, entry: str, launch: LaunchSpec, device: int,
+                 zeroed: tuple[tuple[int, int], ...] = ()) -> None:
+        self.entry, self.spec, self.device, self.zeroed = entry, launch, device, zeroed
         cu = _driver()
 
         def attribute(name: str) -> int:
@@ -644,9 +661,13 @@ class _Kernel:
         self.launch_packed(_packed(pointers), stream, times)
 
     def launch_packed(self, packed: tuple[np.ndarray, np.ndarray], stream: int, times: int = 1) -> None:
-        """Launch the kernel ``times`` times on ``stream`` with arguments ``_packed`` before."""
-        spec, launch_kernel, address = self.spec, _driver().cuLaunchKernel, packed[1].ctypes.data
+        """Launch the kernel ``times`` times on ``stream`` with arguments ``_packed`` before,
+        each launch after zeroing the arguments it adds into."""
+        cu = _driver()
+        spec, launch_kernel, address = self.spec, cu.cuLaunchKernel, packed[1].ctypes.data
         for _ in range(times):
+            for n, size in self.zeroed:
+                _call(cu.cuMemsetD8Async, int(packed[0][n]), 0, size, stream)
             status, = launch_kernel(self.function, *spec.grid, *spec.block, spec.shared_bytes, stream, address, 0)
             if status != 0:
                 raise self._failure(status)

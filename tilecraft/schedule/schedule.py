@@ -37,8 +37,7 @@ THREAD_AXES = tuple(f"{kind}.{axis}" for kind in ("blockIdx", "threadIdx", "vthr
 # local: registers or a small array at the loop the block ends up under; shared: a GPU
 # block's shared memory, filled by its threads together; global: a whole tensor
 STORAGE_SCOPES = ("local", "shared", "global")
-_REDUCTION_BINDING = {"blockIdx": "GPU blocks cannot combine their partial results",
-                      "vthread": "virtual threads keep separate accumulators",
+_REDUCTION_BINDING = {"vthread": "virtual threads keep separate accumulators",
                       "threadIdx": "threads combine a reduction's partials along threadIdx.x only; bind it to x"}
 
 
@@ -449,13 +448,17 @@ class Schedule:
         Args:
             loop: A spatial loop, or a reduction loop bound to ``threadIdx.x``: a
                 cross-thread reduction, where each thread of a row accumulates a partial
-                over the other reduction loops and the row combines them (warp shuffles).
+                over the other reduction loops and the row combines them (warp shuffles);
+                or a reduction loop bound to ``blockIdx``: a cross-block reduction
+                (split-K), where each block adds its partial into the output atomically,
+                zeroed before the kernel (a sum into an output that nothing in the
+                kernel reads).
             thread_axis: One of ``THREAD_AXES``.
 
         Raises:
             ScheduleError: If the axis is unknown, the loop is bound or annotated already,
                 another loop of the block is bound to the same axis, or a reduction loop
-                is bound to another axis than ``threadIdx.x``.
+                is bound to another axis than ``threadIdx.x`` or ``blockIdx``.
 
         Example:
             ::
@@ -474,7 +477,7 @@ class Schedule:
         if taken is not None:
             raise ScheduleError(f"bind: block {stage.name} already binds {thread_axis} to loop {taken.name}; "
                                 "fuse the loops first to run them on one axis")
-        if target.kind != "spatial" and thread_axis != "threadIdx.x":
+        if target.kind != "spatial" and thread_axis != "threadIdx.x" and not thread_axis.startswith("blockIdx"):
             why = _REDUCTION_BINDING[thread_axis.split(".")[0]]
             raise ScheduleError(f"bind: loop {target.name} of block {stage.name} is a reduction loop and cannot be "
                                 f"bound to {thread_axis}: {why}; bind a spatial loop, or rfactor the reduction and "

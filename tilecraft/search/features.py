@@ -80,7 +80,8 @@ def sketch_features(sketch: Sketch, rows: np.ndarray) -> np.ndarray:
         columns.append(np.log2(sketch.shared_bytes(rows, logs)))
     if "blockIdx.x" in extents and "threadIdx.x" in extents:  # 2,048 threads and 32 blocks an SM
         blocks_per_sm = np.clip(11 - extents["threadIdx.x"], 0, 5)  # log2 min(2048 / threads, 32)
-        columns.append(extents["blockIdx.x"] - blocks_per_sm - np.log2(sketch.gpu_limits.get("sm_count", 1)))
+        blocks = sum(extent for axis, extent in extents.items() if axis.startswith("blockIdx"))  # split-K's .y too
+        columns.append(blocks - blocks_per_sm - np.log2(sketch.gpu_limits.get("sm_count", 1)))
     return np.stack(columns, axis=1)
 
 

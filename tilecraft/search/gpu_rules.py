@@ -9,7 +9,11 @@ threads together (``meta_schedule.cooperative_fetch``, realized at lowering once
 extents are known); a second sketch double-buffers those tiles across the reduction's steps
 (``software_pipeline``, with ``cp.async`` copies on sm_80 and newer). Its element-wise
 epilogue (a bias and a ReLU after a convolution) is folded into the copy-out, so the
-result leaves the registers once, finished. Any other block at the root has its loops fused
+result leaves the registers once, finished. Where the outputs are too few to fill the SMs
+and nothing reads them in the kernel, a third sketch splits the reduction's first axis into
+parts (split-K): the partial sums, factored out (``rfactor``) and tiled as the accumulator
+is, are each a block's along ``blockIdx.y``, and the blocks add them into the output
+atomically, the output zeroed before the kernel. Any other block at the root has its loops fused
 and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
 block that reads a row reduction binds the rows to blocks); a reduction short of spatial
 parallelism, tiled or not (a matrix-vector product), gets a second sketch whose reduction
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..ir.lower import ATOMIC_DTYPES
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule
 from .access import is_elementwise_reader, needs_multi_level_tiling
@@ -36,6 +41,9 @@ if TYPE_CHECKING:  # space.py imports these rules
     from .space import Sketch
 
 THREAD_COUNTS = (32, 64, 128, 256, 512, 1024)  # auto-binding's choices, as MetaSchedule's AutoBind
+SPLIT_K_OUTPUTS_PER_SM = 128 * 128  # fewer outputs than a 128 x 128 tile an SM leave SMs idle: split-K pays
+MIN_PART = 64  # split-K is offered where the reduction has two parts of at least this many products
+DEFAULT_PARTS = 4  # the default candidate's split-K parts
 UNROLL_STEPS = (0, 16, 64, 512, 1024)  # MetaSchedule's DefaultCUDA
 LEVEL_AXES = ("blockIdx.x", "vthread.x", "threadIdx.x")
 
@@ -56,31 +64,12 @@ class GpuMultiLevelTiling(SketchRule):
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
-        inputs = len(draft.stage(block).op.input_tensors)
         copy = sch.cache_write(sch.get_block(block), 0, "local")
         epilogue = _epilogue(draft, block)
         if epilogue is not None:  # its other element-wise stages are inlined into it by now
             sch.reverse_compute_inline(sch.get_block(epilogue))
         spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=False)
-        levels = len(LEVEL_AXES)
-        pieces = [sch.split(loop, list(tiles[:levels]) + [None])
-                  for loop, tiles in zip(sch.get_loops(copy), spatial_tiles)]
-        sch.reorder(*[p[n] for n in range(levels + 1) for p in pieces])
-        bound = []
-        for level, axis in enumerate(LEVEL_AXES):
-            loops = [p[level] for p in pieces]
-            bound.append(sch.fuse(*loops) if len(loops) > 1 else loops[0])
-            sch.bind(bound[-1], axis)
-        sch.compute_at(sch.get_block(block), bound[-1])
-        # the block's own loops: S0 S1 S2 (each one a spatial axis), then the R0 loops
-        own = sch.get_loops(sch.get_block(block))[-len(sch.state.stage(block).leaves):]
-        first_reduction_level = own[levels * len(spatial_tiles) + len(sch.state.stage(block).op.reduce_axis) - 1]
-        first = None
-        for index in range(inputs):
-            cached = sch.cache_read(sch.get_block(block), index, "shared")
-            first = first or cached.name
-            sch.compute_at(cached, first_reduction_level)
-            sch.annotate(cached, "meta_schedule.cooperative_fetch", self.fetch_lanes)
+        first, first_reduction_level = self._bind_and_cache(sch, sch.get_loops(copy), block, spatial_tiles)
         derived = draft.derive(sch, "gpu_tile", tiled=block)
         results = [(derived, derived.index(first or block) - 1)]
         if first is not None and self.software_pipeline:  # the same tiles, double-buffered (ir/pipeline.py)
@@ -89,7 +78,56 @@ class GpuMultiLevelTiling(SketchRule):
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
+        if _pays_to_split(draft, block):
+            results.append(self._split_k(draft, block))
         return results
+
+    def _split_k(self, draft: Draft, block: str) -> tuple[Draft, int]:
+        """Split-K: the reduction's first axis tiled with one more level outermost, its parts;
+        each part's sum a block's (``rfactor``; the parts bound to ``blockIdx.y``), tiled as
+        the accumulator is, and added into the output atomically (``ir/lower.py``)."""
+        sch = draft.sch.copy()
+        spatial = len(draft.stage(block).op.axis)
+        first = sch.get_loops(sch.get_block(block))[spatial]
+        factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
+        parts, rest = sch.split(first, [factors[0], None])
+        partials = sch.rfactor(parts, 0)  # block now adds up the partial sums over its last loop
+        spatial_tiles, _ = multi_level_tile(sch, partials.name, self.structure, self.max_innermost_factor,
+                                            padded=False, whole=(parts,), given={rest.id: factors[1:]})
+        loops = sch.get_loops(sch.get_block(block))
+        sch.bind(loops[spatial], "blockIdx.y")
+        cached, _ = self._bind_and_cache(sch, loops[:spatial], partials.name, spatial_tiles, outer=loops[spatial:])
+        derived = draft.derive(sch, "gpu_split_k", tiled=partials.name)
+        return derived, derived.index(cached or partials.name) - 1
+
+    def _bind_and_cache(self, sch: Schedule, copy_loops: list, tiled: str, spatial_tiles: list,
+                        outer: list = ()) -> tuple[str | None, object]:
+        """The register tile's copy-out (``copy_loops``, its spatial loops, after its loops
+        ``outer``) split as ``tiled`` is, its outer levels bound to blocks, virtual threads and
+        threads, and ``tiled`` computed at its thread loop; each input of ``tiled`` cached in
+        shared memory at its first reduction level (after as many loops left whole as
+        ``outer`` has). Returns the first cache's name and that loop."""
+        inputs = len(sch.state.stage(tiled).op.input_tensors)
+        levels = len(LEVEL_AXES)
+        pieces = [sch.split(loop, list(tiles[:levels]) + [None]) for loop, tiles in zip(copy_loops, spatial_tiles)]
+        sch.reorder(*outer, *[p[n] for n in range(levels + 1) for p in pieces])
+        bound = []
+        for level, axis in enumerate(LEVEL_AXES):
+            loops = [p[level] for p in pieces]
+            bound.append(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+            sch.bind(bound[-1], axis)
+        sch.compute_at(sch.get_block(tiled), bound[-1])
+        # the block's own loops: its whole ones, S0 S1 S2 (each one a spatial axis), then the R0 loops
+        own = sch.get_loops(sch.get_block(tiled))[-len(sch.state.stage(tiled).leaves):]
+        first_reduction_level = own[len(outer) + levels * len(spatial_tiles)
+                                    + len(sch.state.stage(tiled).op.reduce_axis) - 1]
+        first = None
+        for index in range(inputs):
+            cached = sch.cache_read(sch.get_block(tiled), index, "shared")
+            first = first or cached.name
+            sch.compute_at(cached, first_reduction_level)
+            sch.annotate(cached, "meta_schedule.cooperative_fetch", self.fetch_lanes)
+        return first, first_reduction_level
 
 
 @dataclass
@@ -200,6 +238,19 @@ def threads_over_reduction(draft: Draft, block: str) -> Draft:
     return draft.derive(sch, f"cross_thread({block})")
 
 
+def _pays_to_split(draft: Draft, block: str) -> bool:
+    """Whether ``block`` gets a split-K sketch: a sum into the kernel's output (its blocks
+    add into it atomically, so nothing may read it in the kernel) whose outputs are too few
+    to fill the SMs with large tiles, and whose reduction is long enough for two parts of
+    ``MIN_PART`` products."""
+    stage = draft.stage(block)
+    op = stage.op
+    return (getattr(op.body, "combiner", None) == "sum" and op.dtype in ATOMIC_DTYPES and stage.is_output
+            and not draft.sch.state.consumers_of(block)
+            and math.prod(iv.extent for iv in op.axis) < draft.num_cores * SPLIT_K_OUTPUTS_PER_SM
+            and math.prod(iv.extent for iv in op.reduce_axis) >= 2 * MIN_PART)
+
+
 def _short_of_rows(draft: Draft, block: str) -> bool:
     """Whether a reduction has too few outputs to give every SM 128 threads."""
     return math.prod(iv.extent for iv in draft.stage(block).op.axis) < draft.num_cores * 32 * 4
@@ -278,8 +329,8 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
     matmul's shape (examples/cuda_matmul.py, 0.77x cuBLAS at 4096³ on an H100). The two
     innermost spatial axes give each up to 16 threads (256 a block) and 8 registers a thread
     (an 8 x 8 tile), halved where the blocks would not fill the SMs; the reductions run in
-    steps of up to 32 through shared memory; no virtual threads; auto-unroll 512; 256
-    threads for a block bound by auto-binding."""
+    steps of up to 32 through shared memory (split-K in 4 parts); no virtual threads;
+    auto-unroll 512; 256 threads for a block bound by auto-binding."""
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     spatial = [n for n, slot in enumerate(sketch.slots) if slot.role == "tile" and slot.spatial]
     extents = {n: math.prod(sketch.slots[n].domain[0]) for n in spatial}
@@ -301,6 +352,9 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
                 inner = _largest_divisor(extent, step)
                 step = max(step // inner, 1)
                 wanted = (extent // inner, inner, 1)
+                if len(slot.domain[0]) == len(wanted) + 1:  # split-K's parts outermost
+                    parts = _largest_divisor(extent // inner, DEFAULT_PARTS)
+                    wanted = (parts, extent // inner // parts, inner, 1)
             index = sketch.index_of(n, wanted[:len(slot.domain[0])])
             row[n] = 0 if index is None else index
         elif slot.role == "unroll":

@@ -260,27 +260,31 @@ class SkipStage(SketchRule):
         return [(draft, draft.index(block) - 1)]
 
 
-def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_factor: int, padded: bool):
+def multi_level_tile(sch: Schedule, block: str, structure: str, max_innermost_factor: int, padded: bool,
+                     whole: tuple = (), given: dict | None = None):
     """Split every spatial loop into the S levels and every reduction loop into the R
-    levels of ``structure`` with sampled tiles, and order the pieces as it says.
-    Returns the sampled factors per spatial and per reduction loop.
+    levels of ``structure`` with sampled tiles, and order the pieces as it says; the loops
+    ``whole`` stay as they are, outermost, and a loop in ``given`` (by id) is split by the
+    factors given there (split-K's parts of the reduction, sampled with them).
+    Returns the factors per spatial and per reduction loop.
 
     ``padded``: spatial tiles may also pad their loop (a 6-row register tile of 1024
     rows). Only for a block computed inside its consumer's tiles: there a partial tile
     is shifted to end at the border and stays guard-free, while a block at the root
     would test the border in its innermost loop. Reduction tiles are always perfect."""
     b = sch.get_block(block)
-    loops = sch.get_loops(b)
+    kept = {loop.id for loop in whole}
+    loops = [loop for loop in sch.get_loops(b) if loop.id not in kept]
     stage = sch.state.stage(block)
     kinds = [stage.loop(loop.id).kind for loop in loops]
     tiles, pieces = {"S": [], "R": []}, {"S": [], "R": []}
     for loop, kind in zip(loops, kinds):
         key = "S" if kind == "spatial" else "R"
         sample = sch.sample_tile if key == "S" and padded else sch.sample_perfect_tile
-        factors = sample(loop, structure.count(key), max_innermost_factor)
+        factors = (given or {}).get(loop.id) or sample(loop, structure.count(key), max_innermost_factor)
         tiles[key].append(factors)
         pieces[key].append(sch.split(loop, factors))
-    order, used = [], {"S": 0, "R": 0}
+    order, used = list(whole), {"S": 0, "R": 0}
     for key in structure:
         order += [p[used[key]] for p in pieces[key]]
         used[key] += 1

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import INLINE, BlockRV, Schedule
+from ..schedule.state import Split
 from ..schedule.trace import SAMPLING_STEPS, Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
@@ -312,10 +313,13 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
                     stage = sch.state.stage(block)
                     count = len(old.values)
                     parallel[slot_index] = tuple(form_of(sch, leaf) for leaf in stage.leaves[:count])
+        elif kind == "rfactor":  # the block now reduces the partials over a loop as long as the factored one
+            forms[sch.state.consumers_of(result.name)[0].roots[-1]] = form_of(sch, kwargs["loop"].id)
         elif kind == "bind":
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
-            tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), form_of(sch, kwargs["loop"].id), slots, columns)
+            tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
+                                lambda loop_id: form_of(sch, loop_id))
             if tile is not None:
                 shared_tiles.append(tile)
             unformed += tile is None
@@ -337,29 +341,33 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     return sketch
 
 
-def _shared_tile(consumer, reads, at: LogForm, slots: list[Slot], columns: list[tuple[int, int]]):
+def _shared_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
     """A shared tile's footprint as ``Sketch.shared_tiles`` holds it, where it is fetched at
-    the consumer's first reduction level (the GPU tiling's, ``gpu_rules.py``): every tile
-    factor but the outermost of each of the consumer's loops lies inside it (the outer
-    spatial levels are bound to the block's threads, over which the tile is shared). None
-    where it is fetched elsewhere, or read in ways the forms do not say."""
-    if len(at.coef) != 1 or at.coef[0][1] != 1.0 or at.const or len(reads) != 1:
+    loop ``at``, the outermost piece of one of the consumer's reduction loops (the GPU
+    tiling's, ``gpu_rules.py``): every piece but the outermost of each split loop of the
+    consumer lies inside it (the outer spatial levels are bound to the block's threads,
+    over which the tile is shared), and a loop left whole counts one value where it lies
+    outside the fetch (split-K's part), all of itself where inside. None where it is fetched
+    elsewhere, or read in ways the forms do not say."""
+    splits = {r.parent: r.children for r in consumer.relations if isinstance(r, Split)}
+    reduction_roots = consumer.roots[len(consumer.op.axis):]
+    if len(reads) != 1 or not any(splits.get(root, (None,))[0] == at for root in reduction_roots):
         return None
-    slot, position = columns[at.coef[0][0]]
-    if position != 0 or slots[slot].spatial:  # not a reduction's outermost tile loop
-        return None
-    inside = {}
-    for n, (slot, position) in enumerate(columns):
-        if position > 0 and slots[slot].name.startswith(f"{consumer.name}."):
-            inside[slots[slot].name] = inside.get(slots[slot].name, LogForm((), 0.0)) + LogForm(((n, 1.0),), 0.0)
+    leaves = list(consumer.leaves)
+    extents = {}
+    for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots):
+        pieces = splits.get(root, (root,))
+        if not all(piece in leaves for piece in pieces):  # split again, or fused: no form says it
+            return None
+        inside = pieces[1:] if root in splits else pieces if leaves.index(root) > leaves.index(at) else ()
+        extents[iv.var] = sum((form_of(piece) for piece in inside), LogForm((), 0.0))
     ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
     dimensions = []
     for index in reads[0].indices:
         terms = to_linear(index, ranges).terms
-        if not all(isinstance(v, Var) and v in ranges for v in terms):
+        if not all(isinstance(v, Var) and v in extents for v in terms):
             return None
-        dimensions.append(tuple((abs(c), inside.get(f"{consumer.name}.{v.name}", LogForm((), math.log2(ranges[v]))))
-                                for v, c in terms.items()))
+        dimensions.append(tuple((abs(c), extents[v]) for v, c in terms.items()))
     return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
 
 
