@@ -10,7 +10,8 @@ events after an L2 flush (``CudaModule.time_evaluator``), beside the same operat
 PyTorch (cuBLAS / cuDNN, TF32 off) timed the same way in the same process. ``--compile``
 adds ``torch.compile(mode="max-autotune-no-cudagraphs")`` with its compile time. The
 columns: milliseconds, TFLOPS, the vendor's time over ours (above 1: tilecraft is faster),
-the trials, the tuning wall time and the measured trials a minute.
+the trials, the tuning wall time, the measured trials a minute and the best schedule's
+sketch (``gpu_split_k`` where splitting the reduction won).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 import tilecraft as tc
 from tilecraft.database import load_records
+from tilecraft.database.log import best_records
 
 from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
 
@@ -103,7 +105,8 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
            "wall_trials_per_minute": summary.trials / tune_secs * 60, "errors": summary.errors,
            "tilecraft_ms": ours * 1e3, "vendor_ms": vendor * 1e3, "vs_vendor": vendor / ours,
            "tilecraft_tflops": flop / ours / 1e12, "vendor_tflops": flop / vendor / 1e12,
-           "max_relative_error": error, "records": len(load_records(log))}
+           "max_relative_error": error, "records": len(load_records(log)),
+           "best_sketch": best_records(log, top_k=1)[0].sketch}
     if with_compile:
         compiled = torch.compile(lambda *a: torch_op(F, *a), mode="max-autotune-no-cudagraphs")
         started = time.perf_counter()
@@ -146,16 +149,16 @@ def main() -> None:
             traceback.print_exc()
             rows.append({"workload": name, "error": f"{type(error).__name__}: {error}"})
     table = numeric_table("workload", "tilecraft ms", "vendor ms", "vendor/ours", "TFLOPS", "compiled ms",
-                          "compile s", "trials", "tune s", "trials/min", title=f"{torch.cuda.get_device_name(0)}, fp32",
+                          "compile s", "trials", "tune s", "trials/min", "best sketch", title=f"{torch.cuda.get_device_name(0)}, fp32",
                           caption="vendor: PyTorch (cuBLAS / cuDNN, TF32 off); compiled: torch.compile max-autotune")
     for r in rows:
         if "error" in r:
-            table.add_row(r["workload"], r["error"][:60], *[""] * 8)
+            table.add_row(r["workload"], r["error"][:60], *[""] * 9)
             continue
         table.add_row(r["workload"], f"{r['tilecraft_ms']:.4f}", f"{r['vendor_ms']:.4f}", f"{r['vs_vendor']:.2f}",
                       f"{r['tilecraft_tflops']:.2f}", f"{r.get('compiled_ms', float('nan')):.4f}",
                       f"{r.get('compile_secs', float('nan')):.0f}", str(r["trials"]), f"{r['tune_secs']:.0f}",
-                      f"{r['wall_trials_per_minute']:.0f}")
+                      f"{r['wall_trials_per_minute']:.0f}", r["best_sketch"])
     print_table(table)
     options.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "target": str(target),
                                        "rows": rows}, indent=1))

@@ -118,6 +118,27 @@ def test_wrong_values_are_a_wrong_answer_naming_output_error_and_index(runner, k
     assert good.is_valid
 
 
+def test_a_gpu_kernel_that_fails_leaves_its_worker_to_a_fresh_one(runner, kernel):
+    """An illegal address or a trap poisons the worker's CUDA context for every later launch:
+    the candidate's failure is its own, and the next candidate meets a new worker."""
+    candidate, build = kernel("add")
+    gpu = BuildResult("/nonexistent/kernel.cubin", "", "add", ARGS, (), MeasureErrorKind.NONE, "", 0.0,
+                      ((1, 1, 1), (64, 1, 1), 0))
+    _run(runner, (candidate, build))
+    first_worker = runner._worker
+    failed, good = _run(runner, (candidate, gpu), (candidate, build))
+    assert failed.error_kind is MeasureErrorKind.RUNTIME and failed.error_msg.startswith("loading the kernel: ")
+    assert good.is_valid and runner._worker is not first_worker and first_worker.process.poll() is not None
+
+
+def test_gpu_kernels_under_an_address_space_limit_are_refused_with_the_fix(kernel):
+    candidate, _ = kernel("add")
+    gpu = BuildResult("kernel.cubin", "", "add", ARGS, (), MeasureErrorKind.NONE, "", 0.0, ((1, 1, 1), (64, 1, 1), 0))
+    with LocalRunner(max_memory_bytes=1 << 30) as limited:
+        with pytest.raises(ValueError, match="max_memory_bytes limits the worker's address space.*leave it None"):
+            limited.run([candidate], [gpu])
+
+
 def test_unwritten_outputs_are_a_wrong_answer(runner, kernel):
     (result,) = _run(runner, kernel("add_first_half"))
     assert result.error_kind is MeasureErrorKind.WRONG_ANSWER

@@ -20,6 +20,7 @@ from tilecraft.ops.linalg import dense
 from tilecraft.ops.nn import layer_norm, softmax
 from tilecraft.search.default import default_row
 from tilecraft.search.features import FeatureSpace
+from tilecraft.search.gpu_rules import GPU_SKETCH_RULES, GpuMultiLevelTiling
 from tilecraft.search.space import generate_sketches
 from tilecraft.te.dtype import bytes_of
 
@@ -151,6 +152,9 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     features = dict(zip(space.names, space.features(0, rows).T))
     for row, blocks_y in zip(rows, features["gpu.blockIdx.y"]):  # the parts, as sampled
         assert 2 ** blocks_y == pytest.approx(verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET).grid[1])
+    no_split = [GpuMultiLevelTiling(split_k=False) if isinstance(rule, GpuMultiLevelTiling) else rule
+                for rule in GPU_SKETCH_RULES]  # for sums that must repeat bit for bit
+    assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, rules=no_split, target=TARGET)}
     for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64),
                       "an epilogue": conv_bias_relu()}.items():
         assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, target=TARGET)}, name

@@ -83,7 +83,9 @@ class LocalRunner:
         max_memory_bytes: When set, the worker's address-space limit (RLIMIT_AS); a kernel
             that allocates beyond it fails instead of swapping the machine. Address space
             counts reservations too (about 8 MiB of stack and up to 64 MiB of malloc arena per
-            thread), so leave room above what the kernels touch on many-core machines.
+            thread), so leave room above what the kernels touch on many-core machines. CPU
+            kernels only: CUDA reserves address space past any such limit, and a GPU kernel's
+            device memory is bounded already (its arguments and the L2 flush).
         evict_weights: The kernel's weights alone are evicted from the caches before every
             timed call, and the protocol is otherwise the warm one. Inside a model a layer
             finds its input in the caches, just written by the layer before, and its weights
@@ -170,10 +172,15 @@ class LocalRunner:
             One ``MeasureResult`` per input, in order.
 
         Raises:
-            ValueError: If ``inputs`` and ``builds`` differ in length.
+            ValueError: If ``inputs`` and ``builds`` differ in length, or GPU kernels are to be
+                measured under ``max_memory_bytes``.
             RuntimeError: If the runner was closed.
         """
         check_run("LocalRunner", inputs, builds, closed=not Path(self._directory.name).is_dir())
+        if self.max_memory_bytes is not None and any(build.launch is not None for build in builds):
+            raise ValueError("LocalRunner: max_memory_bytes limits the worker's address space, and CUDA reserves "
+                             "more than any such limit allows; leave it None to measure GPU kernels (their device "
+                             "memory is their arguments and the L2 flush, nothing a kernel allocates)")
         results = []
         for index, (candidate, build) in enumerate(zip(inputs, builds)):
             if build.error_kind is MeasureErrorKind.NONE:
@@ -222,9 +229,11 @@ class LocalRunner:
         if "crash" in reply:
             self._discard_worker()
             return result(MeasureErrorKind.WORKER_CRASH, reply["crash"])
-        if reply["error_kind"] == MeasureErrorKind.WRONG_ANSWER.value:
+        if reply["error_kind"] == MeasureErrorKind.WRONG_ANSWER.value or (
+                build.launch is not None and reply["error_kind"] == MeasureErrorKind.RUNTIME.value):
             # A kernel that computes wrongly may also have written out of bounds, over the
-            # worker's cached reference: later candidates get a fresh worker, and fair data.
+            # worker's cached reference; a GPU kernel that failed (an illegal address, a trap)
+            # leaves the worker's CUDA context unusable: later candidates get a fresh worker.
             self._discard_worker()
         if reply["error_kind"] != MeasureErrorKind.NONE.value:
             return result(MeasureErrorKind(reply["error_kind"]), reply["error_msg"])

@@ -58,6 +58,7 @@ class GpuMultiLevelTiling(SketchRule):
     max_innermost_factor: int = 64
     fetch_lanes: int = 4  # a float4 a thread a copy step
     software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
+    split_k: bool = True  # also split-K where it pays; False for sums whose bits repeat from run to run
 
     def condition(self, draft: Draft, block: str) -> Condition:
         return Condition.APPLY_AND_SKIP_REST if _needs_tiling(draft, block) else Condition.SKIP
@@ -78,7 +79,7 @@ class GpuMultiLevelTiling(SketchRule):
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
-        if _pays_to_split(draft, block):
+        if self.split_k and _pays_to_split(draft, block):
             results.append(self._split_k(draft, block))
         return results
 
