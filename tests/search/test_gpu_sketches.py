@@ -81,10 +81,21 @@ def conv_bias_relu():
     return tc.ComputeDAG([X, W, Bias, relu])
 
 
+def dense_bias_residual(n=8, k=256, m=24):
+    """A transformer's projection: a long reduction, few outputs, an epilogue that only adds."""
+    X, W = te.placeholder((n, k), name="X"), te.placeholder((m, k), name="W")
+    bias, residual = te.placeholder((m,), name="bias"), te.placeholder((n, m), name="residual")
+    projected = dense(X, W)
+    biased = te.compute((n, m), lambda i, j: projected[i, j] + bias[j], name="biased")
+    return tc.ComputeDAG([X, W, bias, residual,
+                          te.compute((n, m), lambda i, j: residual[i, j] + biased[i, j], name="out")])
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
-             "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu}
+             "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
+             "dense_bias_residual": dense_bias_residual}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
@@ -134,7 +145,8 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
     """Split-K: the reduction's first axis cut into parts (the outermost factor of its tile),
     each part's sum a block's along blockIdx.y, added into the zeroed output atomically;
-    only for a sum into the kernel's output that the SMs cannot fill, with a long reduction."""
+    only for a sum into the kernel's output (or into an epilogue that only adds to it) that
+    the SMs cannot fill, with a long reduction."""
     dag = matmul(64, 1024, 64)
     sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_split_k")
     steps = [(step.kind, dict(step.args)) for step in sketch.trace.steps]
@@ -155,9 +167,10 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     no_split = [GpuMultiLevelTiling(split_k=False) if isinstance(rule, GpuMultiLevelTiling) else rule
                 for rule in GPU_SKETCH_RULES]  # for sums that must repeat bit for bit
     assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, rules=no_split, target=TARGET)}
+    assert "inline(biased) gpu_split_k" in {s.name for s in generate_sketches(dense_bias_residual(), target=TARGET)}
     for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64),
-                      "an epilogue": conv_bias_relu()}.items():
-        assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, target=TARGET)}, name
+                      "a ReLU after": conv_bias_relu()}.items():
+        assert not any("gpu_split_k" in s.name for s in generate_sketches(dag, target=TARGET)), name
 
 
 @pytest.mark.slow

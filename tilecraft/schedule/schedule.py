@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import LoweringError, ScheduleError
 from ..te.dag import ComputeDAG
-from ..te.expr import Expr, TensorRead, Var, children, free_vars, map_children, substitute, walk
+from ..te.expr import (Binary, Compare, Const, Expr, Logical, Reduce, Select, TensorRead, Var, binary, children, const,
+                       free_vars, map_children, substitute, walk)
 from ..te.tensor import ComputeOp, IterVar, PlaceholderOp, Tensor
 from . import sampling
 from .index_expr import index_expr_to_json
@@ -691,15 +692,19 @@ class Schedule:
         """Inline an element-wise consumer into its producer: the producer's block computes
         the consumer's expression of its value and writes the consumer's buffer; the
         consumer block vanishes and the merged block keeps the producer's name and loops.
+        A consumer that adds a value to a sum (a bias, a residual) folds into the sum itself:
+        the value joins the sum's first term, so a sum split over GPU blocks (split-K) adds
+        it once.
 
         Args:
             block: An element-wise block that reads exactly one other block's output, at its
-                own indices; that producer must be element-wise with no other consumer.
+                own indices; that producer must be element-wise, or a sum the block adds a
+                value to, with no other consumer.
 
         Raises:
             ScheduleError: If the block is a reduction or reads other than one block, the
-                producer is a reduction or has other consumers, or the reads are not
-                element-wise.
+                producer is a reduction the block does more to than add a value, or has other
+                consumers, or the reads are not element-wise.
         """
         consumer = self._stage(block)
         producers = self.state.producers_of(consumer)
@@ -707,9 +712,9 @@ class Schedule:
             raise ScheduleError(f"reverse_compute_inline: block {consumer.name} must be element-wise and read "
                                 f"exactly one other block's output (it reads {len(producers)})")
         producer = producers[0]
-        if producer.is_reduction or len(self.state.consumers_of(producer.name)) != 1:
-            raise ScheduleError(f"reverse_compute_inline: producer {producer.name} must be element-wise with "
-                                f"{consumer.name} as its only consumer")
+        if len(self.state.consumers_of(producer.name)) != 1:
+            raise ScheduleError(f"reverse_compute_inline: producer {producer.name} must have {consumer.name} as "
+                                "its only consumer")
         _check_identity_reads(consumer, producer)
         axis_map = {c.var: p.var for c, p in zip(consumer.op.axis, producer.op.axis)}
 
@@ -718,7 +723,8 @@ class Schedule:
                 return producer.op.body
             return map_children(node, rewrite)
 
-        body = rewrite(substitute(consumer.op.body, axis_map))
+        body = substitute(consumer.op.body, axis_map)
+        body = _added_to_sum(body, producer) if producer.is_reduction else rewrite(body)
         merged = replace(producer, op=ComputeOp(producer.op.name, producer.op.axis, body, consumer.op.dtype,
                                                 producer.op.attrs),
                          tensor=consumer.tensor, is_output=consumer.is_output)
@@ -1198,6 +1204,50 @@ def _as_index_map(index_map: Callable | IndexMap, source: Tensor) -> IndexMap:
 
     names = {v: v.name for v in variables}
     return IndexMap(params, tuple(index_expr_to_json(convert(t), names) for t in targets))
+
+
+def adds_to_sum(body: Expr, producer: Stage) -> list[Expr] | None:
+    """What ``body`` adds to ``producer``'s sum (the terms of its additions but the read of
+    the sum), where that is all it does: the sum read once, nowhere else; None otherwise."""
+    reduce = producer.op.body
+    if not producer.is_reduction or reduce.combiner != "sum" or not (isinstance(reduce.where, Const)
+                                                                   and reduce.where.value):
+        return None
+    terms, pending = [], [body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, Binary) and node.op == "add" and node.dtype == reduce.dtype:
+            pending += [node.b, node.a]
+        else:
+            terms.append(node)
+    rest = [t for t in terms if not (isinstance(t, TensorRead) and t.tensor is producer.tensor)]
+    return rest if len(rest) == len(terms) - 1 and rest and not any(_reads(t, producer.tensor) for t in rest) \
+        else None
+
+
+def _added_to_sum(body: Expr, producer: Stage) -> Expr:
+    """``body``, which adds a value to ``producer``'s sum, as one sum: the value added to the
+    sum's first term (every reduction variable at 0)."""
+    rest = adds_to_sum(body, producer)
+    if rest is None:
+        raise ScheduleError(f"reverse_compute_inline: producer {producer.name} is a reduction; only a block that adds "
+                            f"a value to a sum (a bias, a residual) folds into it, and {producer.name}'s consumer "
+                            "does more: inline the consumer into a copy of the result instead (cache_write)")
+    reduce = producer.op.body
+    condition: Expr = Compare("eq", reduce.axes[0].var, const(0))
+    for iv in reduce.axes[1:]:
+        condition = Logical("and", condition, Compare("eq", iv.var, const(0)))
+    value = rest[0]
+    for term in rest[1:]:
+        value = binary("add", value, term)
+    return Reduce("sum", binary("add", reduce.source, Select(condition, value, const(0, reduce.dtype))),
+                  reduce.axes, reduce.where)
+
+
+def _reads(expr: Expr, tensor) -> bool:
+    found = []
+    walk(expr, lambda node: found.append(node) if isinstance(node, TensorRead) and node.tensor is tensor else None)
+    return bool(found)
 
 
 def _check_identity_reads(consumer: Stage, producer: Stage) -> None:

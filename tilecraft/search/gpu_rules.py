@@ -13,7 +13,8 @@ result leaves the registers once, finished. Where the outputs are too few to fil
 and nothing reads them in the kernel, a third sketch splits the reduction's first axis into
 parts (split-K): the partial sums, factored out (``rfactor``) and tiled as the accumulator
 is, are each a block's along ``blockIdx.y``, and the blocks add them into the output
-atomically, the output zeroed before the kernel. Any other block at the root has its loops fused
+atomically, the output zeroed before the kernel; an epilogue that only adds to the sum (a
+bias, a residual) is added by the first part. Any other block at the root has its loops fused
 and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
 block that reads a row reduction binds the rows to blocks); a reduction short of spatial
 parallelism, tiled or not (a matrix-vector product), gets a second sketch whose reduction
@@ -33,7 +34,7 @@ import numpy as np
 
 from ..ir.lower import ATOMIC_DTYPES
 from ..schedule.sampling import divisors
-from ..schedule.schedule import Schedule
+from ..schedule.schedule import Schedule, adds_to_sum
 from .access import is_elementwise_reader, needs_multi_level_tiling
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
 
@@ -79,20 +80,23 @@ class GpuMultiLevelTiling(SketchRule):
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
-        if self.split_k and _pays_to_split(draft, block):
-            results.append(self._split_k(draft, block))
+        if self.split_k and _pays_to_split(draft, block, epilogue):
+            results.append(self._split_k(draft, block, epilogue))
         return results
 
-    def _split_k(self, draft: Draft, block: str) -> tuple[Draft, int]:
+    def _split_k(self, draft: Draft, block: str, epilogue: str | None) -> tuple[Draft, int]:
         """Split-K: the reduction's first axis tiled with one more level outermost, its parts;
         each part's sum a block's (``rfactor``; the parts bound to ``blockIdx.y``), tiled as
-        the accumulator is, and added into the output atomically (``ir/lower.py``)."""
+        the accumulator is, and added into the output atomically (``ir/lower.py``), with
+        what the epilogue adds (a bias, a residual) added by the first part."""
         sch = draft.sch.copy()
         spatial = len(draft.stage(block).op.axis)
         first = sch.get_loops(sch.get_block(block))[spatial]
         factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
         parts, rest = sch.split(first, [factors[0], None])
         partials = sch.rfactor(parts, 0)  # block now adds up the partial sums over its last loop
+        if epilogue is not None:
+            sch.reverse_compute_inline(sch.get_block(epilogue))  # into the sum of the parts
         spatial_tiles, _ = multi_level_tile(sch, partials.name, self.structure, self.max_innermost_factor,
                                             padded=False, whole=(parts,), given={rest.id: factors[1:]})
         loops = sch.get_loops(sch.get_block(block))
@@ -239,15 +243,17 @@ def threads_over_reduction(draft: Draft, block: str) -> Draft:
     return draft.derive(sch, f"cross_thread({block})")
 
 
-def _pays_to_split(draft: Draft, block: str) -> bool:
-    """Whether ``block`` gets a split-K sketch: a sum into the kernel's output (its blocks
-    add into it atomically, so nothing may read it in the kernel) whose outputs are too few
-    to fill the SMs with large tiles, and whose reduction is long enough for two parts of
-    ``MIN_PART`` products."""
+def _pays_to_split(draft: Draft, block: str, epilogue: str | None) -> bool:
+    """Whether ``block`` gets a split-K sketch: a sum into the kernel's output, or into an
+    epilogue that only adds to it (a bias, a residual), since the blocks add into the output
+    atomically; whose outputs are too few to fill the SMs with large tiles; and whose
+    reduction is long enough for two parts of ``MIN_PART`` products."""
     stage = draft.stage(block)
     op = stage.op
-    return (getattr(op.body, "combiner", None) == "sum" and op.dtype in ATOMIC_DTYPES and stage.is_output
-            and not draft.sch.state.consumers_of(block)
+    end = draft.stage(epilogue) if epilogue is not None else stage
+    return (getattr(op.body, "combiner", None) == "sum" and op.dtype in ATOMIC_DTYPES and end.is_output
+            and not draft.sch.state.consumers_of(end.name)
+            and (epilogue is None or adds_to_sum(end.op.body, stage) is not None)
             and math.prod(iv.extent for iv in op.axis) < draft.num_cores * SPLIT_K_OUTPUTS_PER_SM
             and math.prod(iv.extent for iv in op.reduce_axis) >= 2 * MIN_PART)
 
