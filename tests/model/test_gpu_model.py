@@ -168,3 +168,38 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
     got = gpu.emulate({"x": x})
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
+def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(kernel_cache, tmp_path, monkeypatch):
+    """A transformer whose projections' records split their reductions over blocks (their bias
+    and residual added by the first part): right in emulation and on the fake GPU, each launch
+    zeroing what it adds into, though the model's buffers are shared."""
+    import time
+
+    from tilecraft.database.record import TuningRecord
+    from tilecraft.measure import MeasureErrorKind, MeasureInput, MeasureResult
+    from tilecraft.search.default import default_row
+    from tilecraft.search.space import generate_sketches
+
+    model = tiny_transformer(seq=4, dim=128)
+    target = tc.Target(TARGET)
+    tasks, _ = tc.extract_tasks(model, target)
+    log = tmp_path / "split_k.json"
+    with open(log, "w") as lines:
+        for task in tasks:
+            sketch = next((s for s in generate_sketches(task.compute_dag, target=target) if "split_k" in s.name), None)
+            if sketch is not None:
+                candidate = MeasureInput(task.compute_dag, target, sketch.trace_of(default_row(sketch, 1)))
+                measured = MeasureResult((1e-6,), MeasureErrorKind.NONE, "", 1.0, time.time())
+                lines.write(TuningRecord.from_measurement(task, candidate, measured, sketch).to_json_line() + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(model, TARGET, log=log, cache_dir=kernel_cache)
+    split = [k.desc for k in gpu.kernels if k.module.launch.zeroed]
+    assert sum(desc.startswith("dense+add") for desc in split) >= 3, split  # q, k, v; the output with its residual
+    feeds = {"input": np.random.default_rng(0).standard_normal((1, 4, 128)).astype(np.float32)}
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(gpu.emulate(feeds)["output"], expected, rtol=1e-4, atol=1e-4)
+    driver, on_gpu = on_fake_gpu(gpu, feeds, monkeypatch)
+    for _ in range(2):
+        np.testing.assert_allclose(on_gpu.run(feeds)["output"], expected, rtol=1e-4, atol=1e-4)
