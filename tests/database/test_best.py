@@ -71,6 +71,34 @@ def test_a_schedule_timed_in_a_model_ranks_first_by_that_time_and_a_failure_ther
                                                                  records[0].trace_json]
 
 
+def test_the_latest_choice_in_place_decides_and_an_earlier_one_counts_as_never_made(final, make_record, tmp_path):
+    """A schedule timed only by an earlier choice (beside other kernels, on another day) does
+    not outrank the latest choice with its old time: the model compiled from the log is the
+    one the latest choice made. An earlier failure in a model still puts a schedule out."""
+    def in_model(cost, inner, at):
+        return dataclasses.replace(final([cost] * 3, inner=inner, timestamp=at), phase="model")
+
+    finals = [final([0.9e-3] * 3, inner=2), final([1.0e-3] * 3, inner=4), final([1.05e-3] * 3, inner=8)]
+    earlier = [in_model(1.0e-3, 2, 100.0), in_model(1.2e-3, 4, 100.0)]
+    latest = [in_model(1.1e-3, 4, 200.0), in_model(1.3e-3, 8, 200.0)]
+    records = [*finals, *earlier, *latest]
+    ranked = rank(records)
+    assert [(r.phase, r.cost, r.trace_json) for r in ranked] == [
+        ("model", 1.1e-3, finals[1].trace_json), ("model", 1.3e-3, finals[2].trace_json),
+        ("final", 0.9e-3, finals[0].trace_json)]
+    found = BestSoFar()
+    for record in records:
+        found.add(record)
+    assert found.best is ranked[0]
+    from tilecraft.database import RecordStore
+
+    with RecordStore(tmp_path / "records.db") as store:
+        store.add(records)
+        assert store.best(finals[0].workload_key) == ranked[0]
+    failed_between = dataclasses.replace(final([], inner=2, timestamp=150.0), phase="model")  # its latest
+    assert finals[0].trace_json not in {r.trace_json for r in rank(records + [failed_between])}
+
+
 def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_record):
     rng = np.random.default_rng(0)
     for _ in range(300):

@@ -9,8 +9,11 @@ between the model's other kernels its weights come from memory. So the best few 
 of each task of a model can be timed in place, inside the compiled model, interleaved, and
 written as ``"model"`` records (``model/in_place.py``). The rule:
 
-1. A schedule with a model record ranks by the median of the repeats of its latest model
-   record, before every other schedule. If that record is an error, the schedule is out.
+1. A schedule timed by the workload's latest choice in place (its model records share one
+   timestamp, the newest of the workload's model records) ranks by the median of the
+   repeats of that record, before every other schedule. A schedule whose latest model
+   record is an error is out; one timed only by earlier choices ranks as if never timed in
+   a model (those times were taken beside other kernels, on another day).
 2. Then a schedule with a final record, by the median of its latest final record; an
    error there puts it out too.
 3. Every such re-measured schedule ranks before every schedule measured only while
@@ -20,7 +23,8 @@ written as ``"model"`` records (``model/in_place.py``). The rule:
 
 So once any schedule of a workload has been re-measured, a lucky single measurement
 cannot win, and once its finalists have been timed inside a model, the model's time
-decides. ``load_best_record``, ``best_records``, ``Database.query_best``,
+decides, as the latest choice found it: the model compiled from the log is the one that
+choice made. ``load_best_record``, ``best_records``, ``Database.query_best``,
 ``tilecraft best``, compiled models and transfer all rank by this rule, through
 ``rank`` or ``BestSoFar``.
 """
@@ -40,6 +44,7 @@ def rank(records: Iterable[TuningRecord]) -> list[TuningRecord]:
     by the rule, each as one record: its latest model or final record, or its fastest
     search record."""
     latest, searched = _split(records)
+    latest = _latest_choice(latest)
     remeasured = _remeasured(latest)
     seen = set().union(*latest.values())
     rest = searched.values() if not remeasured else (r for key, r in searched.items() if key not in seen)
@@ -90,7 +95,15 @@ class BestSoFar:
     @property
     def best(self) -> TuningRecord | None:
         """The best record so far, or None when there is no valid one."""
-        return next((r for r in _remeasured(self._latest) if self.usable(r)), self._searched)
+        return next((r for r in _remeasured(_latest_choice(self._latest)) if self.usable(r)), self._searched)
+
+
+def _latest_choice(latest: dict[str, dict[str, TuningRecord]]) -> dict[str, dict[str, TuningRecord]]:
+    """``latest`` with the model records of earlier choices in place left out, but errors:
+    a choice writes its records with one timestamp, and the newest decides."""
+    models = latest["model"]
+    newest = max((r.timestamp for r in models.values()), default=None)
+    return {**latest, "model": {key: r for key, r in models.items() if r.timestamp == newest or not r.is_valid}}
 
 
 def _split(records: Iterable[TuningRecord]) -> tuple[dict[str, dict[str, TuningRecord]], dict[str, TuningRecord]]:

@@ -17,8 +17,8 @@ records of a log, one row each, in a SQLite database:
   WAL at checkpoints, not at every commit: a killed tuner loses nothing, a power cut may
   lose the last commits, as it may lose a log's last lines.
 - **The best is at most three indexed queries** (``best``), not a pass over every row:
-  the model rows of the workload, the latest of each schedule; failing a valid one, its
-  final rows likewise; failing those, the search row of lowest cost. They apply the rule
+  the model rows of the workload's latest choice in place, the latest of each schedule;
+  failing a valid one, its final rows likewise; failing those, the search row of lowest cost. They apply the rule
   of ``best.py`` exactly as ``load_best_record`` does, ties included (the earliest row
   wins).
 - **The log stays the exchange format.** ``import_log`` and ``export_log`` convert line
@@ -82,17 +82,24 @@ _FIELDS = ("workload_key, target, workload, sketch, costs, cost, error, error_ms
 _INSERT = f"INSERT INTO records ({_FIELDS}) VALUES ({', '.join('?' * 15)})"
 _COLUMNS = "id, workload_key, target, workload, sketch, costs, error, error_msg, all_cost, time, flop, phase, device, trace"
 # The rule's first queries: the latest model (then final) row of each schedule (a later
-# row, or the later of two at one time, replaces it), the valid ones by cost; equal costs in
-# the order their schedules were first re-measured, as best.py keeps them. The final query
-# leaves out the schedules with a model row (_MODELED). Such rows are a few per tuning run:
+# row, or the later of two at one time, replaces it), the valid ones by cost (model rows of
+# the latest choice only, _NEWEST); equal costs in the order their schedules were first
+# re-measured, as best.py keeps them. The final query leaves out the schedules that model
+# rows decide (_MODELED). Such rows are a few per tuning run:
 # found by records_by_cost, they are sorted in memory (without INDEXED BY the planner walks
 # records_by_schedule through every row of the workload to skip the sort).
 _LATEST = f"""SELECT {_COLUMNS} FROM (
   SELECT *, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age,
          MIN(id) OVER (PARTITION BY trace_hash) AS first
   FROM records INDEXED BY records_by_cost WHERE {{where}} AND phase = '{{phase}}'{{unless}})
-WHERE age = 1 AND cost IS NOT NULL ORDER BY cost, first"""
-_MODELED = " AND trace_hash NOT IN (SELECT trace_hash FROM records WHERE {where} AND phase = 'model')"
+WHERE age = 1 AND cost IS NOT NULL{{newest}} ORDER BY cost, first"""
+# the latest choice in place: its model rows share the newest time of the workload's model rows
+_NEWEST = " AND time = (SELECT MAX(time) FROM records WHERE {where} AND phase = 'model')"
+# schedules the model rows decide: those of the latest choice, and those whose latest model row is an error
+_MODELED = """ AND trace_hash NOT IN (SELECT trace_hash FROM (
+  SELECT trace_hash, cost, time, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age
+  FROM records WHERE {where} AND phase = 'model')
+  WHERE age = 1 AND (cost IS NULL OR time = (SELECT MAX(time) FROM records WHERE {where} AND phase = 'model')))"""
 _SEARCHED = f"SELECT {_COLUMNS} FROM records WHERE {{where}} AND phase = 'search' AND cost IS NOT NULL ORDER BY cost, id"
 _IMPORT_BATCH = 10_000  # rows a transaction while importing: other writers get a turn between batches
 
@@ -212,8 +219,10 @@ class RecordStore:
         """
         key, target = workload_key_of(workload), canonical_target(target)
         where, args = _where(key, target)
-        queries = ((_LATEST.format(where=where, phase="model", unless=""), args),  # each runs only when
-                   (_LATEST.format(where=where, phase="final", unless=_MODELED.format(where=where)), args + args),
+        queries = ((_LATEST.format(where=where, phase="model", unless="", newest=_NEWEST.format(where=where)),
+                    args + args),  # each runs only when
+                   (_LATEST.format(where=where, phase="final", unless=_MODELED.format(where=where), newest=""),
+                    args * 3),
                    (_SEARCHED.format(where=where), args))  # those before it found no usable row
         for query, query_args in queries:
             for row in self._db.execute(query, query_args):

@@ -49,7 +49,7 @@ from ..te.dtype import NUMPY_DTYPES
 from ..graph.fuse import concat_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
-from .tasks import describe, prepare_graph
+from .tasks import ALONE, describe, prepare_graph
 
 UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
 
@@ -415,10 +415,11 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
             raise FileNotFoundError(f"the tuning log {path} does not exist; tune the model's tasks into it first "
                                     "(tc.extract_tasks, tc.TaskScheduler with tc.RecordToFile), or compile without "
                                     "log=")
-    best = {}
+    best, alone = {}, {}
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
         best.update((r.workload_key, r) for r in best_records(path, target=target))
-    graph = prepare_graph(model_or_graph, input_shapes, target, best)
+        alone.update((r.workload_key, r) for r in best_records(path, target=target, phases=ALONE))
+    graph = prepare_graph(model_or_graph, input_shapes, target, alone)
     described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
     jobs, steps = kernel_jobs(graph, best)
     built = compile_kernels(jobs, described, target, cache_dir)

@@ -28,11 +28,11 @@ from typing import Any, Mapping
 
 import numpy as np
 from ..database.best import rank
-from ..database.log import append_records, load_records
+from ..database.log import append_records, best_records, load_records
 from ..database.record import TuningRecord
 from ..target import Target
 from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
-from .tasks import prepare_graph
+from .tasks import ALONE, prepare_graph
 
 CALLS_PER_ROUND = 3  # model calls a round times each copy for: the median is one repeat
 WHOLE_MODEL_ROUNDS = 20  # interleaved calls of the model before and after, for the report
@@ -100,7 +100,8 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
                                 "(tilecraft tune-model)")
     ranked = _candidates(log, target, candidates)
     best = {key: records[0] for key, records in ranked.items()}
-    graph = prepare_graph(model_or_graph, input_shapes, target, best)
+    alone = {r.workload_key: r for r in best_records(log, target=target, phases=ALONE)}
+    graph = prepare_graph(model_or_graph, input_shapes, target, alone)
     jobs, steps = kernel_jobs(graph, best)
     built = compile_kernels(jobs, str(log), target, cache_dir)
     unbuilt = {job.dag.workload_key for job, (_, why) in zip(jobs, built) if why}  # default schedules, left alone

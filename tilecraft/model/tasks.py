@@ -21,14 +21,19 @@ from ..graph.layout import convert_layout
 from ..graph.winograd import stages_of, winograd_convolutions
 
 
+ALONE = ("search", "final")  # the phases of records that time a kernel alone, as the Winograd choice compares them
+
+
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
                   best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
     NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays.
 
-    With ``best`` (a log's best record by workload key), a convolution stays direct where the
-    log times it direct and lacks one of Winograd's three tasks, or times it direct faster than
-    the three together: a log tuned before the rewrite keeps its tuned kernels.
+    With ``best`` (a log's best record by workload key of the kernels timed alone, phases
+    ``ALONE``), a convolution stays direct where the log times it direct and lacks one of
+    Winograd's three tasks, or times it direct faster than the three together: a log tuned
+    before the rewrite keeps its tuned kernels. Times in a model would not do: a model
+    computes each convolution one way, so only that way would have them, and slower.
     """
     if not isinstance(model_or_graph, Graph):
         model_or_graph = from_onnx(model_or_graph, input_shapes)
