@@ -149,7 +149,8 @@ def main() -> None:
             traceback.print_exc()
             rows.append({"workload": name, "error": f"{type(error).__name__}: {error}"})
     table = numeric_table("workload", "tilecraft ms", "vendor ms", "vendor/ours", "TFLOPS", "compiled ms",
-                          "compile s", "trials", "tune s", "trials/min", "best sketch", title=f"{torch.cuda.get_device_name(0)}, fp32",
+                          "compile s", "trials", "tune s", "trials/min", "best sketch",
+                          title=f"{torch.cuda.get_device_name(0)}, fp32",
                           caption="vendor: PyTorch (cuBLAS / cuDNN, TF32 off); compiled: torch.compile max-autotune")
     for r in rows:
         if "error" in r:

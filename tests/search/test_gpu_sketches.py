@@ -179,8 +179,9 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"), te.placeholder((8, 8, 3, 3), name="W"))),
                             conv2d_nchw(*X, stride=2, padding=1)]), "gpu_tile"),
     (lambda: matmul(512, 512, 512), "gpu_split_k"),
-    (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"), te.placeholder((16, 32, 3, 3), name="W"))),
-                            conv2d_nchw(*X, padding=1)]), "gpu_split_k")],
+    (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
+                                    te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
+     "gpu_split_k")],
     ids=["matmul", "conv", "conv_strided", "matmul_split_k", "conv_split_k"])
 def test_the_decisions_alone_tell_threads_vthreads_and_shared_memory_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only

@@ -18,9 +18,9 @@ records of a log, one row each, in a SQLite database:
   lose the last commits, as it may lose a log's last lines.
 - **The best is at most three indexed queries** (``best``), not a pass over every row:
   the model rows of the workload's latest choice in place, the latest of each schedule;
-  failing a valid one, its final rows likewise; failing those, the search row of lowest cost. They apply the rule
-  of ``best.py`` exactly as ``load_best_record`` does, ties included (the earliest row
-  wins).
+  failing a valid one, its final rows likewise; failing those, the search row of lowest
+  cost. They apply the rule of ``best.py`` exactly as ``load_best_record`` does, ties
+  included (the earliest row wins).
 - **The log stays the exchange format.** ``import_log`` and ``export_log`` convert line
   for line: a log written by ``to_json_line`` comes back byte for byte. A version 1
   record imports as what it reads as (a search measurement by an unknown device) and
@@ -85,9 +85,9 @@ _COLUMNS = "id, workload_key, target, workload, sketch, costs, error, error_msg,
 # row, or the later of two at one time, replaces it), the valid ones by cost (model rows of
 # the latest choice only, _NEWEST); equal costs in the order their schedules were first
 # re-measured, as best.py keeps them. The final query leaves out the schedules that model
-# rows decide (_MODELED). Such rows are a few per tuning run:
-# found by records_by_cost, they are sorted in memory (without INDEXED BY the planner walks
-# records_by_schedule through every row of the workload to skip the sort).
+# rows decide (_MODELED). Such rows are a few per tuning run: found by records_by_cost, they
+# are sorted in memory (without INDEXED BY the planner walks records_by_schedule through
+# every row of the workload to skip the sort).
 _LATEST = f"""SELECT {_COLUMNS} FROM (
   SELECT *, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age,
          MIN(id) OVER (PARTITION BY trace_hash) AS first

@@ -8,8 +8,9 @@ body is cut into phases at its barriers (each phase runs for all threads before 
 begins), and a thread's local buffers live across phases as one copy per thread. So a
 shared-memory tile that the threads fill together is filled only where the real threads
 would fill it. An output that blocks add into (split-K) is zeroed first, as the runtime
-zeroes it before the kernel, and the blocks' atomic adds are plain ones. What it cannot see is what serial execution hides: races, a missing
-barrier, misaligned vector accesses; the GPU tests run under compute-sanitizer for those.
+zeroes it before the kernel, and the blocks' atomic adds are plain ones. What it cannot see
+is what serial execution hides: races, a missing barrier, misaligned vector accesses; the
+GPU tests run under compute-sanitizer for those.
 """
 
 from __future__ import annotations
