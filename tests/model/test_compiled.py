@@ -328,3 +328,27 @@ def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else
 def load_model_saved(model, directory):
     model.save(directory / "saved")
     return tc.load_model(directory / "saved")
+
+
+def test_a_copy_that_reuses_a_model_shares_its_buffers_and_the_weights_of_its_same_kernels(kernel_cache):
+    """Copies that differ in one task's kernels differ in nothing else, not even where their
+    memory lies (choose_in_place times such copies)."""
+    from tilecraft.model.compiled import CompiledModel
+    from tilecraft.runtime import Module
+
+    model = tiny_cnn()
+    base = compile_quietly(model, cache_dir=kernel_cache)
+    changed = max(range(len(base.kernels)), key=lambda n: len(base.kernels[n].module.packs))  # packs its weights
+    old = base.kernels[changed].module
+    kernels = list(base.kernels)
+    kernels[changed] = dataclasses.replace(kernels[changed], module=Module(old.lib_path, old.source, old.entry_name,
+                                                                           old.args, old.packs))
+    copy = CompiledModel(base.inputs, base.outputs, base.values, kernels, base.steps, base.constants, base.target,
+                         base._plan.library, reuse=base)
+    assert copy._fixed is base._fixed
+    for n, step in enumerate(base.steps):
+        if step.kernel is not None:
+            assert (copy._bound[n] is base._bound[n]) == (step.kernel != changed), base.kernels[step.kernel].desc
+    x = model_input(model)
+    np.testing.assert_allclose(copy(input=x), base(input=x), rtol=0, atol=0)
+    np.testing.assert_allclose(copy(input=x), onnxruntime_output(model, x), rtol=1e-4, atol=1e-5)

@@ -119,6 +119,10 @@ class CompiledModel:
         constants: The weights, by name.
         target: The target string the kernels were compiled for.
         runner: The library of the loop that makes the kernels' calls (``compile_plan_runner``).
+        reuse: A model of the same steps whose buffers between kernels, and whose kernels'
+            packed weights where the kernel is the same, this one shares: copies that differ
+            in one task's kernels then differ in nothing else, not even in where their
+            memory lies (``choose_in_place``). The two must not be called at once.
 
     Attributes:
         inputs: The model's inputs (name, shape, dtype), in order.
@@ -132,15 +136,16 @@ class CompiledModel:
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
                  kernels: Sequence[Kernel], steps: Sequence[Step], constants: Mapping[str, np.ndarray],
-                 target: str, runner: Path) -> None:
+                 target: str, runner: Path, reuse: CompiledModel | None = None) -> None:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         self.untuned: tuple[UntunedKernel, ...] = ()  # compile_model lists them, largest share of the FLOPs first
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
         self._fresh = [name for name in dict.fromkeys(self.outputs) if name in written]
         self._root = _view_roots(self.steps)
-        self._fixed = {**self.constants, **plan_buffers(self.steps, self.values, set(self.outputs))}
-        self._plan, self._plan_kernels = self._native_plan(runner)
+        self._fixed = reuse._fixed if reuse is not None else {
+            **self.constants, **plan_buffers(self.steps, self.values, set(self.outputs))}
+        self._plan, self._plan_kernels, self._bound = self._native_plan(runner, reuse)
 
     def __repr__(self) -> str:
         tuned = sum(kernel.tuned for kernel in self.kernels)
@@ -199,12 +204,13 @@ class CompiledModel:
         root = self._root[name]
         return (self._fixed[root] if root in self._fixed else arrays[root]).reshape(self.values[name].shape)
 
-    def _native_plan(self, runner: Path) -> tuple[NativePlan, np.ndarray]:
-        """Every kernel's calls in step order, its constant packed weights bound (packed once, here),
-        and which kernel each call belongs to. A value that is not a fixed buffer (an input, a new
-        output, or a view of one) is a slot of the plan, named by the value that owns its memory."""
-        calls, owners, keep = [], [], []
-        for step in self.steps:
+    def _native_plan(self, runner: Path, reuse: CompiledModel | None) -> tuple[NativePlan, np.ndarray, dict]:
+        """Every kernel's calls in step order, its constant packed weights bound (packed once, here,
+        or taken from ``reuse`` where its kernel is the same), which kernel each call belongs to,
+        and each step's bound module. A value that is not a fixed buffer (an input, a new output,
+        or a view of one) is a slot of the plan, named by the value that owns its memory."""
+        calls, owners, keep, bound = [], [], [], {}
+        for n, step in enumerate(self.steps):
             if step.kernel is None:
                 continue
             module, names = self.kernels[step.kernel].module, step.inputs + step.outputs
@@ -215,14 +221,17 @@ class CompiledModel:
                                      f"{spec.dtype}{list(spec.shape)} but is given {name}: {value}")
             packed = {module.args[p.arg_index].name: self.constants[names[p.arg_index]]
                       for p in module.packs if names[p.arg_index] in self.constants}
-            module = module.bind_weights(**packed) if packed else module
+            if reuse is not None and reuse.kernels[step.kernel].module is module:
+                module = bound[n] = reuse._bound[n]
+            else:
+                module = bound[n] = module.bind_weights(**packed) if packed else module
             free = [name for spec, name in zip(module.args, names) if spec.name not in packed]
             step_calls, buffers = module.plan_calls([self._address(name) for name in free])
             calls += step_calls
             owners += [step.kernel] * len(step_calls)
             keep += [module, *buffers]
         keep += self._fixed.values()
-        return NativePlan(calls, runner, keep), np.array(owners, dtype=np.int64)
+        return NativePlan(calls, runner, keep), np.array(owners, dtype=np.int64), bound
 
     def _address(self, name: str) -> int | str:
         root = self._root.get(name, name)
@@ -507,11 +516,12 @@ def _model_values(graph, steps) -> tuple[dict[str, Value], dict[str, np.ndarray]
     return {name: value for name, value in graph.values.items() if name in used}, constants
 
 
-def assemble(graph, steps, kernels, target, cache_dir) -> CompiledModel:
-    """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it keeps."""
+def assemble(graph, steps, kernels, target, cache_dir, reuse: CompiledModel | None = None) -> CompiledModel:
+    """The model of compiled ``kernels`` and their ``steps``, with the weights and the buffers it
+    keeps (those of ``reuse`` where it can, see ``CompiledModel``)."""
     values, constants = _model_values(graph, steps)
     runner = compile_plan_runner(max((len(k.module.args) for k in kernels), default=1), target, cache_dir)
-    return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), runner)
+    return CompiledModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), runner, reuse)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,10 @@ fastest of a task's finalists alone need not be the fastest there: one waits for
 before it computes, another streams them while it does. So ``choose_in_place`` compiles the
 model with the log's best schedules and then, task by task, the largest share of the model's
 time first, builds the task's schedule in use and its next best (``_candidates``) into copies
-of the model that differ only in that task's kernels, checks each copy's output against the model's, and times
-each copy's calls of those kernels in place, in interleaved rounds (each round times every
+of the model that differ only in that task's kernels (they share every other kernel's packed
+weights and the buffers between kernels, so not even in where their memory lies: copies of one
+model's kernels placed apart ran up to 8% apart), checks each copy's output against the
+model's, and times each copy's calls of those kernels in place, in interleaved rounds (each round times every
 copy once, in a rotated order, so a slow spell of a shared machine slows them all alike).
 The fastest stays in the model the next tasks are timed in, and every candidate's seconds a
 call are appended to the log as a ``"model"`` record. Model records rank first
@@ -166,7 +168,7 @@ def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: lis
         kernels = list(model.kernels)
         for n, (kernel, _) in zip(owned, built):
             kernels[n] = kernel
-        copy = assemble(graph, steps, kernels, target, cache_dir)
+        copy = assemble(graph, steps, kernels, target, cache_dir, reuse=model)  # alike but in this task's kernels
         if not _agrees(copy.run(inputs), expected):
             copies.append(None)
             failures[c] = ("wrong_answer", "its model's outputs differ from the model compiled from the log's best")
