@@ -331,15 +331,18 @@ def test_a_gpu_server_reports_its_arch_and_its_worker_runs_the_cubins_sent_with_
             RPCRunner(port=gpu_server.port, secret=SECRET, timeout=10) as gpu_runner:
         target = gpu_runner.target()
         assert isinstance(target, tc.CudaTarget) and target.arch == "sm_90"
-        task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=target)
-        sketch = generate_sketches(task.compute_dag, target=target)[0]
-        candidate = MeasureInput(task.compute_dag, target, sketch.trace_of(default_row(sketch, 1)))
-        (build,) = tc.LocalBuilder().build([candidate])
-        assert build.launch is not None and build.error_kind is MeasureErrorKind.NONE
-        (result,) = gpu_runner.run([candidate], [build])
-        assert result.device == f"cpu@127.0.0.1:{gpu_server.port}"
-        if tc.cuda_available():
-            assert result.is_valid and 0 < result.costs[0] < 1
-        else:
-            assert result.error_kind is MeasureErrorKind.RUNTIME
-            assert re.search("running CUDA kernels needs|no NVIDIA driver", result.error_msg), result.error_msg
+        candidates = []
+        for args, kind in (((64, 64, 64), "gpu_tile"), ((64, 512, 64), "gpu_split_k")):  # the second zeroes C first
+            task = tc.SearchTask(func="matmul", args=(*args, "float32"), target=target)
+            sketch = next(s for s in generate_sketches(task.compute_dag, target=target) if s.name == kind)
+            candidates.append(MeasureInput(task.compute_dag, target, sketch.trace_of(default_row(sketch, 1))))
+        builds = tc.LocalBuilder().build(candidates)
+        assert all(build.launch is not None and build.error_kind is MeasureErrorKind.NONE for build in builds)
+        assert len(builds[1].launch) == 4
+        for result in gpu_runner.run(candidates, builds):
+            assert result.device == f"cpu@127.0.0.1:{gpu_server.port}"
+            if tc.cuda_available():
+                assert result.is_valid and 0 < result.costs[0] < 1
+            else:
+                assert result.error_kind is MeasureErrorKind.RUNTIME
+                assert re.search("running CUDA kernels needs|no NVIDIA driver", result.error_msg), result.error_msg
