@@ -19,6 +19,7 @@ import pytest
 import tilecraft as tc
 from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
+from tilecraft.ir.slices import into_slice
 from tilecraft.ops.nn import softmax
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -250,8 +251,6 @@ def test_a_reduction_across_blocks_must_be_a_sum_that_nothing_in_the_kernel_read
 
 
 def test_an_output_that_blocks_add_into_cannot_be_written_into_a_slice():
-    from tilecraft.ir.slices import into_slice
-
     with pytest.raises(LoweringError, match="adds into C across GPU blocks"):
         into_slice(tc.lower(split_k_matmul(16, 96, 24, parts=3)), "C", (16, 48), (0, 24))
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tilecraft.cli import main
-from tilecraft.database import (Database, RecordFormatError, TuningRecord, best_records, load_best_record,
-                                load_records)
+from tilecraft.database import (Database, RecordFormatError, RecordStore, TuningRecord, best_records,
+                                load_best_record, load_records)
 from tilecraft.database.best import BestSoFar, for_learning, rank
 from tilecraft.database.log import summarize
 
@@ -90,8 +90,6 @@ def test_the_latest_choice_in_place_decides_and_an_earlier_one_counts_as_never_m
     for record in records:
         found.add(record)
     assert found.best is ranked[0]
-    from tilecraft.database import RecordStore
-
     with RecordStore(tmp_path / "records.db") as store:
         store.add(records)
         assert store.best(finals[0].workload_key) == ranked[0]

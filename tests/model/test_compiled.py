@@ -12,7 +12,8 @@ import pytest
 import tilecraft as tc
 from tilecraft.graph import run_reference
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, ModelLoadError
+from tilecraft.model.compiled import CompiledModel, DefaultScheduleWarning, ModelInputError, ModelLoadError
+from tilecraft.runtime import Module
 from tilecraft.search.default import default_schedule
 
 onnx = pytest.importorskip("onnx")
@@ -333,9 +334,6 @@ def load_model_saved(model, directory):
 def test_a_copy_that_reuses_a_model_shares_its_buffers_and_the_weights_of_its_same_kernels(kernel_cache):
     """Copies that differ in one task's kernels differ in nothing else, not even where their
     memory lies (choose_in_place times such copies)."""
-    from tilecraft.model.compiled import CompiledModel
-    from tilecraft.runtime import Module
-
     model = tiny_cnn()
     base = compile_quietly(model, cache_dir=kernel_cache)
     changed = max(range(len(base.kernels)), key=lambda n: len(base.kernels[n].module.packs))  # packs its weights

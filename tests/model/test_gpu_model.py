@@ -6,15 +6,20 @@ copied back) checked with a fake driver whose kernels run their emulations on it
 import dataclasses
 import gc
 import shutil
+import time
 import warnings
 
 import numpy as np
 import pytest
 
 import tilecraft as tc
+from tilecraft.database.record import TuningRecord
+from tilecraft.measure import MeasureErrorKind, MeasureInput, MeasureResult
 from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, plan_buffers
 from tilecraft.model.gpu import GpuModel
 from tilecraft.runtime import cuda as cuda_runtime
+from tilecraft.search.default import default_row
+from tilecraft.search.space import generate_sketches
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -174,13 +179,6 @@ def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(ke
     """A transformer whose projections' records split their reductions over blocks (their bias
     and residual added by the first part): right in emulation and on the fake GPU, each launch
     zeroing what it adds into, though the model's buffers are shared."""
-    import time
-
-    from tilecraft.database.record import TuningRecord
-    from tilecraft.measure import MeasureErrorKind, MeasureInput, MeasureResult
-    from tilecraft.search.default import default_row
-    from tilecraft.search.space import generate_sketches
-
     model = tiny_transformer(seq=4, dim=128)
     target = tc.Target(TARGET)
     tasks, _ = tc.extract_tasks(model, target)
