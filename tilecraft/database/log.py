@@ -39,8 +39,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import TilecraftError
 from .best import BestSoFar, rank
-from .record import (LINE_STARTS, PHASES, RecordFormatError, RecordVersionError, TuningRecord, split_line,
-                     workload_label)
+from .record import LINE_STARTS, RecordFormatError, RecordVersionError, TuningRecord, split_line, workload_label
 
 _MAX_WARNINGS_PER_FILE = 10  # then one summary warning, so a corrupt log does not flood the output
 _BATCH_LINES = 512
@@ -275,20 +274,24 @@ def load_best_record(path: str | Path, workload_key: str, target: Any = None) ->
 
 
 def best_records(path: str | Path, workload_key: str | None = None, target: Any = None,
-                 top_k: int = 1, phases: tuple[str, ...] = PHASES) -> list[TuningRecord]:
+                 top_k: int = 1) -> list[TuningRecord]:
     """The ``top_k`` best distinct schedules of each (workload, target) pair in the log by the
     rule of ``best.py``, one record each, pairs in order of first appearance, best first
-    within a pair. ``top_k=1`` distills a log to its best records. ``phases`` limits the
-    records read to those phases (``("search", "final")``: the kernels' times alone)."""
+    within a pair. ``top_k=1`` distills a log to its best records."""
+    return best_of(load_records(path, workload_key, target), path, top_k)
+
+
+def best_of(records: Iterable[TuningRecord], path: str | Path, top_k: int = 1) -> list[TuningRecord]:
+    """``best_records`` of ``records`` read from the log at ``path`` already: a caller that ranks
+    a log's records more than one way (all, and only the times alone) reads it once."""
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, not {top_k}")
     groups: dict[tuple[str, str], list[TuningRecord]] = {}
-    for record in load_records(path, workload_key, target):
-        if record.phase in phases:
-            groups.setdefault((record.workload_key, record.target), []).append(record)
+    for record in records:
+        groups.setdefault((record.workload_key, record.target), []).append(record)
     chosen = []
-    for records in groups.values():
-        chosen += [r for r in rank(records) if _has_readable_trace(r, Path(path))][:top_k]
+    for group in groups.values():
+        chosen += [r for r in rank(group) if _has_readable_trace(r, Path(path))][:top_k]
     return chosen
 
 

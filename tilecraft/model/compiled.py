@@ -34,7 +34,7 @@ import numpy as np
 from rich.table import Table
 
 from ..build import build, build_lowered
-from ..database.log import best_records
+from ..database.log import best_of, load_records
 from ..errors import BuildError, ScheduleError, TilecraftError
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
@@ -49,7 +49,7 @@ from ..te.dtype import NUMPY_DTYPES
 from ..graph.fuse import concat_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
-from .tasks import ALONE, describe, prepare_graph
+from .tasks import best_alone, describe, prepare_graph
 
 UNTUNED_SHOWN = 5  # the untuned kernels a warning names, the largest share of the work first
 
@@ -426,8 +426,9 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
                                     "log=")
     best, alone = {}, {}
     for path in reversed(logs):  # the earlier logs' records replace the later ones'
-        best.update((r.workload_key, r) for r in best_records(path, target=target))
-        alone.update((r.workload_key, r) for r in best_records(path, target=target, phases=ALONE))
+        logged = load_records(path, target=target)  # read once, ranked two ways
+        best.update((r.workload_key, r) for r in best_of(logged, path))
+        alone.update(best_alone(logged, path))
     graph = prepare_graph(model_or_graph, input_shapes, target, alone)
     described = ", ".join(map(str, logs)) if logs else None  # in the warning's reasons
     jobs, steps = kernel_jobs(graph, best)

@@ -30,11 +30,11 @@ from typing import Any, Mapping
 
 import numpy as np
 from ..database.best import rank
-from ..database.log import append_records, best_records, load_records
+from ..database.log import append_records, load_records
 from ..database.record import TuningRecord
 from ..target import Target
 from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
-from .tasks import ALONE, prepare_graph
+from .tasks import ALONE, best_alone, prepare_graph
 
 CALLS_PER_ROUND = 3  # model calls a round times each copy for: the median is one repeat
 WHOLE_MODEL_ROUNDS = 20  # interleaved calls of the model before and after, for the report
@@ -100,10 +100,10 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
     if not Path(log).is_file():
         raise FileNotFoundError(f"the tuning log {log} does not exist; tune the model's tasks into it first "
                                 "(tilecraft tune-model)")
-    ranked = _candidates(log, target, candidates)
+    logged = load_records(log, target=target)  # read once, ranked two ways
+    ranked = _candidates(logged, candidates)
     best = {key: records[0] for key, records in ranked.items()}
-    alone = {r.workload_key: r for r in best_records(log, target=target, phases=ALONE)}
-    graph = prepare_graph(model_or_graph, input_shapes, target, alone)
+    graph = prepare_graph(model_or_graph, input_shapes, target, best_alone(logged, log))
     jobs, steps = kernel_jobs(graph, best)
     built = compile_kernels(jobs, str(log), target, cache_dir)
     unbuilt = {job.dag.workload_key for job, (_, why) in zip(jobs, built) if why}  # default schedules, left alone
@@ -133,17 +133,17 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
     return InPlaceReport(tuple(choices), before_seconds, after_seconds)
 
 
-def _candidates(log: str | Path, target: Target, count: int) -> dict[str, list[TuningRecord]]:
-    """Per workload, the schedule in use (the best by the rule) and the next best by the
-    rule without model records, ``count`` in all: a schedule found since the last choice
-    is timed too, however fast the schedules timed then were in the model."""
-    records: dict[str, list[TuningRecord]] = defaultdict(list)
-    for record in load_records(log, target=target):
-        records[record.workload_key].append(record)
+def _candidates(records: list[TuningRecord], count: int) -> dict[str, list[TuningRecord]]:
+    """Per workload of a log's ``records``, the schedule in use (the best by the rule) and the
+    next best by the rule without model records, ``count`` in all: a schedule found since the
+    last choice is timed too, however fast the schedules timed then were in the model."""
+    by_workload: dict[str, list[TuningRecord]] = defaultdict(list)
+    for record in records:
+        by_workload[record.workload_key].append(record)
     chosen = {}
-    for key, theirs in records.items():
+    for key, theirs in by_workload.items():
         distinct: dict[str, TuningRecord] = {}
-        for record in rank(theirs)[:1] + rank([r for r in theirs if r.phase != "model"]):
+        for record in rank(theirs)[:1] + rank([r for r in theirs if r.phase in ALONE]):
             distinct.setdefault(record.trace_json, record)
         chosen[key] = list(distinct.values())[:count]
     return chosen

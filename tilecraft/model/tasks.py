@@ -9,8 +9,10 @@ keys of the tasks tuned are the keys that compiling the model looks up in the lo
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Mapping
 
+from ..database.log import best_of
 from ..database.record import TuningRecord
 from ..target import Target
 from ..tune.task import SearchTask
@@ -22,6 +24,12 @@ from ..graph.winograd import stages_of, winograd_convolutions
 
 
 ALONE = ("search", "final")  # the phases of records that time a kernel alone, as the Winograd choice compares them
+
+
+def best_alone(records: list[TuningRecord], path: str | Path) -> dict[str, TuningRecord]:
+    """Each workload's best of ``records`` (read from the log at ``path``) that time its kernel
+    alone: what ``prepare_graph`` compares direct and Winograd kernels by."""
+    return {r.workload_key: r for r in best_of([r for r in records if r.phase in ALONE], path)}
 
 
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
