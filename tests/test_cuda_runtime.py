@@ -5,6 +5,7 @@ calls and timings with NumPy arrays and PyTorch tensors."""
 import collections
 import ctypes
 import gc
+import os
 import shutil
 import threading
 from types import SimpleNamespace
@@ -18,6 +19,7 @@ from tilecraft.runtime import ArgSpec, ProfileResult
 from tilecraft.runtime import cuda as cuda_runtime
 from tilecraft.runtime import cuda_compiler, nvrtc
 from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available
+from tilecraft.runtime.compiler import BACKGROUND_NICENESS
 from tilecraft.runtime.cuda_compiler import compile_cuda
 from tilecraft.runtime.nvrtc import nvrtc_version
 
@@ -167,6 +169,30 @@ def test_an_nvrtc_worker_that_does_not_answer_in_time_is_stopped(tmp_path, monke
     assert worker.process.poll() is not None  # killed, not given back
     monkeypatch.undo()
     assert compile_cuda(ADD, cache_dir=tmp_path, compiler="nvrtc").startswith(b"\x7fELF")
+
+
+@needs_nvrtc
+def test_nvrtc_compiles_nicer_than_the_tuner_so_that_timing_gpu_kernels_meanwhile_gets_a_core(tmp_path):
+    worker = nvrtc._Worker.take()
+    try:
+        worker.ask({"source": ADD, "arch": "sm_90", "timeout": 60, "name": "add.cu", "output": str(tmp_path / "a")})
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, worker.process.pid) == min(19, ours + BACKGROUND_NICENESS)
+    finally:
+        nvrtc._Worker.give_back(worker)
+
+
+def test_nvcc_runs_nicer_than_the_tuner(tmp_path, monkeypatch):
+    """nvcc's driver is made nicer as it starts, and the programs it runs inherit it: here a
+    shell in its place reports its niceness in the error."""
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\nsleep 0.2; echo niceness $(nice) >&2; exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(cuda_compiler, "_nvcc_version", lambda nvcc: "fake")
+    with pytest.raises(BuildError) as info:
+        compile_cuda(ADD, cache_dir=tmp_path, compiler="nvcc")
+    assert f"niceness {min(19, os.getpriority(os.PRIO_PROCESS, 0) + BACKGROUND_NICENESS)}" in str(info.value)
 
 
 def test_missing_nvcc_is_named_with_the_fix(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ LocalRunner -> MeasureResult``, as in Ansor's LocalBuilder and LocalRunner.
   runner.py   ``LocalRunner``: check against NumPy and time, one candidate at a time,
               in a worker process that is restarted when a kernel kills it or hangs
   worker.py   that worker (run as ``python -m tilecraft.measure.worker``)
+  overlap.py  a round built, then measured; GPU kernels measured while the rest still build
   rpc_protocol.py  the device server's wire protocol: HMAC-authenticated frames of JSON and bytes
   server.py   ``DeviceServer`` (``tilecraft serve``): measures for tuners elsewhere, in that worker
   rpc_runner.py  ``RPCRunner``: measures on device servers, as LocalRunner does here

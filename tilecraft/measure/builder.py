@@ -1,18 +1,23 @@
 """``LocalBuilder``: candidates become shared libraries (or cubins), in parallel, without ever raising.
 
 Replaying a trace, lowering and generating C are Python and take milliseconds, so they
-run here, one candidate after another; compiling takes gcc tens to hundreds of
+run in one thread, one candidate after another; compiling takes gcc tens to hundreds of
 milliseconds, in a subprocess, so a thread pool runs ``n_parallel`` compilations at
 once (threads suffice: the work is outside the interpreter). Whatever a candidate does
 wrong becomes a ``BuildResult`` with an error kind, in the candidate's place. For a CUDA
 target the lowered nest is first checked by the GPU verifier (a refusal is an
 INSTANTIATION error that costs no compilation), then emitted as CUDA C and built by NVRTC
 (nvcc where its library is missing), which also runs outside the interpreter's lock.
+
+``build`` returns when every candidate is built; ``start`` returns at once, with a future a
+candidate, so that GPU kernels can be timed while the others still compile
+(``measure/overlap.py``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +58,7 @@ class _Generated:
 class LocalBuilder:
     """Builds candidates on this machine with gcc (CUDA candidates with NVRTC or nvcc).
 
-    Replaying, lowering and generating C run in the calling thread; up to ``n_parallel``
+    Replaying, lowering and generating C run in one thread, in order; up to ``n_parallel``
     compilations run at once. A candidate that fails becomes a ``BuildResult`` with
     its error kind (INSTANTIATION, COMPILE or BUILD_TIMEOUT) instead of raising.
 
@@ -85,15 +90,34 @@ class LocalBuilder:
     def build(self, inputs: Sequence[MeasureInput]) -> list[BuildResult]:
         """Build every candidate; one result per input, in input order, a failure as an
         error result (never raised)."""
+        return [future.result() for future in self.start(inputs)]
+
+    def start(self, inputs: Sequence[MeasureInput]) -> list[Future[BuildResult]]:
+        """Start building every candidate and return at once: one future per input, in input
+        order, each done when its candidate is built (its result as ``build`` gives it).
+        A thread generates the sources in order while up to ``n_parallel`` compilations run."""
         n_parallel = self.n_parallel or os.cpu_count() or 1
-        with ThreadPoolExecutor(max_workers=n_parallel, thread_name_prefix="tilecraft-build") as pool:
-            # gcc compiles the first candidates while this thread generates the next ones.
-            pending: list[Future[BuildResult] | BuildResult] = []
-            for candidate in inputs:
-                generated = _generate(candidate)
-                is_source = isinstance(generated, _Generated)
-                pending.append(pool.submit(self._compile, generated, candidate) if is_source else generated)
-            return [p.result() if isinstance(p, Future) else p for p in pending]
+        futures: list[Future[BuildResult]] = [Future() for _ in inputs]
+        pool = ThreadPoolExecutor(max_workers=n_parallel, thread_name_prefix="tilecraft-build")
+
+        def feed() -> None:
+            try:  # gcc or NVRTC compiles the first candidates while this thread generates the next ones
+                for candidate, future in zip(inputs, futures):
+                    generated = _generate(candidate)
+                    if isinstance(generated, _Generated):
+                        pool.submit(self._compile, generated, candidate).add_done_callback(
+                            lambda compiled, future=future: _settle(future, compiled))
+                    else:
+                        future.set_result(generated)
+            except BaseException as error:  # noqa: BLE001 - a bug here must not leave a caller waiting forever
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+            finally:
+                pool.shutdown(wait=False)  # the compilations submitted still run
+
+        threading.Thread(target=feed, name="tilecraft-build-feed", daemon=True).start()
+        return futures
 
     def _compile(self, generated: _Generated, candidate: MeasureInput) -> BuildResult:
         start = perf_counter()
@@ -115,6 +139,14 @@ class LocalBuilder:
             return BuildResult.failed(kind, message, time_cost, generated.source, ENTRY_NAME)
         return BuildResult(lib_path, generated.source, ENTRY_NAME, generated.args, generated.packs,
                            MeasureErrorKind.NONE, "", time_cost, generated.launch)
+
+
+def _settle(future: Future[BuildResult], compiled: Future[BuildResult]) -> None:
+    """Give ``future`` what the compilation ``compiled`` gave."""
+    if (error := compiled.exception()) is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(compiled.result())
 
 
 def _generate(candidate: MeasureInput) -> _Generated | BuildResult:

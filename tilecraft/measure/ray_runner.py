@@ -222,6 +222,11 @@ class RayRunner:
             self._data.close()
         self._actors = []
 
+    @property
+    def measures_at_once(self) -> int:
+        """Candidates in flight at once: an actor each (``build_and_run`` hands over runs this long)."""
+        return max(1, len(self._actors))
+
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """Check and time every built candidate on the actors, as ``LocalRunner.run`` does

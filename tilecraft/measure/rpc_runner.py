@@ -103,6 +103,11 @@ class RPCRunner:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    @property
+    def measures_at_once(self) -> int:
+        """Candidates in flight at once: a session each (``build_and_run`` hands over runs this long)."""
+        return max(1, len(self._sessions))
+
     def target(self) -> Target:
         """The target the servers measure, to build for: ``SearchTask(..., target=runner.target())``."""
         return self._target

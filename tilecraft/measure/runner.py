@@ -52,6 +52,9 @@ _STDERR_TAIL_CHARS = 600
 
 
 class Runner(Protocol):
+    """Measures built candidates. A runner that measures several at once (on several
+    devices) says how many as ``measures_at_once``; one without it measures one at a time."""
+
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
         """One result per input, in order, each also given to ``on_result`` as soon as it is known."""

@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import BuildError, BuildTimeoutError
-from .compiler import _run_compiler, cached_build
+from .compiler import BACKGROUND_NICENESS, _run_compiler, cached_build
 from .nvrtc import compile_with_nvrtc, nvrtc_version
 
 CUDA_COMPILERS = (None, "nvrtc", "nvcc")  # None: NVRTC where its library loads, else nvcc
@@ -68,7 +68,7 @@ def _compile_with_nvcc(source: str, arch: str, cache_dir: Path | None, timeout_s
 
     def compile_to(cu_path: Path, output: Path) -> None:
         try:
-            _run_compiler([nvcc, *flags, "-o", str(output), str(cu_path)], cu_path, timeout_secs)
+            _run_compiler([nvcc, *flags, "-o", str(output), str(cu_path)], cu_path, timeout_secs, BACKGROUND_NICENESS)
         except BuildTimeoutError:
             raise BuildTimeoutError(f"nvcc took longer than {timeout_secs} s on {cu_path}; raise timeout_secs or "
                                     f"make the kernel smaller (less unrolling)") from None

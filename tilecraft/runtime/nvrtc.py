@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from ..errors import BuildError, BuildTimeoutError
-from .compiler import worker_env
+from .compiler import BACKGROUND_NICENESS, worker_env
 
 # NVRTC calls it during a compilation; a non-zero answer cancels it (nvrtcSetFlowCallback).
 _FLOW_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -160,6 +160,7 @@ def _serve() -> None:
     """The worker: answer each request line until the input closes."""
     with contextlib.suppress(OSError):  # where the system lets it: out of memory, the kernel ends this process first
         Path("/proc/self/oom_score_adj").write_text("1000")
+    os.nice(BACKGROUND_NICENESS)  # the process timing GPU kernels meanwhile goes first
     answers = os.fdopen(os.dup(1), "w")  # the answers' own channel: whatever a library prints goes elsewhere
     os.dup2(2, 1)
     for line in sys.stdin.buffer:

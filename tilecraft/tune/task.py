@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 from ..database.log import load_best_record, load_records
 from ..errors import TargetError, TilecraftError
 from ..measure import LocalBuilder, LocalRunner, MeasureInput
+from ..measure.overlap import build_and_run
 from ..runtime.cuda import cuda_available
 from ..runtime.peak import peak_gflops
 from ..schedule.trace import Trace
@@ -135,7 +136,7 @@ class TuningSummary:
     remeasure_secs: float = 0.0
     search_secs: float = 0.0  # evolutionary search, features and prediction
     model_secs: float = 0.0  # cost-model training
-    build_secs: float = 0.0
+    build_secs: float = 0.0  # waiting for builds (GPU targets measure while later candidates build)
     run_secs: float = 0.0
     wall_secs: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
@@ -370,9 +371,6 @@ def tune_round(task: SearchTask, policy, count: int, builder, runner, callbacks:
         return []
     sketches = [policy.sketches[c.sketch].name for c in candidates]
     inputs = [MeasureInput(task.compute_dag, task.target, policy.trace_of(c)) for c in candidates]
-    clock = time.perf_counter()
-    builds = builder.build(inputs)
-    summary.build_secs += time.perf_counter() - clock
 
     def record(index: int, result) -> None:
         for callback in callbacks:
@@ -381,9 +379,10 @@ def tune_round(task: SearchTask, policy, count: int, builder, runner, callbacks:
         reporter.update(flop / cost / 1e9 if result.is_valid else None,
                         cost if result.is_valid else None, result.error_kind.value)
 
-    clock = time.perf_counter()
-    results = runner.run(inputs, builds, on_result=record)
-    summary.run_secs += time.perf_counter() - clock
+    on_gpu = getattr(task.target, "kind", "llvm") == "cuda"  # timed on the GPU: measure while the rest build
+    results, build_secs, run_secs = build_and_run(inputs, builder, runner, record, overlap=on_gpu)
+    summary.build_secs += build_secs
+    summary.run_secs += run_secs
     clock = time.perf_counter()
     policy.update(candidates, [r.mean_cost for r in results])
     summary.model_secs += time.perf_counter() - clock
