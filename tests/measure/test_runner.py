@@ -350,3 +350,16 @@ def test_a_candidate_far_slower_than_the_fastest_is_timed_once_and_stopped_early
     with LocalRunner(timeout_secs=20.0, number=2, repeat=3, min_repeat_ms=0, stop_slow_candidates=False) as full:
         fast, slow = _run(full, kernel("add"), kernel("slow_add"))
         assert len(fast.costs) == len(slow.costs) == 3
+
+
+def test_a_gpu_kernel_twice_the_fastest_is_timed_by_one_call_whatever_its_length(kernel):
+    """CUDA events read a kernel's first timed call as its later ones, so the GPU's rule has
+    no floor: a 40 us kernel against a 10 us best is timed once. A CPU kernel keeps the floor."""
+    candidate, cpu = kernel("add")
+    gpu = BuildResult("kernel.cubin", "", "add", ARGS, (), MeasureErrorKind.NONE, "", 0.0, ((1, 1, 1), (64, 1, 1), 0))
+    with LocalRunner() as runner:
+        reference = runner._reference(candidate.dag)
+        assert runner._request(gpu, reference, 10e-6)["slow_call_secs"] == pytest.approx(
+            runner_module.GPU_SLOW_FACTOR * 10e-6)
+        assert runner._request(cpu, reference, 10e-6)["slow_call_secs"] == runner_module.SLOW_FLOOR_SECS
+        assert runner._request(gpu, reference, None)["slow_call_secs"] is None
