@@ -515,16 +515,19 @@ def test_an_output_that_blocks_add_into_is_zeroed_before_every_launch_called_pla
     assert driver.launches == 6 and driver.graph_launches == 1
 
 
-def test_the_measuring_worker_uploads_a_candidates_arguments_once(monkeypatch, tmp_path):
-    """One upload an argument serves the check and every timing; only outputs come back."""
+def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tmp_path):
+    """One upload an argument serves every candidate of the workload, each starting from
+    copies made on the GPU (an output that a candidate leaves unwritten is still poisoned
+    after one that wrote it right); only outputs come back."""
     driver = FakeMemoryDriver()
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
 
-    class AddOnGpu(CudaModule):  # the kernel's effect, written into the fake memory
+    class AddOnGpu(CudaModule):  # the kernel's effect, written into the fake memory; b"lazy" writes nothing
         def __call__(self, a, b, c):
-            driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
-                                           + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
+            if self.cubin != b"lazy":
+                driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
+                                               + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
 
         def time_evaluator(self, number=10, repeat=3, flush_l2=True):
             return lambda *arrays: ProfileResult((1e-5,) * repeat)
@@ -532,14 +535,18 @@ def test_the_measuring_worker_uploads_a_candidates_arguments_once(monkeypatch, t
     monkeypatch.setattr(cuda_runtime, "CudaModule", AddOnGpu)
     a, b = host_inputs()
     np.savez(tmp_path / "reference.npz", a=a, b=b, c=a + b)
-    (tmp_path / "kernel.cubin").write_bytes(b"cubin")
-    request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
-               "launch": [[4, 1, 1], [256, 1, 1]], "lib_path": str(tmp_path / "kernel.cubin"),
-               "entry_name": "vector_add", "reference": str(tmp_path / "reference.npz"), "number": 10, "repeat": 3,
-               "min_repeat_ms": 0}
-    reply = worker.measure(request, collections.OrderedDict())
-    assert reply == {"error_kind": "none", "costs": [1e-5] * 3}
-    assert (driver.uploads, driver.downloads) == (3, 1)
+    references = collections.OrderedDict()
+    replies = []
+    for cubin in (b"cubin", b"lazy", b"cubin"):
+        (tmp_path / "kernel.cubin").write_bytes(cubin)
+        request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
+                   "launch": [[4, 1, 1], [256, 1, 1]], "lib_path": str(tmp_path / "kernel.cubin"),
+                   "entry_name": "vector_add", "reference": str(tmp_path / "reference.npz"), "number": 10,
+                   "repeat": 3, "min_repeat_ms": 0}
+        replies.append(worker.measure(request, references))
+    assert replies[0] == replies[2] == {"error_kind": "none", "costs": [1e-5] * 3}
+    assert replies[1]["error_kind"] == "wrong_answer" and "got nan" in replies[1]["error_msg"]
+    assert (driver.uploads, driver.downloads) == (3, 3)
 
 
 def device_arch() -> str:
