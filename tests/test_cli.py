@@ -139,7 +139,8 @@ MISTAKES = [
     (["choose-in-place", "{model}", "--log", "{log}", "--candidates", "0"], "argument --candidates: 0: give the "
                                                                             "schedules to time of each task, a whole "
                                                                             "number, 2 or more"),
-    (["choose-in-place", "{model}", "--log", "{log}", "--rounds", "0"], "argument --rounds: 0: give the interleaved"),
+    (["choose-in-place", "{model}", "--log", "{log}", "--rounds", "4"], "argument --rounds: 4: give the interleaved "
+                                                                        "rounds (a paired test), a whole number, 5"),
     (["choose-in-place", "{model}", "--log", "{log}", "--target", "cuda"], "--target cuda: models are timed in place "
                                                                            "on this machine's CPU only"),
     (["run-model", "{tmp}/none.onnx"], "MODEL: {tmp}/none.onnx does not exist"),
@@ -346,12 +347,14 @@ def test_choose_in_place_times_the_best_of_a_log_tuned_before_inside_the_model(o
                  "--verbose", "0", "--no-transfer", "--remeasure", "0", "--in-place", "0"]) == 0
     assert not [r for r in tc.load_records(log) if r.phase == "model"]
     capsys.readouterr()
-    assert main(["choose-in-place", str(onnx_model), "--log", str(log), "--candidates", "3", "--rounds", "2"]) == 0
+    assert main(["choose-in-place", str(onnx_model), "--log", str(log), "--candidates", "3", "--rounds", "5"]) == 0
     said = capsys.readouterr().out
     assert "ms a call in the model:" in said and f"run it with: tilecraft run-model {onnx_model} --log {log}" in said
-    timed = [r for r in tc.load_records(log) if r.phase == "model"]
-    assert timed and all(len(r.costs) == 2 for r in timed)
-    assert all(len([r for r in timed if r.workload_key == key]) in (2, 3) for key in {r.workload_key for r in timed})
+    timed = [r for r in tc.load_records(log) if r.phase in ("model", "model_rival")]
+    assert timed and all(len(r.costs) == 5 for r in timed)
+    for key in {r.workload_key for r in timed}:  # each choice: one schedule kept, the others its rivals
+        theirs = [r.phase for r in timed if r.workload_key == key]
+        assert len(theirs) in (2, 3) and theirs.count("model") == 1
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")

@@ -450,18 +450,20 @@ def run_tune_model(args: argparse.Namespace) -> int:
 
 def add_choose_in_place_command(subparsers: Any) -> None:
     command = subparsers.add_parser(
-        "choose-in-place", help="time each task's best schedules inside the compiled model and record the fastest",
+        "choose-in-place", help="time each task's best schedules inside the compiled model and keep the fastest",
         description="Compile the model with the log's best schedules, then time each task's few best schedules "
-                    "inside it, where each layer's weights come from memory, and append their times to the log as "
-                    "model records, which rank first: the model compiled from the log then runs the fastest there. "
-                    "tune-model does this when it ends; this command does it for a log tuned before.")
+                    "inside it, where each layer's weights come from memory; keep the one in use unless another is "
+                    "faster in nearly every interleaved round (a paired test), and append their times to the log, "
+                    "the kept one's as a model record, which ranks first: the model compiled from the log is then "
+                    "the one chosen. tune-model does this when it ends; this command does it for a log tuned before.")
     _add_model_arguments(command)
     command.add_argument("--log", required=True, type=_tuning_log, help="the model's tuning log; appended to")
     command.add_argument("--candidates", type=_at_least(2, "the schedules to time of each task"), default=4,
                          metavar="N",
                          help="the best schedules of each task to time (default 4)")
-    command.add_argument("--rounds", type=_at_least(1, "the interleaved rounds"), default=8,
-                         help="interleaved rounds, each timing every candidate (default 8)")
+    command.add_argument("--rounds", type=_at_least(5, "the interleaved rounds (a paired test)"), default=8,
+                         help="interleaved rounds, each timing every candidate (default 8, at least 5); another "
+                              "schedule replaces the one in use only where it is faster in nearly every round")
     command.add_argument("--verbose", type=int, default=1, choices=(0, 1))
     command.set_defaults(run=run_choose_in_place)
 

@@ -105,7 +105,7 @@ def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_reco
             inner = int(rng.choice([1, 2, 4, 8, 16]))
             if rng.random() < 0.4:
                 costs = [] if rng.random() < 0.2 else list(rng.uniform(1e-3, 2e-3, size=3))
-                phase = "model" if rng.random() < 0.3 else "final"
+                phase = str(rng.choice(["model", "model_rival", "final"], p=[0.2, 0.1, 0.7]))
                 records.append(dataclasses.replace(final(costs, inner=inner, timestamp=float(rng.integers(100))),
                                                    phase=phase))
             else:
@@ -116,6 +116,24 @@ def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_reco
             found.add(record)
         ranked = rank(records)
         assert found.best is (ranked[0] if ranked else None)
+
+
+def test_a_rival_that_the_latest_choice_did_not_keep_ranks_as_never_timed_in_a_model(final, make_record):
+    """A choice keeps the schedule in use unless another wins a paired test, so the one it kept
+    may have the slower median: its model record ranks first, the rival by its final record,
+    and the rival's time in the model is neither a search measurement nor learned."""
+    finals = [final([1.2e-3] * 3, inner=2), final([1.0e-3] * 3, inner=4)]
+    kept = dataclasses.replace(final([1.31e-3, 1.30e-3, 1.29e-3], inner=2, timestamp=500.0), phase="model")
+    rival = dataclasses.replace(final([1.30e-3, 1.28e-3, 1.32e-3], inner=4, timestamp=500.0), phase="model_rival")
+    lucky = dataclasses.replace(final([0.1e-3], inner=8, timestamp=500.0), phase="model_rival")
+    records = [*finals, kept, rival, lucky]
+    assert [(r.phase, r.trace_json) for r in rank(records)] == [("model", kept.trace_json),
+                                                                 ("final", finals[1].trace_json)]
+    found = BestSoFar()
+    for record in records:
+        found.add(record)
+    assert found.best is kept
+    assert for_learning(records) == finals
 
 
 def test_learning_counts_a_schedule_searched_and_re_measured_once_and_never_a_time_in_a_model(final, make_record):
@@ -157,7 +175,7 @@ def test_a_record_round_trips_its_phase_and_device_and_refuses_an_unknown_phase(
     line = record.to_json_line()
     assert '"phase":"final","costs":[' in line and '"device":"local@box","trace":' in line
     assert TuningRecord.from_json_line(line + "\n") == record
-    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, model, not \"best\""):
+    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, model, model_rival, not \"best\""):
         TuningRecord.from_json_line(line.replace('"phase":"final"', '"phase":"best"') + "\n")
 
 

@@ -41,7 +41,7 @@ def test_lines_out_of_the_usual_layout_are_read_and_bad_ones_skipped_with_a_warn
 
 
 def test_a_record_of_a_newer_version_stops_the_open(tmp_path, make_record, write_log):
-    newer = make_record().to_json_line().replace('{"v":3,', '{"v":99,', 1)
+    newer = make_record().to_json_line().replace('{"v":4,', '{"v":99,', 1)
     write_log(tmp_path / RECORDS_FILE, [make_record()], extra=newer + "\n")
     with pytest.raises(RecordVersionError, match="line 2.*upgrade tilecraft"):
         Database(tmp_path)

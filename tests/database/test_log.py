@@ -97,9 +97,9 @@ def test_a_run_killed_mid_line_then_resumed_keeps_both_runs(log_path, make_recor
 
 
 def test_a_record_of_a_newer_version_stops_the_read(log_path, make_record, write_log):
-    newer = make_record(1e-3).to_json_line().replace('{"v":3,', '{"v":4,')
+    newer = make_record(1e-3).to_json_line().replace('{"v":4,', '{"v":5,')
     write_log(log_path, [make_record(1e-3)], extra=newer + "\n")
-    with pytest.raises(RecordVersionError, match=rf"{log_path} line 2: record version 4 .*upgrade tilecraft"):
+    with pytest.raises(RecordVersionError, match=rf"{log_path} line 2: record version 5 .*upgrade tilecraft"):
         load_records(log_path)
 
 

@@ -89,15 +89,18 @@ def test_a_store_of_a_newer_version_is_refused_naming_the_file(tmp_path):
         RecordStore(path)
 
 
-def test_a_version_2_store_is_upgraded_when_opened_keeping_its_rows_in_order(tmp_path, varied):
+@pytest.mark.parametrize("version, phases", [(2, "'search', 'final'"), (3, "'search', 'final', 'model'")])
+def test_an_older_store_is_upgraded_when_opened_keeping_its_rows_in_order(tmp_path, varied, version, phases):
     path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:  # a store as version 2 made it: its CHECK knew two phases
-        db.executescript(SCHEMA.replace(", 'model')", ")") + "PRAGMA user_version = 2;")
+    with sqlite3.connect(path) as db:  # a store as that version made it: its CHECK knew fewer phases
+        db.executescript(SCHEMA.replace("'search', 'final', 'model', 'model_rival'", phases)
+                         + f"PRAGMA user_version = {version};")
         db.executemany(_INSERT, [_row(record) for record in varied])
     with RecordStore(path) as store:
         assert store.records() == varied
         model = dataclasses.replace(varied[0], phase="model", costs=(5e-3, 4e-3, 6e-3), timestamp=2000.0)
-        store.add([model])
+        rival = dataclasses.replace(varied[1], phase="model_rival", costs=(1e-3,) * 3, timestamp=2000.0)
+        store.add([model, rival])
         assert store.best(model.workload_key, model.target) == model
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == RECORD_VERSION
@@ -123,12 +126,12 @@ def test_a_file_that_is_not_a_store_is_named_and_a_log_is_pointed_to_import_log(
 
 
 def _random_records(rng: np.random.Generator, key: str, targets: list[str]) -> list[TuningRecord]:
-    """Search, final and model records of a few schedules, with errors, repeated schedules, equal costs
+    """Search, final, model and model rival records of a few schedules, with errors, repeated schedules, equal costs
     and equal times: every tie the rule breaks."""
     records = []
     for _ in range(int(rng.integers(1, 30))):
         failed = rng.random() < 0.15
-        phase = str(rng.choice(["search", "final", "model"], p=[0.6, 0.3, 0.1]))
+        phase = str(rng.choice(["search", "final", "model", "model_rival"], p=[0.55, 0.3, 0.1, 0.05]))
         costs = () if failed else tuple(float(c) for c in rng.choice([1e-3, 2e-3, 3e-3, 4e-3],
                                                                       size=2 if phase == "search" else 3))
         records.append(TuningRecord(
@@ -200,7 +203,7 @@ def test_a_log_goes_into_the_store_and_comes_out_byte_for_byte(store, varied, wr
         store.export_log(tmp_path / "log.json")
 
 
-def test_version_1_lines_and_garbage_import_as_the_log_reads_them_and_export_as_version_2(store, make_record,
+def test_version_1_lines_and_garbage_import_as_the_log_reads_them_and_export_in_the_current_version(store, make_record,
                                                                                           write_log, tmp_path):
     line = json.loads(make_record(0.9e-3, inner=1).to_json_line())
     version_1 = {"v": 1, **{k: v for k, v in line.items() if k not in ("v", "phase", "device")}}
@@ -213,7 +216,7 @@ def test_version_1_lines_and_garbage_import_as_the_log_reads_them_and_export_as_
         expected = [record.to_json_line() + "\n" for record in load_records(tmp_path / "old.json")]
     exported = (tmp_path / "new.json").read_text().splitlines(keepends=True)
     assert exported == expected
-    assert exported[1].startswith('{"v":3,') and '"phase":"search"' in exported[1] and '"device":null' in exported[1]
+    assert exported[1].startswith(f'{{"v":{RECORD_VERSION},') and '"phase":"search"' in exported[1] and '"device":null' in exported[1]
 
 
 def test_a_row_that_is_not_a_record_is_skipped_with_a_warning_naming_it(store, make_record):

@@ -1,6 +1,7 @@
 """Choosing each task's schedule by its time inside the compiled model (``tc.choose_in_place``):
-every candidate timed in place becomes a model record, the fastest in the model is what the
-log then compiles, a candidate that fails is recorded as failed, and the model stays right."""
+every candidate timed in place is recorded, the one kept (the schedule in use unless another
+wins a paired test) is what the log then compiles, a candidate that fails is recorded as
+failed, and the model stays right."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import tilecraft as tc
 from tilecraft.database import TuningRecord, load_records, trace_key
 from tilecraft.graph import run_reference
-from tilecraft.model.in_place import choose_in_place
+from tilecraft.model.in_place import choose_in_place, paired_choice
 from tilecraft.search.policy import Candidate, SketchPolicy
 
 onnx = pytest.importorskip("onnx")
@@ -52,26 +53,27 @@ def test_the_fastest_schedule_in_the_model_is_recorded_and_compiled_and_a_broken
                                                                                              kernel_cache, capsys):
     model, log = tiny_cnn(), tmp_path / "cnn.json"
     written = _log_of_candidates(log, model)
-    report = choose_in_place(model, log, TARGET, candidates=4, rounds=3, min_share=0.0, cache_dir=kernel_cache)
+    report = choose_in_place(model, log, TARGET, candidates=4, rounds=5, min_share=0.0, cache_dir=kernel_cache)
     assert "whole model, interleaved:" in capsys.readouterr().out
     assert {c.workload_key for c in report.choices} == {key for key, records in written.items() if len(records) > 1}
     assert report.before_seconds > 0 and report.after_seconds > 0
 
-    timed = [r for r in load_records(log) if r.phase == "model"]
+    timed = [r for r in load_records(log) if r.phase in ("model", "model_rival")]
     for choice in report.choices:
         records = [r for r in timed if r.workload_key == choice.workload_key]
+        assert [r.phase == "model" for r in records] == [n == choice.chosen or s == float("inf")
+                                                         for n, s in enumerate(choice.seconds)]
         assert [r.trace_json for r in records] == [r.trace_json for r in written[choice.workload_key]][:4]
         for record, seconds in zip(records, choice.seconds):
             if seconds == float("inf"):  # the broken trace: recorded as failed, with the reason
                 assert record.error_kind == "compile" and "failed to replay" in record.error_msg
                 assert "no_such_block" in record.trace_json and not record.costs
             else:
-                assert record.is_valid and len(record.costs) == 3 and record.cost == pytest.approx(seconds)
-        assert choice.chosen == int(np.argmin(choice.seconds))
+                assert record.is_valid and len(record.costs) == 5 and record.cost == pytest.approx(seconds)
     assert sum(r.error_kind == "compile" for r in timed) == 1
 
     compiled = tc.compile_model(model, TARGET, log=str(log), cache_dir=kernel_cache)
-    for choice in report.choices:  # what the log now compiles: the fastest in the model
+    for choice in report.choices:  # what the log now compiles: the schedule each choice kept
         chosen = written[choice.workload_key][choice.chosen]
         kernel = next(k for k in compiled.kernels if k.workload_key == choice.workload_key)
         assert json.loads(kernel.trace) == json.loads(chosen.trace_json)
@@ -91,15 +93,32 @@ def test_the_fastest_schedule_in_the_model_is_recorded_and_compiled_and_a_broken
     with open(log, "a") as file:
         file.write(newer.to_json_line() + "\n")
     before = len(load_records(log))
-    again = choose_in_place(model, log, TARGET, candidates=2, rounds=1, min_share=0.0, cache_dir=kernel_cache)
+    again = choose_in_place(model, log, TARGET, candidates=2, rounds=5, min_share=0.0, cache_dir=kernel_cache)
     in_use = written[key][report.choices[0].chosen].trace_json
     timed = [r.trace_json for r in load_records(log)[before:] if r.workload_key == key]
     assert timed == [in_use, found] and key in {c.workload_key for c in again.choices}
 
 
-def test_it_refuses_a_gpu_target_too_few_candidates_and_a_missing_log(tmp_path):
+@pytest.mark.parametrize("costs, kept", [
+    ([[1.0] * 8, [0.9] * 8], 1),  # faster in every round
+    ([[1.0] * 8, [0.9] * 7 + [1.1]], 1),  # in 7 of 8: chance makes as many in 3.5% of choices
+    ([[1.0] * 8, [0.9] * 6 + [1.1] * 2], 0),  # in 6 of 8: 14%, as noise does; the one in use stays
+    ([[1.0] * 8, [0.95] * 8, [0.9] * 5 + [1.2] * 3], 1),  # the fastest median wins 5 of 8: the steady one
+    ([[1.0] * 8, [0.95] * 8, [0.9] * 8], 2),  # of two that win, the faster
+    ([[1.0] * 4, [0.5] * 4], 0),  # four rounds cannot tell: 6%
+    ([[1.0] * 5, [0.5] * 5], 1),
+    ([[1.0] * 8, [], [0.9] * 8], 2),  # a failed candidate has no rounds
+    ([[1.0] * 8, [1.0] * 8], 0),  # ties are no wins
+])
+def test_the_schedule_in_use_stays_unless_another_beats_it_in_a_paired_test(costs, kept):
+    assert paired_choice(costs) == kept
+
+
+def test_it_refuses_a_gpu_target_too_few_candidates_or_rounds_and_a_missing_log(tmp_path):
     with pytest.raises(ValueError, match="candidates=1 must be >= 2"):
         choose_in_place(tiny_cnn(), tmp_path / "log.json", TARGET, candidates=1)
+    with pytest.raises(ValueError, match="rounds=4 >= 5: another schedule replaces the one in use when"):
+        choose_in_place(tiny_cnn(), tmp_path / "log.json", TARGET, rounds=4)
     with pytest.raises(ValueError, match="on this machine's CPU, not on cuda"):
         choose_in_place(tiny_cnn(), tmp_path / "log.json", "cuda -arch=sm_90")
     with pytest.raises(FileNotFoundError, match="log.json does not exist; tune the model's tasks into it first"):

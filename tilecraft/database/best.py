@@ -9,11 +9,15 @@ between the model's other kernels its weights come from memory. So the best few 
 of each task of a model can be timed in place, inside the compiled model, interleaved, and
 written as ``"model"`` records (``model/in_place.py``). The rule:
 
-1. A schedule timed by the workload's latest choice in place (its model records share one
+1. A schedule kept by the workload's latest choice in place (its model records share one
    timestamp, the newest of the workload's model records) ranks by the median of the
    repeats of that record, before every other schedule. A schedule whose latest model
    record is an error is out; one timed only by earlier choices ranks as if never timed in
-   a model (those times were taken beside other kernels, on another day).
+   a model (those times were taken beside other kernels, on another day), and so does one
+   the choice timed and did not keep (a ``"model_rival"`` record: the choice keeps the
+   schedule in use unless another beats it in a paired test, ``model/in_place.py``). A
+   choice of record version 3 kept no schedule alone: all it timed have model records, and
+   rank by their medians.
 2. Then a schedule with a final record, by the median of its latest final record; an
    error there puts it out too.
 3. Every such re-measured schedule ranks before every schedule measured only while
@@ -88,8 +92,8 @@ class BestSoFar:
     def add(self, record: TuningRecord) -> None:
         if record.phase in self._latest:
             _keep_latest(self._latest[record.phase], record)
-        elif record.is_valid and (self._searched is None or record.cost < self._searched.cost) \
-                and self.usable(record):
+        elif record.phase == "search" and record.is_valid and (
+                self._searched is None or record.cost < self._searched.cost) and self.usable(record):
             self._searched = record
 
     @property
@@ -108,14 +112,14 @@ def _latest_choice(latest: dict[str, dict[str, TuningRecord]]) -> dict[str, dict
 
 def _split(records: Iterable[TuningRecord]) -> tuple[dict[str, dict[str, TuningRecord]], dict[str, TuningRecord]]:
     """Per phase of re-measurement and schedule (trace text): its latest record; per schedule,
-    its fastest valid search record."""
+    its fastest valid search record (a model rival's time is neither)."""
     latest: dict[str, dict[str, TuningRecord]] = {phase: {} for phase in REMEASURED}
     searched: dict[str, TuningRecord] = {}
     for record in records:
         key = record.trace_json
         if record.phase in latest:
             _keep_latest(latest[record.phase], record)
-        elif record.is_valid and (key not in searched or record.cost < searched[key].cost):
+        elif record.phase == "search" and record.is_valid and (key not in searched or record.cost < searched[key].cost):
             searched[key] = record
     return latest, searched
 

@@ -10,11 +10,12 @@ rebuilding the DAG.
 It also says how it was measured: ``phase`` is ``"search"`` for a measurement that guided
 the search, ``"final"`` for a re-measurement of the best candidates when tuning ends
 (several interleaved repeats in a fresh worker: the costs that rank schedules, see
-``best.py``) and ``"model"`` for a kernel timed in place inside a compiled model, between
-the model's other kernels (``model/in_place.py``); ``device`` names the machine or device
-that measured it. A line looks like this (the trace shortened)::
+``best.py``), ``"model"`` for the kernel a choice in place kept, timed inside a compiled
+model between the model's other kernels, and ``"model_rival"`` for one timed beside it there
+and not kept (``model/in_place.py``); ``device`` names the machine or device that measured
+it. A line looks like this (the trace shortened)::
 
-    {"v":3,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
+    {"v":4,"key":"[\\"dag\\", \\"3a35...\\"]","target":"llvm -isa=avx2 ...","workload":null,
      "sketch":"multi_level_tiling","phase":"search","costs":[0.00123,0.00121],"error":"none",
      "error_msg":"","all_cost":0.41,"time":1718000000.5,"flop":2147483648.0,
      "device":"local@build-7","trace":[{"kind":"get_block",...}]}
@@ -22,7 +23,9 @@ that measured it. A line looks like this (the trace shortened)::
 ``v`` is ``RECORD_VERSION``. A reader refuses records newer than itself (it cannot know
 what changed) and says to upgrade; it never guesses. It reads every older version:
 version 1 had no ``phase`` (every record was a search measurement) and no ``device``;
-version 2 had no ``"model"`` phase.
+version 2 had no ``"model"`` phase; version 3 had no ``"model_rival"`` phase: every schedule a
+choice in place timed got a ``"model"`` record, and the fastest of them by its median ranked
+first.
 JSON has no infinity, so a non-finite cost is written as ``null`` and read back as ``inf``.
 
 The trace is most of a line (kilobytes, against a few hundred bytes for the rest) and
@@ -43,9 +46,9 @@ from typing import Any, Mapping
 
 from ..errors import TilecraftError
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 NO_ERROR = "none"
-PHASES = ("search", "final", "model")
+PHASES = ("search", "final", "model", "model_rival")
 # How a line that to_json_line wrote starts, in this version and the older ones, whose
 # layouts agree up to the trace: the fast readers find a workload's lines by these bytes.
 LINE_STARTS = tuple(f'{{"v":{version},"key":' for version in range(RECORD_VERSION, 0, -1))
@@ -70,9 +73,9 @@ class TuningRecord:
     (``"compile"``, ``"run_timeout"``, ...), ``error_msg`` says what happened.
     ``all_cost`` is the wall time the whole measurement took (build and run), ``timestamp``
     when it finished (seconds since the epoch). ``trace_json`` is the trace's step list
-    as compact JSON (``trace_key``); ``trace`` decodes it. ``phase`` is ``"search"`` or
-    ``"final"`` (a re-measurement when tuning ends) or ``"model"`` (timed in place inside a
-    compiled model), ``device`` the machine or device that measured it (None when not known,
+    as compact JSON (``trace_key``); ``trace`` decodes it. ``phase`` is ``"search"``,
+    ``"final"`` (a re-measurement when tuning ends), ``"model"`` (timed in place inside a
+    compiled model, and kept there) or ``"model_rival"`` (timed there, not kept), ``device`` the machine or device that measured it (None when not known,
     as in version 1). ``version`` is the version the record was read from; it is always
     written in the current one.
     """

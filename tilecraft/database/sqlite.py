@@ -30,9 +30,9 @@ records of a log, one row each, in a SQLite database:
   ``MalformedRecordWarning`` naming the store and the row.
 
 ``PRAGMA user_version`` is the record version of the rows: a store of a newer version
-is refused with ``RecordVersionError``, as a log's newer records are. A version 2 store is
-upgraded when it is opened: its table is copied into the current schema, whose phases
-include ``"model"``, in one transaction. The schema is docs/formats.md's, word for word
+is refused with ``RecordVersionError``, as a log's newer records are. A version 2 or 3
+store is upgraded when it is opened: its table is copied into the current schema, whose
+phases include ``"model"`` and ``"model_rival"``, in one transaction. The schema is docs/formats.md's, word for word
 ("The SQLite store"); its comments are kept in the file.
 ``benchmarks/database_store.py`` times the store against the log and ``Database``.
 """
@@ -69,7 +69,7 @@ CREATE TABLE records (
   all_cost REAL,
   time REAL NOT NULL,
   flop REAL NOT NULL,
-  phase TEXT NOT NULL CHECK (phase IN ('search', 'final', 'model')),
+  phase TEXT NOT NULL CHECK (phase IN ('search', 'final', 'model', 'model_rival')),
   device TEXT,
   trace_hash TEXT NOT NULL,        -- SHA-256 of the trace text: a schedule's identity, indexed
   trace TEXT NOT NULL              -- the trace's compact JSON
@@ -155,16 +155,17 @@ class RecordStore:
         with self._db:  # create the schema once, whoever opens a new file first
             self._db.execute("BEGIN IMMEDIATE")
             version, tables = self._check_version(), self._tables()
-            if (version == 0 and not tables) or (version == 2 and tables == ["records"]):
-                if version == 2:  # its CHECK refuses model rows: the rows move to a table that takes them
+            older = version in (2, 3) and tables == ["records"]
+            if (version == 0 and not tables) or older:
+                if older:  # its CHECK refuses the newer phases: the rows move to a table that takes them
                     self._db.execute("DROP INDEX records_by_cost")
                     self._db.execute("DROP INDEX records_by_schedule")
-                    self._db.execute("ALTER TABLE records RENAME TO records_v2")
+                    self._db.execute("ALTER TABLE records RENAME TO records_older")
                 for statement in SCHEMA.split(";\n")[:-1]:
                     self._db.execute(statement)
-                if version == 2:
-                    self._db.execute("INSERT INTO records SELECT * FROM records_v2")
-                    self._db.execute("DROP TABLE records_v2")
+                if older:
+                    self._db.execute("INSERT INTO records SELECT * FROM records_older")
+                    self._db.execute("DROP TABLE records_older")
                 self._db.execute(f"PRAGMA user_version = {RECORD_VERSION}")
             elif version != RECORD_VERSION or tables != ["records"]:
                 raise RecordFormatError(f"{self.path} is a SQLite database but not a record store (tables: "

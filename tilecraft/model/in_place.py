@@ -11,15 +11,19 @@ weights and the buffers between kernels, so not even in where their memory lies:
 model's kernels placed apart ran up to 8% apart), checks each copy's output against the
 model's, and times each copy's calls of those kernels in place, in interleaved rounds (each round times every
 copy once, in a rotated order, so a slow spell of a shared machine slows them all alike).
-The fastest stays in the model the next tasks are timed in, and every candidate's seconds a
-call are appended to the log as a ``"model"`` record. Model records rank first
-(``database/best.py``), so ``compile_model`` and every reader of the log choose by the
-model's time from then on.
+The schedule in use stays unless another beats it in a paired test (``paired_choice``): many
+tasks' best few run within a percent or two of each other, and a choice by medians alone
+changed half of a model's tasks at every run, back and forth with the noise. The schedule
+kept stays in the model the next tasks are timed in; its seconds a call are appended to the
+log as a ``"model"`` record, every other candidate's as a ``"model_rival"`` one. The kept
+schedule's model record ranks first (``database/best.py``), so ``compile_model`` and every
+reader of the log choose as this choice did from then on.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import socket
 import statistics
 import time
@@ -37,6 +41,8 @@ from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
 from .tasks import ALONE, best_alone, prepare_graph
 
 CALLS_PER_ROUND = 3  # model calls a round times each copy for: the median is one repeat
+SIGNIFICANCE = 0.05  # a challenger's paired wins must be this unlikely by chance (one-sided sign test)
+MIN_ROUNDS = 5  # the fewest rounds in which a challenger can win so: all 5 (p = 1/32)
 WHOLE_MODEL_ROUNDS = 20  # interleaved calls of the model before and after, for the report
 
 
@@ -44,7 +50,8 @@ WHOLE_MODEL_ROUNDS = 20  # interleaved calls of the model before and after, for 
 class InPlaceChoice:
     """One task's candidates timed in the model: ``seconds`` a call of each (the median of
     its rounds; inf for one that failed to build or gave a wrong answer), the first being
-    the schedule the log ranked first, and the index of the one ``chosen``."""
+    the schedule in use (the log ranked it first), and the index of the one ``chosen``
+    (``paired_choice``)."""
 
     desc: str
     workload_key: str
@@ -66,9 +73,10 @@ class InPlaceReport:
 def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str | None = None, candidates: int = 4,
                     rounds: int = 8, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
                     min_share: float = 0.01, cache_dir: str | Path | None = None, verbose: int = 1) -> InPlaceReport:
-    """Time each task's ``candidates`` best schedules inside the compiled model and append
-    their times to ``log`` as model records, which rank first: the model compiled from the
-    log afterwards runs the fastest in place.
+    """Time each task's ``candidates`` best schedules inside the compiled model, keep the one
+    in use unless another is faster there in a paired test, and append their times to ``log``
+    (the kept one's as a model record, which ranks first): the model compiled from the log
+    afterwards is the one chosen here.
 
     Args:
         model_or_graph: The model, as ``compile_model`` takes it.
@@ -78,7 +86,8 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
         candidates: The schedules to time of each task: the one in use, and the next best
             by the rule without model records.
         rounds: Interleaved rounds; each times every candidate in ``CALLS_PER_ROUND`` model
-            calls, their median one repeat.
+            calls, their median one repeat. At least ``MIN_ROUNDS``: the schedule in use is
+            replaced only by one faster in nearly every round (``paired_choice``).
         input_shapes: Sizes of the ONNX model's dynamic inputs, by input name.
         min_share: Tasks below this share of the model's time are left as they are.
         cache_dir: Where kernels are compiled and cached (see ``tc.build``).
@@ -88,11 +97,14 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
         The choices and the model's time before and after.
 
     Raises:
-        ValueError: If ``candidates`` is below 2, ``rounds`` below 1, or the target is a GPU.
+        ValueError: If ``candidates`` is below 2, ``rounds`` below ``MIN_ROUNDS``, or the target
+            is a GPU.
         FileNotFoundError: If the log does not exist.
     """
-    if candidates < 2 or rounds < 1:
-        raise ValueError(f"choose_in_place: candidates={candidates} must be >= 2 and rounds={rounds} >= 1")
+    if candidates < 2 or rounds < MIN_ROUNDS:
+        raise ValueError(f"choose_in_place: candidates={candidates} must be >= 2 and rounds={rounds} >= {MIN_ROUNDS}: "
+                         f"another schedule replaces the one in use when it is faster in nearly every round, which "
+                         f"chance alone makes in under {SIGNIFICANCE:.0%} of choices only from {MIN_ROUNDS} rounds")
     target = target if isinstance(target, Target) else Target(target)
     if target.kind != "llvm":
         raise ValueError(f"choose_in_place times a model's kernels on this machine's CPU, not on {target.kind}; "
@@ -135,7 +147,7 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
 
 def _candidates(records: list[TuningRecord], count: int) -> dict[str, list[TuningRecord]]:
     """Per workload of a log's ``records``, the schedule in use (the best by the rule) and the
-    next best by the rule without model records, ``count`` in all: a schedule found since the
+    next best by the rule among times taken alone, ``count`` in all: a schedule found since the
     last choice is timed too, however fast the schedules timed then were in the model."""
     by_workload: dict[str, list[TuningRecord]] = defaultdict(list)
     for record in records:
@@ -151,8 +163,9 @@ def _candidates(records: list[TuningRecord], count: int) -> dict[str, list[Tunin
 
 def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: list[TuningRecord], graph, steps,
             target: Target, log: str, cache_dir, inputs, expected, rounds: int):
-    """The copy of ``model`` with the fastest of ``records`` in place for ``key``'s kernels
-    (at ``owned``), that task's choice, and a model record per candidate."""
+    """The copy of ``model`` with the kept one of ``records`` in place for ``key``'s kernels
+    (at ``owned``), that task's choice, and a record per candidate: a model record of the kept
+    one and of each failure, a model rival record of each other."""
     started = time.perf_counter()
     rebuilt = compile_kernels([dataclasses.replace(jobs[n], record=record) for record in records[1:] for n in owned],
                               log, target, cache_dir)
@@ -181,15 +194,33 @@ def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: lis
         for c in alive[r % len(alive):] + alive[:r % len(alive)]:
             times = copies[c].profile(inputs, rounds=CALLS_PER_ROUND)
             costs[c].append(sum(t.seconds for t in times if t.workload_key == key) / calls)
+    chosen = paired_choice(costs)
     now, device, wall = time.time(), f"local@{socket.gethostname()}", time.perf_counter() - started
     measured = []
     for c, record in enumerate(records):
         kind, message = failures.get(c, ("none", ""))
+        phase = "model" if c == chosen or c in failures else "model_rival"
         measured.append(dataclasses.replace(record, costs=tuple(costs[c]), error_kind=kind, error_msg=message,
-                                            all_cost=wall, timestamp=now, phase="model", device=device))
+                                            all_cost=wall, timestamp=now, phase=phase, device=device))
     seconds = tuple(statistics.median(costs[c]) if c in alive else float("inf") for c in range(len(records)))
-    chosen = min(alive, key=seconds.__getitem__)
     return copies[chosen], InPlaceChoice(jobs[owned[0]].desc, key, calls, seconds, chosen), measured
+
+
+def paired_choice(costs: list[list[float]]) -> int:
+    """Which candidate to keep, given each one's seconds by round (none for a failed one):
+    0, the schedule in use, unless others beat it in so many rounds that chance alone would
+    make as many in under ``SIGNIFICANCE`` of choices (a one-sided sign test on the rounds,
+    where every candidate was timed once in a rotated order); then the fastest of those by
+    its median."""
+    rounds = len(costs[0])
+
+    def beats_the_one_in_use(c: int) -> bool:
+        wins = sum(theirs < ours for ours, theirs in zip(costs[0], costs[c]))
+        chance = sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2 ** rounds
+        return chance <= SIGNIFICANCE and statistics.median(costs[c]) < statistics.median(costs[0])
+
+    winners = [c for c in range(1, len(costs)) if costs[c] and beats_the_one_in_use(c)]
+    return min(winners, key=lambda c: statistics.median(costs[c]), default=0)
 
 
 def _inputs(model: CompiledModel) -> dict[str, np.ndarray]:
