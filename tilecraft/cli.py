@@ -649,9 +649,11 @@ def _onnx_model(args: argparse.Namespace):
 
 
 def _read_inputs(given: list[str], inputs) -> dict:
-    """Arrays by input name from ``NAME=path.npy`` (or a bare path for a one-input model); random
-    standard-normal values for the inputs not given."""
+    """Arrays by input name from ``NAME=path.npy`` (or a bare path for a one-input model);
+    ``example_inputs`` for the inputs not given."""
     import numpy as np
+
+    from .model.compiled import example_inputs
 
     arrays = {}
     for item in given:
@@ -665,11 +667,7 @@ def _read_inputs(given: list[str], inputs) -> dict:
             arrays[name] = np.load(file, allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:
             raise CommandError(f"--input {item}: {file} is not a NumPy .npy array ({error})") from None
-    rng = np.random.default_rng(0)
-    for value in inputs:
-        if value.name not in arrays:
-            arrays[value.name] = rng.standard_normal(value.shape).astype(value.dtype)
-    return arrays
+    return {**example_inputs([value for value in inputs if value.name not in arrays]), **arrays}
 
 
 # -- shared -----------------------------------------------------------------------------

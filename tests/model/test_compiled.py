@@ -12,7 +12,9 @@ import pytest
 import tilecraft as tc
 from tilecraft.graph import run_reference
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.model.compiled import CompiledModel, DefaultScheduleWarning, ModelInputError, ModelLoadError
+from tilecraft.graph.ir import Value
+from tilecraft.model.compiled import (CompiledModel, DefaultScheduleWarning, ModelInputError, ModelLoadError,
+                                      example_inputs)
 from tilecraft.runtime import Module
 from tilecraft.search.default import default_schedule
 
@@ -350,3 +352,10 @@ def test_a_copy_that_reuses_a_model_shares_its_buffers_and_the_weights_of_its_sa
     x = model_input(model)
     np.testing.assert_allclose(copy(input=x), base(input=x), rtol=0, atol=0)
     np.testing.assert_allclose(copy(input=x), onnxruntime_output(model, x), rtol=1e-4, atol=1e-5)
+
+
+def test_example_inputs_are_normal_floats_and_zero_indices_the_same_for_every_caller():
+    inputs = example_inputs([Value("x", (2, 3), "float32"), Value("ids", (4,), "int64"), Value("mask", (2,), "bool")])
+    assert inputs["x"].dtype == np.float32 and inputs["x"].std() > 0
+    assert inputs["ids"].dtype == np.int64 and not inputs["ids"].any() and not inputs["mask"].any()
+    np.testing.assert_array_equal(example_inputs([Value("x", (2, 3), "float32")])["x"], inputs["x"])

@@ -374,6 +374,15 @@ def plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: s
     return buffers
 
 
+def example_inputs(values: Sequence[Value], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs to run or time a model with, by name: standard-normal floats, and zeros for
+    integers and booleans (indices that are valid whatever the axis they index)."""
+    rng = np.random.default_rng(seed)
+    return {value.name: rng.standard_normal(value.shape).astype(value.dtype)
+            if np.issubdtype(np.dtype(value.dtype), np.floating) else np.zeros(value.shape, value.dtype)
+            for value in values}
+
+
 def compile_model(model_or_graph: Any, target: Target | str | None = None,
                   log: str | Path | Sequence[str | Path] | None = None,
                   input_shapes: Mapping[str, tuple[int, ...]] | None = None,

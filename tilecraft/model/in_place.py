@@ -37,7 +37,7 @@ from ..database.best import rank
 from ..database.log import append_records, load_records
 from ..database.record import TuningRecord
 from ..target import Target
-from .compiled import CompiledModel, assemble, compile_kernels, kernel_jobs
+from .compiled import CompiledModel, assemble, compile_kernels, example_inputs, kernel_jobs
 from .tasks import ALONE, best_alone, prepare_graph
 
 CALLS_PER_ROUND = 3  # model calls a round times each copy for: the median is one repeat
@@ -120,7 +120,7 @@ def choose_in_place(model_or_graph: Any, log: str | Path, target: Target | str |
     built = compile_kernels(jobs, str(log), target, cache_dir)
     unbuilt = {job.dag.workload_key for job, (_, why) in zip(jobs, built) if why}  # default schedules, left alone
     before = model = assemble(graph, steps, [kernel for kernel, _ in built], target, cache_dir)
-    inputs = _inputs(model)
+    inputs = example_inputs(model.inputs)
     expected = model.run(inputs)
 
     spent: dict[str, float] = defaultdict(float)
@@ -221,14 +221,6 @@ def paired_choice(costs: list[list[float]]) -> int:
 
     winners = [c for c in range(1, len(costs)) if costs[c] and beats_the_one_in_use(c)]
     return min(winners, key=lambda c: statistics.median(costs[c]), default=0)
-
-
-def _inputs(model: CompiledModel) -> dict[str, np.ndarray]:
-    """Inputs to time the model with: normal floats, and zeros (valid indices) for integers."""
-    rng = np.random.default_rng(0)
-    return {value.name: rng.standard_normal(value.shape).astype(value.dtype)
-            if np.issubdtype(np.dtype(value.dtype), np.floating) else np.zeros(value.shape, value.dtype)
-            for value in model.inputs}
 
 
 def _agrees(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> bool:
