@@ -75,9 +75,10 @@ class TuningRecord:
     when it finished (seconds since the epoch). ``trace_json`` is the trace's step list
     as compact JSON (``trace_key``); ``trace`` decodes it. ``phase`` is ``"search"``,
     ``"final"`` (a re-measurement when tuning ends), ``"model"`` (timed in place inside a
-    compiled model, and kept there) or ``"model_rival"`` (timed there, not kept), ``device`` the machine or device that measured it (None when not known,
-    as in version 1). ``version`` is the version the record was read from; it is always
-    written in the current one.
+    compiled model, and kept there) or ``"model_rival"`` (timed there, not kept); ``device``
+    the machine or device that measured it (None when not known, as in version 1).
+    ``version`` is the version the record was read from; it is always written in the
+    current one.
     """
 
     workload_key: str

@@ -32,8 +32,8 @@ records of a log, one row each, in a SQLite database:
 ``PRAGMA user_version`` is the record version of the rows: a store of a newer version
 is refused with ``RecordVersionError``, as a log's newer records are. A version 2 or 3
 store is upgraded when it is opened: its table is copied into the current schema, whose
-phases include ``"model"`` and ``"model_rival"``, in one transaction. The schema is docs/formats.md's, word for word
-("The SQLite store"); its comments are kept in the file.
+phases include ``"model"`` and ``"model_rival"``, in one transaction. The schema is
+docs/formats.md's, word for word ("The SQLite store"); its comments are kept in the file.
 ``benchmarks/database_store.py`` times the store against the log and ``Database``.
 """
 

@@ -115,10 +115,10 @@ def measure(request: dict[str, Any], references: OrderedDict[str, Reference],
 def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference: Reference,
                   reached: Callable[[str], object]) -> dict[str, Any]:
     """A CUDA candidate (a cubin and its launch): its arguments copied on the GPU from the
-    workload's data there (``Reference.on_gpu``), checked after one call (the outputs copied back), then timed on the same buffers with
-    CUDA events after an L2 flush before every launch (Triton's ``do_bench``). Its first
-    call loads the cubin, so it neither stops nor times a slow candidate as a CPU kernel's
-    first call does."""
+    workload's data there (``Reference.on_gpu``), checked after one call (the outputs copied
+    back), then timed on the same buffers with CUDA events after an L2 flush before every
+    launch (Triton's ``do_bench``). Its first call loads the cubin, so it neither stops nor
+    times a slow candidate as a CPU kernel's first call does."""
     from pathlib import Path
 
     from ..runtime.cuda import CudaModule, DeviceArray, LaunchSpec

@@ -13,7 +13,7 @@ model's, and times each copy's calls of those kernels in place, in interleaved r
 copy once, in a rotated order, so a slow spell of a shared machine slows them all alike).
 The schedule in use stays unless another beats it in a paired test (``paired_choice``): many
 tasks' best few run within a percent or two of each other, and a choice by medians alone
-changed half of a model's tasks at every run, back and forth with the noise. The schedule
+changed a third to a half of a model's tasks at every run, back and forth with the noise. The schedule
 kept stays in the model the next tasks are timed in; its seconds a call are appended to the
 log as a ``"model"`` record, every other candidate's as a ``"model_rival"`` one. The kept
 schedule's model record ranks first (``database/best.py``), so ``compile_model`` and every
