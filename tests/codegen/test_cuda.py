@@ -284,7 +284,7 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
     from tilecraft.codegen.cuda import generate_cuda
     from tilecraft.measure import MeasureInput
 
-    sch = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
+    sch = tiled_matmul(256, 256, 256, threads=(16, 16), tile=(8, 8), k_step=64)
     source, launch = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
     assert launch.shared_bytes == 65536 and "extern __shared__ __align__(16) unsigned char tc_shared[];" in source
     assert "float* __restrict__ B_shared = (float*)(tc_shared + 32768);" in source
@@ -296,7 +296,7 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
         assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launch.shared_bytes == 65536
         (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(
             [MeasureInput(sch.dag, tc.Target("cuda -arch=sm_90"), sch.trace)])
-        assert built.launch == ((2, 2, 1), (8, 8, 1), 65536)
+        assert built.launch == ((2, 2, 1), (16, 16, 1), 65536)
 
 
 def test_verifier_names_the_limit_the_value_and_the_loop():
@@ -315,6 +315,12 @@ def test_verifier_names_the_limit_the_value_and_the_loop():
     big = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
     with pytest.raises(GpuLimitError, match="bytes of shared memory .*A_shared.*above the target's 49152"):
         tc.emulate_gpu(big, "cuda -arch=sm_90 -max-shared-memory-per-block-optin=49152")
+
+    spilling = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=4)
+    with pytest.raises(GpuLimitError, match=r"keeps 256 4-byte words in local buffers \(C_local\[16, 16\]\), above "
+                                            r"96, 75% of the 128 registers a thread of a 64-thread block may have"):
+        tc.emulate_gpu(spilling)
+    check(tiled_matmul(64, 16, 192, threads=(8, 8), tile=(8, 12), k_step=4))  # 96 fit
 
 
 def test_barrier_under_a_partial_thread_loop_is_refused():

@@ -12,7 +12,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
-from tilecraft.codegen.gpu_verify import _shared_buffers, verify_gpu
+from tilecraft.codegen.gpu_verify import _local_buffers, _shared_buffers, local_words, verify_gpu
 from tilecraft.errors import GpuLimitError
 from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
@@ -183,22 +183,54 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
      "gpu_split_k")],
     ids=["matmul", "conv", "conv_strided", "matmul_split_k", "conv_split_k"])
-def test_the_decisions_alone_tell_threads_vthreads_and_shared_memory_as_the_verifier_does(dag, kind):
+def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""
     dag = dag()
     sketch = next(s for s in generate_sketches(dag, target=TARGET) if kind in s.name)
     rows = sketch.sample_uniform(np.random.default_rng(0), 60)
-    fits, shared = sketch.within_gpu_limits(rows), sketch.shared_bytes(rows)
-    for row, fit, shared_bytes in zip(rows, fits, shared):
+    fits, shared, registers = sketch.within_gpu_limits(rows), sketch.shared_bytes(rows), sketch.local_words(rows)
+    for row, fit, shared_bytes, words in zip(rows, fits, shared, registers):
         func = lower(sketch.trace_of(row).replay(dag))
         assert shared_bytes == sum(math.prod(b.shape) * bytes_of(b.dtype) for b in _shared_buffers(func.body))
+        assert words == local_words(_local_buffers(func.body))
         launch_or_error = _verify(sketch.trace_of(row).replay(dag))
         assert fit != isinstance(launch_or_error, GpuLimitError), launch_or_error
         if fit:
             threads = 2 ** sketch.gpu_extents(row[None])["threadIdx.x"][0]
             assert math.prod(launch_or_error.block) == round(threads)
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_the_decisions_alone_tell_the_registers_a_thread_keeps_as_the_lowered_kernel_does(workload):
+    """Accumulators, a cross-thread reduction's partial and result, a softmax's row values:
+    the words the decision matrix counts are the local buffers of the lowered kernel."""
+    dag = WORKLOADS[workload]()
+    for sketch in generate_sketches(dag, target=TARGET):
+        rows = sketch.sample_uniform(np.random.default_rng(0), 8)
+        for row, words in zip(rows, sketch.local_words(rows)):
+            func = lower(sketch.trace_of(row).replay(dag))
+            assert words == local_words(_local_buffers(func.body)), f"{sketch.name}: {row}"
+
+
+def test_a_register_tile_past_the_threads_registers_is_never_drawn():
+    """A 2048³ matmul's tiles allow 16,384 accumulators a thread; the verifier refuses more
+    than three quarters of the registers a thread gets (96 of 128 in blocks of up to 256
+    threads), and so does the decision matrix, so sampling draws none."""
+    dag = matmul(2048, 2048, 2048)
+    sketch = generate_sketches(dag, target=TARGET)[0]
+    rows = sketch.sample_uniform(np.random.default_rng(0), 400)
+    verdicts = []
+    for row in rows[:60]:
+        try:
+            verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
+            verdicts.append("fits")
+        except GpuLimitError as error:
+            verdicts.append("registers" if "registers a thread" in str(error) else "other")
+    assert verdicts.count("registers") > 10
+    assert [v == "fits" for v in verdicts] == list(sketch.within_gpu_limits(rows[:60]))
+    assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 400, 1)).all()
 
 
 def test_the_default_gpu_candidate_is_the_hand_written_matmul_and_passes_the_verifier():

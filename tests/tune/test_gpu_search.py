@@ -82,7 +82,7 @@ def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(
     proposes others instead and counts them for the summary: here with the decision
     matrix's own check switched off, so that everything it would catch reaches the verifier."""
     monkeypatch.setattr(Sketch, "within_gpu_limits", lambda self, rows: np.ones(len(rows), dtype=bool))
-    task = tc.SearchTask(func="matmul", args=(1024, 1024, 1024, "float32"), target=TARGET)
+    task = tc.SearchTask(func="matmul", args=(512, 512, 512, "float32"), target=TARGET)
     policy = tc.SketchPolicy(task, seed=3)
     for sketch in policy.sketches:  # as a user's rule whose shared tiles no form says
         sketch.limits_in_decisions = False

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import LoweringError
 from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Stmt,
                         Store, ThreadAllReduce, walk_stmts)
@@ -296,7 +298,7 @@ class _CudaEmitter(_Emitter):
         body = CodeWriter()
         self.out = body
         threads = self.launch.threads
-        min_blocks = self.target.registers_per_block // (threads * REGISTERS_PER_THREAD)
+        min_blocks = int(blocks_an_sm(threads, self.target.registers_per_block))
         bounds = f"{threads}, {min_blocks}" if min_blocks > 1 else f"{threads}"
         head = f'extern "C" __global__ void __launch_bounds__({bounds}) {f.name}'
         with self.out.block(f"{head}({', '.join(params)})"):
@@ -304,6 +306,21 @@ class _CudaEmitter(_Emitter):
                 self.out.line("extern __shared__ __align__(16) unsigned char tc_shared[];")
             self.stmt(f.body)
         return _PRELUDE + "\n" + body.text()
+
+
+def blocks_an_sm(threads, registers_per_block: int):
+    """The blocks an SM must hold at once, as ``__launch_bounds__`` asks (at least 1), for a
+    kernel of ``threads`` threads a block: an int, or a NumPy array of them."""
+    return np.maximum(registers_per_block // (threads * REGISTERS_PER_THREAD), 1)
+
+
+def registers_a_thread(threads, registers_per_block: int, max_registers_per_thread: int):
+    """The registers nvcc may give each thread of a kernel of ``threads`` threads a block
+    (an int, or a NumPy array of them) as this backend emits it: the target's most a thread,
+    fewer where ``__launch_bounds__`` asks several blocks an SM or a block is large (1,024
+    threads share 64K registers)."""
+    blocks = blocks_an_sm(threads, registers_per_block)
+    return np.minimum(max_registers_per_thread, registers_per_block // (threads * blocks))
 
 
 def _halvings(width: int) -> list[int]:

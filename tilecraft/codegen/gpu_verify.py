@@ -4,15 +4,27 @@ As MetaSchedule's ``VerifyGPUCode``: a candidate that would fail to launch (too 
 threads, too much shared memory) or that the backend cannot emit (a block loop inside a
 thread loop, an over-wide vector) never costs a compilation or a launch. Each error names
 the limit, the value and the loop or buffer that exceeds it.
+
+Beyond MetaSchedule, the buffers a thread keeps (its accumulator) must fit in three quarters
+of the registers the kernel is compiled with (``codegen/cuda.py`` asks for 128 a thread
+where a block has at most 256 threads), the rest holding operands and addresses: a larger
+tile spills to local memory, runs slowly and, unrolled, compiles for minutes
+(docs/experiments/gpu-register-budget.md).
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from ..errors import GpuLimitError
 from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
-from .cuda import GPU_AXES, Launch, bound_loops, launch_of, shared_offsets, vector_bytes
+from ..te.dtype import bytes_of
+from .cuda import GPU_AXES, Launch, bound_loops, launch_of, registers_a_thread, shared_offsets, vector_bytes
 
 MAX_BLOCK = (1024, 1024, 64)
+LOCAL_REGISTER_SHARE = 0.75  # of a thread's registers, for its buffers; the rest hold operands and addresses
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
@@ -61,8 +73,28 @@ def verify_gpu(func: LoweredFunc, target) -> Launch:
         raise GpuLimitError(f"the block uses {used} bytes of shared memory ({listed}), above the target's "
                             f"{target.max_shared_memory_per_block_optin} bytes per block: make the tiles cached in "
                             "shared memory smaller")
+    local = _local_buffers(func.body)
+    registers = int(registers_a_thread(launch.threads, target.registers_per_block, target.max_registers_per_thread))
+    words, budget = local_words(local), int(register_budget(registers))
+    if words > budget:
+        listed = ", ".join(f"{b.name}{list(b.shape)}" for b in local)
+        raise GpuLimitError(f"each thread keeps {words} 4-byte words in local buffers ({listed}), above {budget}, "
+                            f"{LOCAL_REGISTER_SHARE:.0%} of the {registers} registers a thread of a "
+                            f"{launch.threads}-thread block may have: they would spill to local memory; make the "
+                            "register tile smaller (the tile levels inside threadIdx)")
     _check_nest(func.body, (), target)
     return launch
+
+
+def register_budget(registers):
+    """The 4-byte words a thread's local buffers may take where it has ``registers`` (an
+    int, or a NumPy array of them)."""
+    return np.floor(LOCAL_REGISTER_SHARE * registers)
+
+
+def local_words(buffers) -> int:
+    """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words."""
+    return sum(-(-math.prod(b.shape) * bytes_of(b.dtype) // 4) for b in buffers)
 
 
 def _loops_on(loops: list[For], prefix: str) -> str:
@@ -70,7 +102,16 @@ def _loops_on(loops: list[For], prefix: str) -> str:
 
 
 def _shared_buffers(s: Stmt) -> list:
-    return list(dict.fromkeys(n.buffer for n in walk_stmts(s) if isinstance(n, Allocate) and n.buffer.scope == "shared"))
+    return _buffers_in(s, "shared")
+
+
+def _local_buffers(s: Stmt) -> list:
+    return _buffers_in(s, "local")
+
+
+def _buffers_in(s: Stmt, scope: str) -> list:
+    allocated = (n.buffer for n in walk_stmts(s) if isinstance(n, Allocate))
+    return list(dict.fromkeys(b for b in allocated if b.scope == scope))
 
 
 def _check_nest(s: Stmt, outer: tuple[For, ...], target) -> None:

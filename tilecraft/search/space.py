@@ -20,6 +20,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..codegen.cuda import registers_a_thread
+from ..codegen.gpu_verify import register_budget
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import INLINE, BlockRV, Schedule
 from ..schedule.state import Split
@@ -31,6 +33,10 @@ from ..te.dtype import bytes_of
 from ..te.expr import Var
 from .access import reads_of, reused_only_in_a_window
 from .register_tile import apply_register_tiles, find_register_tiles
+
+
+GPU_REDRAWS = 320  # draws a GPU candidate may take to keep the target's limits
+GPU_REDRAW_BATCH = 16  # of them drawn at once for every candidate still over a limit
 
 
 @dataclass(frozen=True)
@@ -78,12 +84,14 @@ class Sketch:
     vector_loops: dict[str, LogForm]  # block -> its innermost loop's extent
     register_tiles: tuple = ()  # RegisterTile per block that accumulates in registers (needs a target)
     gpu_axes: dict[str, tuple[LogForm, ...]] = field(default_factory=dict)  # GPU axis -> the loops bound to it
-    gpu_limits: dict[str, int] = field(default_factory=dict)  # GPU axis -> the most the target allows; SMs
+    gpu_limits: dict[str, int] = field(default_factory=dict)  # GPU axis -> the most the target allows; SMs, registers
     # per tile cached in shared memory: element bytes, and per dimension the (|coefficient|,
     # extent form) of each variable its index steps with, inside the level it is fetched at
     shared_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
+    # per buffer a thread keeps (its accumulator), its footprint in the same form
+    local_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
     # every limit that the decisions change is a form above (threads, vthreads, each shared
-    # tile): what else the GPU verifier checks is the trace's structure, the same for all rows
+    # and local tile): what else the GPU verifier checks is the trace's structure, the same for all rows
     limits_in_decisions: bool = False
     _index: list[dict] = field(default_factory=list, repr=False)
     _log_tables: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
@@ -156,13 +164,17 @@ class Sketch:
         """Random candidates: tiles, unroll steps and locations uniform, but for a share
         of register tiles that fit the registers; the parallel depth as Ansor's
         InitParallel picks it (the fewest outer loops with more than ``min_parallel``
-        iterations); on a GPU, drawn again (a few times) where they break its limits."""
+        iterations); on a GPU, drawn again where they break its limits, up to
+        ``GPU_REDRAWS`` draws a candidate (a 2048³ matmul's tiles fit in 3 of 100 draws), so
+        that what is left over a limit is rare."""
         rows = self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
-        for _ in range(20 if self.gpu_limits else 0):
-            broken = ~self.within_gpu_limits(rows)
-            if not broken.any():
+        for _ in range(GPU_REDRAWS // GPU_REDRAW_BATCH if self.gpu_limits else 0):
+            broken = np.flatnonzero(~self.within_gpu_limits(rows))
+            if not len(broken):
                 break
-            rows[broken] = self.sample_uniform(rng, int(broken.sum()))
+            drawn = self.sample_uniform(rng, len(broken) * GPU_REDRAW_BATCH)
+            fitting = drawn[self.within_gpu_limits(drawn)][:len(broken)]
+            rows[broken[:len(fitting)]] = fitting
         return rows
 
     def gpu_extents(self, rows: np.ndarray, logs: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -178,24 +190,31 @@ class Sketch:
         (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows). ``logs`` as for
         ``gpu_extents``."""
         logs = self.log_factors(rows) if logs is None else logs
-        total = np.zeros(len(rows))
-        for element_bytes, dimensions in self.shared_tiles:
-            size = np.full(len(rows), float(element_bytes))
-            for terms in dimensions:
-                size *= 1 + sum(c * (np.exp2(form.evaluate(logs)) - 1) for c, form in terms)
-            total += size
-        return np.rint(total)
+        return np.rint(sum((_tile_bytes(tile, logs) for tile in self.shared_tiles), np.zeros(len(rows))))
+
+    def local_words(self, rows: np.ndarray, logs: np.ndarray | None = None) -> np.ndarray:
+        """4-byte registers each candidate's thread keeps in its own buffers (the
+        accumulator), each buffer rounded up to whole words. ``logs`` as for ``gpu_extents``."""
+        logs = self.log_factors(rows) if logs is None else logs
+        return sum((np.ceil(np.rint(_tile_bytes(tile, logs)) / 4) for tile in self.local_tiles), np.zeros(len(rows)))
 
     def within_gpu_limits(self, rows: np.ndarray) -> np.ndarray:
-        """Whether each candidate keeps the target's threads per block, virtual threads and
-        shared memory, read from the decisions alone, as the CPU path checks its choices: a
-        candidate that breaks them is never built (the verifier checks the lowered loops too)."""
+        """Whether each candidate keeps the target's threads per block, virtual threads,
+        shared memory and registers for its accumulator, read from the decisions alone, as
+        the CPU path checks its choices: a candidate that breaks them is never built (the
+        verifier checks the lowered loops too)."""
         logs = self.log_factors(rows)
         fits = self.shared_bytes(rows, logs) <= self.gpu_limits.get("shared_bytes", np.inf)
-        for axis, log_extent in self.gpu_extents(rows, logs).items():
+        extents = self.gpu_extents(rows, logs)
+        for axis, log_extent in extents.items():
             limit = self.gpu_limits.get(axis.split(".")[0])
             if limit is not None:
                 fits &= log_extent <= np.log2(limit) + 1e-9
+        if self.local_tiles and "registers_per_block" in self.gpu_limits:
+            threads = np.rint(np.exp2(sum(e for axis, e in extents.items() if axis.startswith("threadIdx"))))
+            registers = registers_a_thread(threads.astype(int), self.gpu_limits["registers_per_block"],
+                                           self.gpu_limits["registers_a_thread"])
+            fits &= self.local_words(rows, logs) <= register_budget(registers)
         return fits
 
     def sample_uniform(self, rng: np.random.Generator, count: int) -> np.ndarray:
@@ -222,6 +241,16 @@ class Sketch:
         return rows
 
 
+def _tile_bytes(tile, logs: np.ndarray) -> np.ndarray:
+    """Bytes of a shared or local tile (``Sketch.shared_tiles``) for each row of ``logs``: the
+    product over its dimensions of ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it."""
+    element_bytes, dimensions = tile
+    size = np.full(len(logs), float(element_bytes))
+    for terms in dimensions:
+        size *= 1 + sum(c * (np.exp2(form.evaluate(logs)) - 1) for c, form in terms)
+    return size
+
+
 def _follows_either_way(tiles: Sequence[int], extent: int) -> bool:
     """Whether a loop split by the outer counts of ``tiles`` at any level gets pieces as long as
     the inner lengths, as it does for every tiling that divides the loop."""
@@ -242,7 +271,9 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     gpu_axes: dict[str, list[LogForm]] = {}
     shared_reads: dict[str, tuple] = {}  # cached block -> (its consumer, the reads of it there)
     shared_tiles: list = []
-    unformed = 0  # shared tiles whose footprint no form says
+    local_tiles: list = []
+    unformed = 0  # shared or local tiles whose footprint no form says
+    gpu = getattr(target, "kind", None) == "cuda"
 
     def form_of(sch: Schedule, loop_id: int) -> LogForm:
         if loop_id not in forms:
@@ -317,11 +348,23 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             forms[sch.state.consumers_of(result.name)[0].roots[-1]] = form_of(sch, kwargs["loop"].id)
         elif kind == "bind":
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
+            stage = sch.state.stage_of_loop(kwargs["loop"].id)
+            if kwargs["thread_axis"].startswith("threadIdx") and stage.loop(kwargs["loop"].id).kind != "spatial":
+                local_tiles.extend([(bytes_of(stage.op.dtype), ())] * 2)  # across threads: partial, result
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
                                 lambda loop_id: form_of(sch, loop_id))
             if tile is not None:
                 shared_tiles.append(tile)
+            unformed += tile is None
+        elif kind == "compute_at" and gpu:  # the block's buffer is a thread's, at the loop it is computed at
+            at = kwargs["loop"].id
+            consumer = sch.state.stage_of_loop(at)
+            tensor = sch.state.stage(kwargs["block"].name).tensor
+            tile = _local_tile(consumer, [r for r in reads_of(consumer.op) if r.tensor is tensor], at,
+                               lambda loop_id: form_of(sch, loop_id))
+            if tile is not None:
+                local_tiles.append(tile)
             unformed += tile is None
         elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
             block = kwargs["block_or_loop"].name
@@ -330,10 +373,12 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     trace.replay(dag, observe=observe)
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
                     gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
-                    shared_tiles=tuple(shared_tiles))
-    if getattr(target, "kind", None) == "cuda":
+                    shared_tiles=tuple(shared_tiles), local_tiles=tuple(local_tiles))
+    if gpu:
         sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
-                             "shared_bytes": target.max_shared_memory_per_block_optin, "sm_count": target.sm_count}
+                             "shared_bytes": target.max_shared_memory_per_block_optin, "sm_count": target.sm_count,
+                             "registers_per_block": target.registers_per_block,
+                             "registers_a_thread": target.max_registers_per_thread}
         sketch.limits_in_decisions = not (unformed or shared_reads or vector
                                           or any(slot.role == "location" for slot in slots))
     elif target is not None:
@@ -368,6 +413,41 @@ def _shared_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
         if not all(isinstance(v, Var) and v in extents for v in terms):
             return None
         dimensions.append(tuple((abs(c), extents[v]) for v, c in terms.items()))
+    return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
+
+
+def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
+    """The footprint of a block computed at loop ``at`` of ``consumer``, as
+    ``Sketch.local_tiles`` holds it: what one thread reads of it inside ``at``, so every
+    loop of the consumer after ``at`` counts but those bound to threads or blocks (each thread
+    keeps its own buffer). None where a loop inside mixes axes (a fusion), or the block is
+    read in ways the forms do not say."""
+    roots_of = {root: {root} for root in consumer.roots}
+    for relation in consumer.relations:
+        if isinstance(relation, Split):
+            for child in relation.children:
+                roots_of[child] = roots_of[relation.parent]
+        else:
+            roots_of[relation.child] = set().union(*(roots_of[p] for p in relation.parents))
+    leaves = list(consumer.leaves)
+    if len(reads) != 1 or at not in leaves:
+        return None
+    extents = {root: LogForm((), 0.0) for root in consumer.roots}
+    for leaf in leaves[leaves.index(at) + 1:]:
+        if consumer.loop(leaf).annotation.startswith(("threadIdx", "blockIdx")):
+            continue
+        if len(roots_of[leaf]) != 1:
+            return None
+        root, = roots_of[leaf]
+        extents[root] = extents[root] + form_of(leaf)
+    ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
+    of_var = {iv.var: extents[root] for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots)}
+    dimensions = []
+    for index in reads[0].indices:
+        terms = to_linear(index, ranges).terms
+        if not all(isinstance(v, Var) and v in of_var for v in terms):
+            return None
+        dimensions.append(tuple((abs(c), of_var[v]) for v, c in terms.items()))
     return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
 
 

@@ -1,0 +1,91 @@
+"""What the GPU verifier refuses of kept GPU tuning logs, and what those trials cost (no GPU needed).
+
+    python benchmarks/gpu_refusals.py [--only matmul_2048,conv2d_b1] [--out FILE]
+
+Every record of each kept H100 log (``benchmarks/records/gpu_h100_<workload>.json.xz``) is
+replayed, lowered and checked by today's verifier (``tilecraft/codegen/gpu_verify.py``). A
+record the verifier now refuses is a trial a search would no longer build or time: the
+table counts them by the limit they break, with the seconds they took to build and run
+(``all_cost``, of all the trials' seconds) and how far the fastest of them was from the
+log's best. Prints the table and writes ``benchmarks/results/gpu_refusals.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+import tilecraft as tc
+from tilecraft.codegen.gpu_verify import verify_gpu
+from tilecraft.database import load_records
+from tilecraft.errors import GpuLimitError
+from tilecraft.ir.lower import lower
+from tilecraft.schedule.trace import Trace
+
+from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
+
+RECORDS = Path(__file__).parent / "records"
+LIMITS = {"registers": r"registers a thread", "shared memory": r"shared memory", "virtual threads": r"virtual threads",
+          "threads": r"threads"}  # the first whose words the error has
+
+
+def limit_broken(error: GpuLimitError) -> str:
+    """The name of the limit a verifier's error names."""
+    return next((name for name, pattern in LIMITS.items() if re.search(pattern, str(error))), "other")
+
+
+def refusals(log: Path) -> dict:
+    """Per limit broken, the records of ``log`` that the verifier refuses now."""
+    records = load_records(log)
+    first = records[0]
+    task = tc.SearchTask(func=first.workload["func"], args=tuple(first.workload["args"]), target=first.target)
+    best = min((r.cost for r in records if r.is_valid), default=math.inf)
+    counts, seconds, fastest, failed = Counter(), Counter(), {}, Counter()
+    for record in records:
+        try:
+            verify_gpu(lower(Trace.from_json(record.trace).replay(task.compute_dag)), task.target)
+            continue
+        except GpuLimitError as error:
+            limit = limit_broken(error)
+        counts[limit] += 1
+        seconds[limit] += record.all_cost
+        failed[limit] += not record.is_valid
+        if record.is_valid:
+            fastest[limit] = min(fastest.get(limit, math.inf), record.cost / best)
+    return {"trials": len(records), "seconds": sum(r.all_cost for r in records),
+            "refused": {limit: {"trials": counts[limit], "seconds": seconds[limit], "failed": failed[limit],
+                                "fastest_over_best": fastest.get(limit)} for limit in counts}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated workloads (the names after gpu_h100_ in benchmarks/records)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gpu_refusals.json")
+    args = parser.parse_args()
+    logs = sorted(RECORDS.glob("gpu_h100_*.json.xz"))
+    names = [log.name[len("gpu_h100_"):-len(".json.xz")] for log in logs]
+    wanted = set(args.only.split(",")) if args.only else set(names)
+    results = {}
+    table = numeric_table("workload", "limit broken", "trials refused", "their seconds / all", "of them failed",
+                          "fastest refused / best", text_columns=2)
+    for name, log in zip(names, logs):
+        if name not in wanted:
+            continue
+        results[name] = found = refusals(log)
+        for limit, refused in sorted(found["refused"].items()) or [("-", None)]:
+            fastest = refused and refused["fastest_over_best"]
+            table.add_row(name, limit, f"{refused['trials'] if refused else 0} / {found['trials']}",
+                          f"{refused['seconds'] if refused else 0:.0f} / {found['seconds']:.0f}",
+                          str(refused["failed"] if refused else 0), f"{fastest:.1f}x" if fastest else "-")
+    print_table(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
