@@ -87,7 +87,7 @@ def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(
     for sketch in policy.sketches:  # as a user's rule whose shared tiles no form says
         sketch.limits_in_decisions = False
     batch = policy.next_batch(48)
-    assert len(batch) >= 32 and policy.rejected > 0  # rounds of proposals replace the refused
+    assert len(batch) >= 16 and policy.rejected > 48 - len(batch)  # later rounds replaced refused ones
     for candidate in batch:
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)  # raises if over a limit
 

@@ -27,6 +27,7 @@ from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, 
                        reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
 from .pipeline import software_pipeline
+from .vthread import inject_virtual_threads
 from .nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
                     ThreadAllReduce, seq, substitute_stmt, walk_stmts)
 
@@ -248,7 +249,7 @@ class _Lowering:
     def run(self) -> LoweredFunc:
         roots = [self.stage_nest(s) for s in self.state.stages if s.attach is None]
         body = self._allocate(None, seq(roots))
-        body = software_pipeline(_simplify_stmt(body, self.ranges))
+        body = inject_virtual_threads(software_pipeline(_simplify_stmt(body, self.ranges)))
         arg_buffers = tuple(self.args.values())
         written = {self.buffers[s.tensor] for s in self.state.stages}
         user_args = tuple(Buffer(t.name, t.shape, t.dtype, "arg") for t in self.sch.dag.tensors)

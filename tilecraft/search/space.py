@@ -35,8 +35,8 @@ from .access import reads_of, reused_only_in_a_window
 from .register_tile import apply_register_tiles, find_register_tiles
 
 
-GPU_REDRAWS = 320  # draws a GPU candidate may take to keep the target's limits
-GPU_REDRAW_BATCH = 16  # of them drawn at once for every candidate still over a limit
+GPU_REDRAWS = 1024  # draws a GPU candidate may take to keep the target's limits
+GPU_REDRAW_BATCH = 32  # of them drawn at once for every candidate still over a limit
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class Sketch:
         of register tiles that fit the registers; the parallel depth as Ansor's
         InitParallel picks it (the fewest outer loops with more than ``min_parallel``
         iterations); on a GPU, drawn again where they break its limits, up to
-        ``GPU_REDRAWS`` draws a candidate (a 2048³ matmul's tiles fit in 3 of 100 draws), so
+        ``GPU_REDRAWS`` draws a candidate (a 4096³ matmul's tiles fit in 7 of 1,000 draws), so
         that what is left over a limit is rare."""
         rows = self.fix_parallel(apply_register_tiles(self, self.sample_uniform(rng, count), rng), min_parallel)
         for _ in range(GPU_REDRAWS // GPU_REDRAW_BATCH if self.gpu_limits else 0):
@@ -420,8 +420,8 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
     """The footprint of a block computed at loop ``at`` of ``consumer``, as
     ``Sketch.local_tiles`` holds it: what one thread reads of it inside ``at``, so every
     loop of the consumer after ``at`` counts but those bound to threads or blocks (each thread
-    keeps its own buffer). None where a loop inside mixes axes (a fusion), or the block is
-    read in ways the forms do not say."""
+    keeps its own buffer), times the virtual threads outside ``at`` (each keeps a copy). None
+    where a loop inside mixes axes (a fusion), or the block is read in ways the forms do not say."""
     roots_of = {root: {root} for root in consumer.roots}
     for relation in consumer.relations:
         if isinstance(relation, Split):
@@ -433,8 +433,13 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
     if len(reads) != 1 or at not in leaves:
         return None
     extents = {root: LogForm((), 0.0) for root in consumer.roots}
-    for leaf in leaves[leaves.index(at) + 1:]:
-        if consumer.loop(leaf).annotation.startswith(("threadIdx", "blockIdx")):
+    outside = LogForm((), 0.0)  # the virtual threads around it, each with a copy (ir/vthread.py)
+    for n, leaf in enumerate(leaves):
+        annotation = consumer.loop(leaf).annotation
+        if n <= leaves.index(at):
+            outside = outside + form_of(leaf) if annotation.startswith("vthread") else outside
+            continue
+        if annotation.startswith(("threadIdx", "blockIdx")):
             continue
         if len(roots_of[leaf]) != 1:
             return None
@@ -448,7 +453,7 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
         if not all(isinstance(v, Var) and v in of_var for v in terms):
             return None
         dimensions.append(tuple((abs(c), of_var[v]) for v, c in terms.items()))
-    return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
+    return bytes_of(reads[0].tensor.dtype), (((1, outside),), *dimensions)
 
 
 class ScheduleFn:

@@ -1,13 +1,15 @@
-"""What the GPU verifier refuses of kept GPU tuning logs, and what those trials cost (no GPU needed).
+"""What the kept GPU tuning logs say of today's GPU rules (no GPU needed).
 
-    python benchmarks/gpu_refusals.py [--only matmul_2048,conv2d_b1] [--out FILE]
+    python benchmarks/gpu_kept_logs.py [--only matmul_2048,conv2d_b1] [--out FILE]
 
 Every record of each kept H100 log (``benchmarks/records/gpu_h100_<workload>.json.xz``) is
-replayed, lowered and checked by today's verifier (``tilecraft/codegen/gpu_verify.py``). A
-record the verifier now refuses is a trial a search would no longer build or time: the
-table counts them by the limit they break, with the seconds they took to build and run
+replayed, lowered and checked by today's verifier (``tilecraft/codegen/gpu_verify.py``).
+The first table counts the records the verifier now refuses, trials a search would no
+longer build or time, by the limit they break, with the seconds they took to build and run
 (``all_cost``, of all the trials' seconds) and how far the fastest of them was from the
-log's best. Prints the table and writes ``benchmarks/results/gpu_refusals.json``.
+log's best. The second splits the records by their virtual threads (one, or more), with
+the fastest and the median over the log's best. Prints both and writes
+``benchmarks/results/gpu_kept_logs.json``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import re
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 import tilecraft as tc
+from tilecraft.codegen.cuda import bound_loops
 from tilecraft.codegen.gpu_verify import verify_gpu
 from tilecraft.database import load_records
 from tilecraft.errors import GpuLimitError
@@ -38,16 +43,21 @@ def limit_broken(error: GpuLimitError) -> str:
     return next((name for name, pattern in LIMITS.items() if re.search(pattern, str(error))), "other")
 
 
-def refusals(log: Path) -> dict:
-    """Per limit broken, the records of ``log`` that the verifier refuses now."""
+def survey(log: Path) -> dict:
+    """Per limit broken, the records of ``log`` that the verifier refuses now; per count of
+    virtual threads (one, more), the records' costs over the log's best."""
     records = load_records(log)
     first = records[0]
     task = tc.SearchTask(func=first.workload["func"], args=tuple(first.workload["args"]), target=first.target)
     best = min((r.cost for r in records if r.is_valid), default=math.inf)
     counts, seconds, fastest, failed = Counter(), Counter(), {}, Counter()
+    by_vthreads = {"one": [], "more": []}
     for record in records:
+        func = lower(Trace.from_json(record.trace).replay(task.compute_dag))
+        vthreads = math.prod(loop.extent for loop in bound_loops(func.body) if loop.kind.startswith("vthread"))
+        by_vthreads["more" if vthreads > 1 else "one"].append(record.cost / best if record.is_valid else math.inf)
         try:
-            verify_gpu(lower(Trace.from_json(record.trace).replay(task.compute_dag)), task.target)
+            verify_gpu(func, task.target)
             continue
         except GpuLimitError as error:
             limit = limit_broken(error)
@@ -58,30 +68,39 @@ def refusals(log: Path) -> dict:
             fastest[limit] = min(fastest.get(limit, math.inf), record.cost / best)
     return {"trials": len(records), "seconds": sum(r.all_cost for r in records),
             "refused": {limit: {"trials": counts[limit], "seconds": seconds[limit], "failed": failed[limit],
-                                "fastest_over_best": fastest.get(limit)} for limit in counts}}
+                                "fastest_over_best": fastest.get(limit)} for limit in counts},
+            "virtual_threads": {kind: {"trials": len(ratios), "fastest_over_best": min(ratios),
+                                       "median_over_best": float(np.median(ratios))}
+                                for kind, ratios in by_vthreads.items() if ratios}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated workloads (the names after gpu_h100_ in benchmarks/records)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gpu_refusals.json")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "gpu_kept_logs.json")
     args = parser.parse_args()
     logs = sorted(RECORDS.glob("gpu_h100_*.json.xz"))
     names = [log.name[len("gpu_h100_"):-len(".json.xz")] for log in logs]
     wanted = set(args.only.split(",")) if args.only else set(names)
     results = {}
     table = numeric_table("workload", "limit broken", "trials refused", "their seconds / all", "of them failed",
-                          "fastest refused / best", text_columns=2)
+                          "fastest refused / best", text_columns=2, title="refused by today's verifier")
+    vthreads = numeric_table("workload", "virtual threads", "trials", "fastest / best", "median / best",
+                             text_columns=2, title="by virtual threads")
     for name, log in zip(names, logs):
         if name not in wanted:
             continue
-        results[name] = found = refusals(log)
+        results[name] = found = survey(log)
         for limit, refused in sorted(found["refused"].items()) or [("-", None)]:
             fastest = refused and refused["fastest_over_best"]
             table.add_row(name, limit, f"{refused['trials'] if refused else 0} / {found['trials']}",
                           f"{refused['seconds'] if refused else 0:.0f} / {found['seconds']:.0f}",
                           str(refused["failed"] if refused else 0), f"{fastest:.1f}x" if fastest else "-")
+        for kind, row in found["virtual_threads"].items():
+            vthreads.add_row(name, kind, str(row["trials"]), f"{row['fastest_over_best']:.2f}x",
+                             f"{row['median_over_best']:.2f}x")
     print_table(table)
+    print_table(vthreads)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")
