@@ -17,7 +17,7 @@ from tilecraft.errors import GpuLimitError
 from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
 from tilecraft.ops.linalg import dense
-from tilecraft.ops.nn import layer_norm, softmax
+from tilecraft.ops.nn import global_avg_pool2d, layer_norm, softmax
 from tilecraft.search.default import default_row
 from tilecraft.search.features import FeatureSpace
 from tilecraft.search.gpu_rules import GPU_SKETCH_RULES, GpuMultiLevelTiling
@@ -65,6 +65,11 @@ def layer_norm_rows():
     return tc.ComputeDAG([X, G, B, layer_norm(X, G, B)])
 
 
+def global_pool():
+    X = te.placeholder((1, 5, 5, 300), name="X")
+    return tc.ComputeDAG([X, global_avg_pool2d(X, layout="NHWC")])
+
+
 def dense_layer():
     X = te.placeholder((4, 64), name="X")
     W = te.placeholder((24, 64), name="W")
@@ -95,7 +100,7 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
-             "dense_bias_residual": dense_bias_residual}
+             "dense_bias_residual": dense_bias_residual, "global_pool": global_pool}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
@@ -119,6 +124,22 @@ def test_reductions_get_a_sketch_across_threads_and_rows_reduce_in_their_block()
     names = {sketch.name for sketch in generate_sketches(softmax_rows(), target=TARGET)}
     assert "auto_bind(softmax) cross_thread_at_block(softmax_sum) inline(softmax_exp) " \
            "cross_thread_at_block(softmax_max)" in names
+
+
+def test_a_global_pool_sums_each_channel_in_the_thread_that_divides_it():
+    """Its sums have all the division's axes: computed at the block loop, each thread would
+    sum every channel of its block (and keep them all in registers, which the verifier
+    refuses); at the thread loop, its own channel."""
+    dag = global_pool()
+    (sketch,) = generate_sketches(dag, target=TARGET)
+    assert sketch.name == "auto_bind(global_avg_pool2d) compute_at_thread(global_avg_pool2d_sum)"
+    sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+    body = lower(sch).body
+    assert [b.shape for b in _local_buffers(body)] == [(1, 1, 1, 1)]
+    verify_gpu(lower(sch), TARGET)
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_an_element_wise_epilogue_is_folded_into_the_tiled_block_copy_out():

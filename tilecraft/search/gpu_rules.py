@@ -179,7 +179,8 @@ class GpuAutoBind(SketchRule):
 @dataclass
 class GpuComputeAtBlock(SketchRule):
     """A block that cannot be inlined (a softmax's row maximum): computed at the block
-    loop of its consumer, by the threads of that block."""
+    loop of its consumer, by each of the block's threads or across them; where the
+    consumer's threads need rows of their own (a global pool's sums), at its thread loop."""
 
     name: str = "compute_at_block"
 
@@ -191,13 +192,17 @@ class GpuComputeAtBlock(SketchRule):
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         results = []
-        for across_threads in (False, True) if draft.stage(block).op.reduce_axis else (False,):
+        consumer = _root_consumer(draft.sch, block)
+        # rows bound to threads as well as blocks (a global pool's channels): each thread
+        # computes its own row, where at the block loop each would compute the block's rows
+        per_thread = _reduced_rows(draft, consumer) >= len(draft.stage(consumer).op.axis)
+        axis = "threadIdx.x" if per_thread else "blockIdx.x"
+        for across_threads in (False, True) if draft.stage(block).op.reduce_axis and not per_thread else (False,):
             sch = draft.sch.copy()
-            consumer = _root_consumer(sch, block)
             loops = [l for l in sch.get_loops(sch.get_block(consumer))
-                     if sch.state.stage(consumer).loop(l.id).annotation == "blockIdx.x"]
+                     if sch.state.stage(consumer).loop(l.id).annotation == axis]
             sch.compute_at(sch.get_block(block), loops[0])
-            label = "compute_at_block"
+            label = "compute_at_thread" if per_thread else "compute_at_block"
             if across_threads:  # the block's threads share each row's reduction
                 reductions = sch.get_loops(sch.get_block(block))[-len(draft.stage(block).op.reduce_axis):]
                 fused = sch.fuse(*reductions) if len(reductions) > 1 else reductions[0]
