@@ -65,6 +65,14 @@ def layer_norm_rows():
     return tc.ComputeDAG([X, G, B, layer_norm(X, G, B)])
 
 
+def dense_gelu():
+    """A transformer's FFN: its epilogue reads the product twice."""
+    X, W = te.placeholder((16, 64), name="X"), te.placeholder((96, 64), name="W")
+    projected = dense(X, W)
+    return tc.ComputeDAG([X, W, te.compute(projected.shape, lambda i, j: projected[i, j] * 0.5 * (
+        1.0 + te.erf(projected[i, j] * 0.7071)), name="gelu")])
+
+
 def global_pool():
     X = te.placeholder((1, 5, 5, 300), name="X")
     return tc.ComputeDAG([X, global_avg_pool2d(X, layout="NHWC")])
@@ -100,7 +108,7 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
-             "dense_bias_residual": dense_bias_residual, "global_pool": global_pool}
+             "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():

@@ -430,6 +430,7 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
         else:
             roots_of[relation.child] = set().union(*(roots_of[p] for p in relation.parents))
     leaves = list(consumer.leaves)
+    reads = list({tuple(map(str, r.indices)): r for r in reads}.values())  # a GELU reads its input twice
     if len(reads) != 1 or at not in leaves:
         return None
     extents = {root: LogForm((), 0.0) for root in consumer.roots}
