@@ -24,8 +24,8 @@ from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, registers_a_thread, shared_offsets, vector_bytes
 
 MAX_BLOCK = (1024, 1024, 64)
-LOCAL_REGISTER_SHARE = 0.75  # of a thread's registers, for its buffers; the rest hold operands and addresses
 MAX_GRID = (2**31 - 1, 65535, 65535)
+LOCAL_REGISTER_SHARE = 0.75  # of a thread's registers, for its buffers; the rest hold operands and addresses
 
 
 def verify_gpu(func: LoweredFunc, target) -> Launch:

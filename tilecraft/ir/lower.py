@@ -26,10 +26,10 @@ from ..te.arith import bounds, simplify
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
-from .pipeline import software_pipeline
-from .vthread import inject_virtual_threads
 from .nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
                     ThreadAllReduce, seq, substitute_stmt, walk_stmts)
+from .pipeline import software_pipeline
+from .vthread import inject_virtual_threads
 
 ATOMIC_DTYPES = ("float32", "float64", "int32")  # what CUDA's atomicAdd adds
 _KIND = {"": "serial", "parallel": "parallel", "vectorize": "vectorize", "unroll": "unroll"}

@@ -69,9 +69,7 @@ def _same_when_repeated(s: Stmt) -> bool:
 
 
 def _expressions(s: Stmt):
-    if isinstance(s, (Store, AtomicAdd)):
-        return (*s.indices, s.value)
-    if isinstance(s, ThreadAllReduce):
+    if isinstance(s, (Store, AtomicAdd, ThreadAllReduce)):
         return (*s.indices, s.value)
     if isinstance(s, IfThenElse):
         return (s.cond,)
