@@ -281,8 +281,10 @@ def test_tls_wraps_the_sessions_and_a_client_without_the_ca_is_refused(tmp_path,
 
 
 def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file):
+    # Ctrl-C as in a terminal: a shell's background job (CI run with &) passes SIGINT on ignored
     serve = subprocess.Popen([sys.executable, "-m", "tilecraft.cli", "serve", "--port", "0", "--secret-file",
-                              str(secret_file), "--key", "cpu"], stdout=subprocess.PIPE, text=True)
+                              str(secret_file), "--key", "cpu"], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first, second = serve.stdout.readline(), serve.stdout.readline()
         port = int(first.split(":")[-1])
