@@ -406,14 +406,8 @@ def _shared_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
             return None
         inside = pieces[1:] if root in splits else pieces if leaves.index(root) > leaves.index(at) else ()
         extents[iv.var] = sum((form_of(piece) for piece in inside), LogForm((), 0.0))
-    ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
-    dimensions = []
-    for index in reads[0].indices:
-        terms = to_linear(index, ranges).terms
-        if not all(isinstance(v, Var) and v in extents for v in terms):
-            return None
-        dimensions.append(tuple((abs(c), extents[v]) for v, c in terms.items()))
-    return bytes_of(reads[0].tensor.dtype), tuple(dimensions)
+    dimensions = _read_dimensions(consumer, reads[0], extents)
+    return None if dimensions is None else (bytes_of(reads[0].tensor.dtype), dimensions)
 
 
 def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
@@ -446,15 +440,23 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
             return None
         root, = roots_of[leaf]
         extents[root] = extents[root] + form_of(leaf)
-    ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
     of_var = {iv.var: extents[root] for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots)}
+    dimensions = _read_dimensions(consumer, reads[0], of_var)
+    return None if dimensions is None else (bytes_of(reads[0].tensor.dtype), (((1, outside),), *dimensions))
+
+
+def _read_dimensions(consumer, read, extents: dict) -> tuple | None:
+    """Per dimension of ``read`` (a read in ``consumer``), the (|coefficient|, extent form) of
+    each variable its index steps with, from ``extents`` (variable -> form); None where an
+    index is not linear in variables that ``extents`` has."""
+    ranges = {iv.var: iv.extent for iv in (*consumer.op.axis, *consumer.op.reduce_axis)}
     dimensions = []
-    for index in reads[0].indices:
+    for index in read.indices:
         terms = to_linear(index, ranges).terms
-        if not all(isinstance(v, Var) and v in of_var for v in terms):
+        if not all(isinstance(v, Var) and v in extents for v in terms):
             return None
-        dimensions.append(tuple((abs(c), of_var[v]) for v, c in terms.items()))
-    return bytes_of(reads[0].tensor.dtype), (((1, outside),), *dimensions)
+        dimensions.append(tuple((abs(c), extents[v]) for v, c in terms.items()))
+    return tuple(dimensions)
 
 
 class ScheduleFn:
