@@ -27,15 +27,21 @@ from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Buffer
 
 def inject_virtual_threads(body: Stmt) -> Stmt:
     """``body`` with every loop bound to a virtual thread axis moved inward."""
+    if not any(isinstance(n, For) and n.kind.startswith("vthread") and n.extent > 1 for n in walk_stmts(body)):
+        return body  # a CPU nest, or no virtual threads: nothing to rebuild
+    return _inject(body)
+
+
+def _inject(body: Stmt) -> Stmt:
     if isinstance(body, For):
-        inner = replace(body, body=inject_virtual_threads(body.body))
+        inner = replace(body, body=_inject(body.body))
         return _interleave(inner.body, inner) if body.kind.startswith("vthread") and body.extent > 1 else inner
     if isinstance(body, Seq):
-        return Seq(tuple(inject_virtual_threads(s) for s in body.stmts))
+        return Seq(tuple(_inject(s) for s in body.stmts))
     if isinstance(body, IfThenElse):
-        return IfThenElse(body.cond, inject_virtual_threads(body.then))
+        return IfThenElse(body.cond, _inject(body.then))
     if isinstance(body, (Allocate, AsyncCopies)):
-        return replace(body, body=inject_virtual_threads(body.body))
+        return replace(body, body=_inject(body.body))
     return body
 
 
@@ -71,6 +77,4 @@ def _same_when_repeated(s: Stmt) -> bool:
 def _expressions(s: Stmt):
     if isinstance(s, (Store, AtomicAdd, ThreadAllReduce)):
         return (*s.indices, s.value)
-    if isinstance(s, IfThenElse):
-        return (s.cond,)
-    return ()
+    return (s.cond,) if isinstance(s, IfThenElse) else ()
