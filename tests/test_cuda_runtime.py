@@ -18,7 +18,7 @@ from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
 from tilecraft.runtime import ArgSpec, ProfileResult
 from tilecraft.runtime import cuda as cuda_runtime
 from tilecraft.runtime import cuda_compiler, nvrtc
-from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available
+from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_available, launch_json
 from tilecraft.runtime.compiler import BACKGROUND_NICENESS
 from tilecraft.runtime.cuda_compiler import compile_cuda
 from tilecraft.runtime.nvrtc import nvrtc_version
@@ -220,8 +220,8 @@ def test_launch_spec_and_module_metadata_round_trip_through_json():
     metadata = json.loads(json.dumps(module.to_json()))
     assert "cubin" not in metadata
     again = CudaModule.from_artifact(module.cubin, metadata, source=ADD)
-    assert (again.entry, again.args, again.launch, again.cubin, again.source) == \
-        (module.entry, module.args, module.launch, module.cubin, module.source)
+    assert (again.entry, again.args, again.launches, again.workspace, again.cubin, again.source) == \
+        (module.entry, module.args, module.launches, module.workspace, module.cubin, module.source)
     assert "vector_add" in repr(again) and "(8, 2, 1)" in repr(again)
 
 
@@ -240,6 +240,16 @@ def test_bad_launch_specs_and_metadata_are_refused():
     for zeroed in ((0,), (3,)):  # an input, and no argument at all: never set to zero
         with pytest.raises(ValueError, match="only outputs among its 3 arguments can be zeroed"):
             CudaModule(b"", ADD, "vector_add", ADD_ARGS, LaunchSpec((1, 1, 1), (32, 1, 1), zeroed=zeroed))
+    with pytest.raises(ValueError, match="grid=.* must be three ints from 1 to 2\\*\\*31 - 1"):
+        LaunchSpec((1 << 31, 1, 1), (32, 1, 1))
+    one = LaunchSpec((1, 1, 1), (32, 1, 1))
+    for launches, workspace, message in (
+            ((one,), [ArgSpec("s", (4,), "float32", True)], "a workspace only between several"),
+            ((), [], "at least one kernel"),
+            ((one, one), [ArgSpec("c", (4,), "float32", True)], "names .* repeat"),
+            ((one, one), [ArgSpec("s", (-4,), "float32", True)], "workspace shapes .* must be ints >= 0")):
+        with pytest.raises(ValueError, match=message):
+            CudaModule(b"", ADD, "vector_add", ADD_ARGS, launches, workspace)
 
 
 def test_cuda_available_answers_without_raising():
@@ -353,7 +363,7 @@ def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
     for _ in range(3):
-        kernel = cuda_runtime._Kernel(b"cubin", "vector_add", LaunchSpec((1, 1, 1), (32, 1, 1)), 0)
+        kernel = cuda_runtime._Kernel(b"cubin", (("vector_add", LaunchSpec((1, 1, 1), (32, 1, 1))),), 0, (4096,) * 3)
         del kernel
         gc.collect()
     assert driver.contexts_made == 1 and driver.references == 1
@@ -407,8 +417,8 @@ class FakeMemoryDriver(FakeDriver):
     def cuModuleLoadData(self, cubin):
         return 0, cubin
 
-    def cuModuleGetFunction(self, module, entry):
-        return 0, module
+    def cuModuleGetFunction(self, module, entry):  # a cubin of several kernels: each by its name
+        return 0, (module, entry.decode()) if (module, entry.decode()) in self.kernels else module
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         return self._on_stream(lambda: self._run(function, params))
@@ -515,6 +525,51 @@ def test_an_output_that_blocks_add_into_is_zeroed_before_every_launch_called_pla
     assert driver.launches == 6 and driver.graph_launches == 1
 
 
+class KernelOnFakeMemory:
+    """A kernel of a two-kernel module on the fake memory: ``step`` of the float32 arrays at its
+    arguments' addresses (a, b, c, then the workspace s)."""
+
+    args = [*ADD_ARGS, ArgSpec("s", (N,), "float32", True)]
+
+    def __init__(self, driver, step):
+        self.driver, self.step = driver, step
+
+    def __call__(self, *pointers):
+        self.step(*(np.frombuffer(self.driver.memory[p], np.float32) for p in pointers))
+
+
+def test_a_module_of_two_kernels_runs_them_in_order_on_a_workspace_it_allocates_and_frees(monkeypatch):
+    """Split-K through a workspace: the first kernel writes s, the second reads it; called,
+    planned or captured alike, and the workspace freed with the module."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+
+    def first(a, b, c, s):
+        s[:] = a - b
+
+    def second(a, b, c, s):
+        c[:] = np.maximum(s, 0)
+
+    for n, step in enumerate((first, second)):
+        driver.kernels[(b"two", f"vector_add_kernel{n}")] = KernelOnFakeMemory(driver, step)
+    launches = (LaunchSpec((4, 1, 1), (256, 1, 1)), LaunchSpec((8, 1, 1), (128, 1, 1)))
+    module = CudaModule(b"two", ADD, "vector_add", ADD_ARGS, launches, KernelOnFakeMemory.args[3:])
+    assert module.entries == ("vector_add_kernel0", "vector_add_kernel1")
+    a, b = host_inputs()
+    arrays = [cuda_runtime.DeviceArray(x) for x in (a, b, np.full(N, np.nan, np.float32))]
+    module(*arrays)
+    np.testing.assert_array_equal(arrays[2].numpy(), np.maximum(a - b, 0))
+    arrays[2].copy_from(np.full(N, np.nan, np.float32))
+    graph = cuda_runtime.LaunchGraph(cuda_runtime.LaunchPlan([(module, [x.pointer for x in arrays])]))
+    graph.run()
+    np.testing.assert_array_equal(arrays[2].numpy(), np.maximum(a - b, 0))
+    assert driver.launches == 4 and len(driver.memory) == 4  # the three arrays and the workspace
+    del module, graph, arrays
+    gc.collect()
+    assert driver.memory == {}
+
+
 def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tmp_path):
     """One upload an argument serves every candidate of the workload, each starting from
     copies made on the GPU (an output that a candidate leaves unwritten is still poisoned
@@ -540,7 +595,8 @@ def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tm
     for cubin in (b"cubin", b"lazy", b"cubin"):
         (tmp_path / "kernel.cubin").write_bytes(cubin)
         request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
-                   "launch": [[4, 1, 1], [256, 1, 1]], "lib_path": str(tmp_path / "kernel.cubin"),
+                   "launch": launch_json([LaunchSpec((4, 1, 1), (256, 1, 1))]),
+                   "lib_path": str(tmp_path / "kernel.cubin"),
                    "entry_name": "vector_add", "reference": str(tmp_path / "reference.npz"), "number": 10,
                    "repeat": 3, "min_repeat_ms": 0}
         replies.append(worker.measure(request, references))

@@ -74,15 +74,30 @@ def _build_cuda(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None) -
     # imported here: the CUDA backend costs nothing to a CPU program or a measuring worker's start
     from .codegen.cuda import generate_cuda
     from .codegen.gpu_verify import verify_gpu
-    from .runtime.cuda import CudaModule, LaunchSpec
+    from .runtime.cuda import CudaModule
     from .runtime.cuda_compiler import compile_cuda
 
     verify_gpu(func, target)
-    source, launch = generate_cuda(func, target)
+    source, launches = generate_cuda(func, target)
     cubin = compile_cuda(source, target.nvcc_arch, cache_dir)
     args, _ = entry_signature(func)
-    return CudaModule(cubin, source, func.name, args,
-                      LaunchSpec(launch.grid, launch.block, launch.shared_bytes, zeroed_arguments(func, args)))
+    return CudaModule(cubin, source, func.name, args, *kernel_launches(func, args, launches))
+
+
+def kernel_launches(func: LoweredFunc, args: tuple[ArgSpec, ...], launches) -> tuple[tuple, tuple[ArgSpec, ...]]:
+    """The ``LaunchSpec`` of each of ``func``'s kernels (``launches``, the code generator's),
+    each zeroing the outputs that its blocks add into (split-K), and the workspace the
+    kernels pass between them (``ir/kernels.py``)."""
+    from .ir.kernels import split_kernels
+    from .runtime.cuda import LaunchSpec
+
+    kernels, workspace = split_kernels(func)
+    specs = []
+    for kernel, launch in zip(kernels, launches):
+        names = {buffer.name for buffer, zeroed in zip(kernel.args, kernel.zeroed) if zeroed}
+        zeroed = tuple(n for n, arg in enumerate(args) if arg.name in names)
+        specs.append(LaunchSpec(launch.grid, launch.block, launch.shared_bytes, zeroed))
+    return tuple(specs), tuple(ArgSpec(b.name, b.shape, b.dtype, True) for b in workspace)
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
@@ -122,18 +137,11 @@ def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | Non
     from .codegen.gpu_verify import verify_gpu
     from .ir.emulate import emulate_on_cpu
 
-    cpu = emulate_on_cpu(func, verify_gpu(func, target).block)
+    cpu = emulate_on_cpu(func, tuple(launch.block for launch in verify_gpu(func, target)))
     host = Target.host()
     source = generate_c(cpu, host)
     args, packs = entry_signature(cpu)
     return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
-
-
-def zeroed_arguments(func: LoweredFunc, args: tuple[ArgSpec, ...]) -> tuple[int, ...]:
-    """The positions in ``args`` of the outputs that ``func``'s blocks add into (split-K),
-    which the runtime zeroes before each launch."""
-    names = {buffer.name for buffer, zeroed in zip(func.args, func.zeroed) if zeroed}
-    return tuple(n for n, arg in enumerate(args) if arg.name in names)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

@@ -11,6 +11,7 @@ machine the same schedules also run as kernels and are compared with NumPy too.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -19,6 +20,7 @@ import pytest
 import tilecraft as tc
 from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
+from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.slices import into_slice
 from tilecraft.ops.nn import softmax
 
@@ -223,7 +225,7 @@ def test_a_reduction_bound_to_blocks_adds_into_an_output_zeroed_before_the_kerne
     if shutil.which("nvcc"):
         kernel = tc.build(sch, "cuda -arch=sm_90")
         assert "atomicAdd(&C[" in kernel.source
-        assert (kernel.launch.grid, kernel.launch.zeroed) == ((16, 3, 1), (2,))
+        assert [(launch.grid, launch.zeroed) for launch in kernel.launches] == [((16, 3, 1), (2,))]
         assert kernel.to_json()["launch"]["zeroed"] == [2]
     a, b = sch.dag.random_inputs(np.random.default_rng(3))
     garbage = np.full((16, 24), np.nan, np.float32)
@@ -285,7 +287,7 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
     from tilecraft.measure import MeasureInput
 
     sch = tiled_matmul(256, 256, 256, threads=(16, 16), tile=(8, 8), k_step=64)
-    source, launch = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
+    source, (launch,) = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
     assert launch.shared_bytes == 65536 and "extern __shared__ __align__(16) unsigned char tc_shared[];" in source
     assert "float* __restrict__ B_shared = (float*)(tc_shared + 32768);" in source
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
@@ -293,10 +295,11 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
     small, _ = generate_cuda(tc.lower(tiled_matmul(64, 64, 64, tile=(2, 2), k_step=4)), tc.Target("cuda -arch=sm_90"))
     assert "extern __shared__" not in small and "__shared__ __align__(16) float A_shared[" in small
     if shutil.which("nvcc"):
-        assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launch.shared_bytes == 65536
+        assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launches[0].shared_bytes == 65536
         (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(
             [MeasureInput(sch.dag, tc.Target("cuda -arch=sm_90"), sch.trace)])
-        assert built.launch == ((2, 2, 1), (16, 16, 1), 65536)
+        assert built.launch == {"launch": {"grid": [2, 2, 1], "block": [16, 16, 1], "shared_bytes": 65536, "zeroed": []},
+                                "workspace": []}
 
 
 def test_verifier_names_the_limit_the_value_and_the_loop():
@@ -309,7 +312,8 @@ def test_verifier_names_the_limit_the_value_and_the_loop():
         tc.emulate_gpu(sch)
 
     unbound = tc.Schedule(add_relu(8, 8))
-    with pytest.raises(GpuLimitError, match="no loop is bound to blockIdx or threadIdx"):
+    unbound.compute_inline(unbound.get_block("S"))
+    with pytest.raises(GpuLimitError, match="no loop of the nest writing R is bound to blockIdx or threadIdx"):
         tc.emulate_gpu(unbound)
 
     big = tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64)
@@ -392,11 +396,70 @@ def test_random_gpu_schedules_match_numpy(seed):
     check(random_gpu_schedule(rng), seed)
 
 
-def test_two_blocks_at_the_root_are_refused_with_the_fix():
+def test_each_block_at_the_root_runs_as_a_kernel_of_its_own_passing_the_workspace_on():
+    """S and R at the root: two kernels in order, S in a workspace the first writes and the
+    second reads; each kernel's limits checked apart, each named in the verifier's error."""
     sch = tc.Schedule(add_relu(8, 64))
-    for name in ("S", "R"):
+    for name, threads in (("S", 64), ("R", 32)):
         i, j = sch.get_loops(sch.get_block(name))
-        sch.bind(i, "blockIdx.x")
-        sch.bind(j, "threadIdx.x")
-    with pytest.raises(GpuLimitError, match="2 blocks at the root .* inline them"):
-        tc.emulate_gpu(sch)
+        jo, ji = sch.split(j, [None, threads])
+        sch.bind(sch.fuse(i, jo), "blockIdx.x")
+        sch.bind(ji, "threadIdx.x")
+    check(sch)
+    kernels, workspace = split_kernels(tc.lower(sch))
+    assert [k.name for k in kernels] == ["default_function_kernel0", "default_function_kernel1"]
+    assert [(b.name, b.shape) for b in workspace] == [("S", (8, 64))]
+    assert [k.outputs for k in kernels] == [(False, False, False, True), (False, False, True, False)]
+    if shutil.which("nvcc"):
+        module = tc.build(sch, "cuda -arch=sm_90")
+        assert module.source.count("__global__") == 2 and module.entries == tuple(k.name for k in kernels)
+        assert [(launch.grid, launch.block) for launch in module.launches] == [((8, 1, 1), (64, 1, 1)),
+                                                                               ((16, 1, 1), (32, 1, 1))]
+        again = tc.CudaModule.from_artifact(module.cubin, json.loads(json.dumps(module.to_json())))
+        assert (again.launches, again.workspace) == (module.launches, module.workspace)
+    unbound = tc.Schedule(add_relu(8, 8))  # S's nest is not bound: it would run on one GPU thread
+    i, j = unbound.get_loops(unbound.get_block("R"))
+    unbound.bind(i, "blockIdx.x")
+    unbound.bind(j, "threadIdx.x")
+    with pytest.raises(GpuLimitError, match="kernel 0 of 2 .*no loop of the nest writing S is bound"):
+        tc.emulate_gpu(unbound)
+
+
+def split_k_then_relu(n: int, l: int, m: int, parts: int) -> tc.Schedule:
+    """A matmul's reduction in ``parts`` parts, each part's sums a kernel's blocks along y
+    (rfactor), written to a workspace; a second kernel adds the parts up and applies a ReLU,
+    which adding into the output atomically could not."""
+    A, B = te.placeholder((n, l), name="A"), te.placeholder((l, m), name="B")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    D = te.compute((n, m), lambda i, j: te.max(C[i, j], 0.0), name="D")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, D]))
+    _, _, k = sch.get_loops(sch.get_block("C"))
+    ko, _ = sch.split(k, [parts, None])
+    partials = sch.rfactor(ko, 0)
+    i, j, part, _ = sch.get_loops(partials)
+    sch.reorder(part, i, j)
+    sch.bind(part, "blockIdx.y")
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    i, j = sch.get_loops(sch.get_block("D"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    sch.compute_at(sch.get_block("C"), j)
+    return sch
+
+
+def test_split_k_through_a_workspace_finishes_any_epilogue_in_a_second_kernel():
+    sch = split_k_then_relu(16, 96, 24, parts=3)
+    check(sch)
+    a, b = sch.dag.random_inputs(np.random.default_rng(3))
+    garbage = np.full((16, 24), np.nan, np.float32)
+    tc.emulate_gpu(sch, "cuda -arch=sm_90")(a, b, garbage)
+    np.testing.assert_allclose(garbage, np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    if shutil.which("nvcc"):
+        module = tc.build(sch, "cuda -arch=sm_90")
+        assert [launch.grid for launch in module.launches] == [(16, 3, 1), (16, 1, 1)]
+        assert [(w.name, w.shape) for w in module.workspace] == [("C_rf", (3, 16, 24))]
+        assert "atomicAdd" not in module.source
+
+

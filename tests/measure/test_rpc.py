@@ -307,18 +307,26 @@ def test_a_malformed_launch_or_one_for_the_wrong_kind_of_device_is_refused_and_t
     assert channel.receive()[0]["kind"] == "stored"
     request = {"kind": "measure", "reference": hashlib.sha256(data).hexdigest(), "entry_name": "add",
                "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in ARGS], "packs": []}
-    malformed = "'launch' must be [grid, block, shared bytes, zeroed]"
-    for launch, message in (([[0, 1, 1], [32, 1, 1]], malformed),
-                            ([[1, 1], [32, 1, 1]], malformed),
-                            ([[1, 1, 1], [32.5, 1, 1]], malformed),
-                            ([[1, 1, 1], [32, 1, 1], -1], malformed),
-                            ([[1, 1, 1], [32, 1, 1], 0, [2, 2]], malformed),
-                            ([[1, 1, 1], [32, 1, 1], 0, [-1]], malformed),
-                            ([[1, 1, 1], [32, 1, 1], 0, 2], malformed),
-                            ([[1, 1, 1], [32, 1, 1], 0, [2], 0], malformed),
-                            ([[1, 1, 1], [32, 1, 1]], "send a shared library"),
-                            ([[1, 1, 1], [32, 1, 1], 65536], "send a shared library"),
-                            ([[1, 1, 1], [32, 1, 1], 0, [2]], "send a shared library")):
+    malformed = "'launch' must be {'launch': a kernel's {grid, block, shared_bytes, zeroed} or a list of them"
+    one = {"grid": [1, 1, 1], "block": [32, 1, 1]}
+    workspace = [{"name": "partials", "shape": [4, 8], "dtype": "float32", "is_output": True}]
+    for launch, message in (([[1, 1, 1], [32, 1, 1]], malformed),  # the form before workspaces
+                            ({"launch": {**one, "grid": [0, 1, 1]}}, malformed),
+                            ({"launch": {**one, "grid": [1, 1]}}, malformed),
+                            ({"launch": {**one, "block": [32.5, 1, 1]}}, malformed),
+                            ({"launch": {**one, "shared_bytes": -1}}, malformed),
+                            ({"launch": {**one, "zeroed": [2, 2]}}, malformed),
+                            ({"launch": {**one, "zeroed": [0]}}, malformed),  # an input
+                            ({"launch": {**one, "zeroed": 2}}, malformed),
+                            ({"launch": [one, 7]}, malformed),
+                            ({"launch": one, "workspace": workspace}, malformed),  # one kernel has no workspace
+                            ({"launch": [one, one], "workspace": [{**workspace[0], "shape": [-4]}]}, malformed),
+                            ({"launch": [one, one], "workspace": [{**workspace[0], "name": "A"}]}, malformed),
+                            ({"launch": [one, one], "workspace": "partials"}, malformed),
+                            ({"launch": one}, "send a shared library"),
+                            ({"launch": {**one, "shared_bytes": 65536}}, "send a shared library"),
+                            ({"launch": [one, {**one, "zeroed": [2]}], "workspace": workspace},
+                             "send a shared library")):
         channel.send({**request, "launch": launch}, b"\x7fELF")
         reply = channel.receive()[0]
         assert reply["kind"] == "error" and message in reply["message"]
@@ -340,7 +348,7 @@ def test_a_gpu_server_reports_its_arch_and_its_worker_runs_the_cubins_sent_with_
             candidates.append(MeasureInput(task.compute_dag, target, sketch.trace_of(default_row(sketch, 1))))
         builds = tc.LocalBuilder().build(candidates)
         assert all(build.launch is not None and build.error_kind is MeasureErrorKind.NONE for build in builds)
-        assert len(builds[1].launch) == 4
+        assert builds[1].launch["launch"]["zeroed"] == [2]
         for result in gpu_runner.run(candidates, builds):
             assert result.device == f"cpu@127.0.0.1:{gpu_server.port}"
             if tc.cuda_available():

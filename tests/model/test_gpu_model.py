@@ -75,7 +75,7 @@ def on_fake_gpu(gpu, feeds, monkeypatch):
     kernels = []
     for n, (kernel, emulated) in enumerate(zip(gpu.kernels, gpu._emulated)):
         module = cuda_runtime.CudaModule(f"kernel {n}".encode(), "", kernel.module.entry, kernel.module.args,
-                                         kernel.module.launch)
+                                         kernel.module.launches, kernel.module.workspace)
         driver.kernels[module.cubin] = EmulatedKernel(emulated, module.args, driver)
         kernels.append(dataclasses.replace(kernel, module=module))
     return driver, GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target,
@@ -150,7 +150,7 @@ def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, 
     loaded = tc.load_model(tmp_path / "saved")
     assert isinstance(loaded, GpuModel) and loaded.target == gpu.target
     assert [k.module.cubin for k in loaded.kernels] == [k.module.cubin for k in model.kernels]
-    assert [k.module.launch for k in loaded.kernels] == [k.module.launch for k in gpu.kernels]
+    assert [k.module.launches for k in loaded.kernels] == [k.module.launches for k in gpu.kernels]
     got = loaded.run(feeds)
     for name in gpu.outputs:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
@@ -177,8 +177,9 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
 
 def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(kernel_cache, tmp_path, monkeypatch):
     """A transformer whose projections' records split their reductions over blocks (their bias
-    and residual added by the first part): right in emulation and on the fake GPU, each launch
-    zeroing what it adds into, though the model's buffers are shared."""
+    and residual added by the first part; the GELU'd one's parts through a workspace, added up
+    by a second kernel): right in emulation and on the fake GPU, each launch zeroing what it
+    adds into, though the model's buffers are shared."""
     model = tiny_transformer(seq=4, dim=128)
     target = tc.Target(TARGET)
     tasks, _ = tc.extract_tasks(model, target)
@@ -193,8 +194,10 @@ def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(ke
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         gpu = tc.compile_model(model, TARGET, log=log, cache_dir=kernel_cache)
-    split = [k.desc for k in gpu.kernels if k.module.launch.zeroed]
+    split = [k.desc for k in gpu.kernels if k.module.launches[0].zeroed]
     assert sum(desc.startswith("dense+add") for desc in split) >= 3, split  # q, k, v; the output with its residual
+    in_workspace = [k.desc for k in gpu.kernels if len(k.module.launches) == 2 and k.module.workspace]
+    assert in_workspace == ["dense+add+gelu 4x256"], in_workspace
     feeds = {"input": np.random.default_rng(0).standard_normal((1, 4, 128)).astype(np.float32)}
     expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
     np.testing.assert_allclose(gpu.emulate(feeds)["output"], expected, rtol=1e-4, atol=1e-4)

@@ -14,6 +14,7 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.codegen.gpu_verify import _local_buffers, _shared_buffers, local_words, verify_gpu
 from tilecraft.errors import GpuLimitError
+from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
 from tilecraft.ops.linalg import dense
@@ -104,11 +105,20 @@ def dense_bias_residual(n=8, k=256, m=24):
                           te.compute((n, m), lambda i, j: residual[i, j] + biased[i, j], name="out")])
 
 
+def conv_relu_long_k():
+    """ResNet-50's last stage at batch 1 in small: few outputs, a long sum, a ReLU after."""
+    X = te.placeholder((1, 64, 4, 4), name="X")
+    W = te.placeholder((8, 64, 3, 3), name="W")
+    conv = conv2d_nchw(X, W, padding=1)
+    return tc.ComputeDAG([X, W, te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")])
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
-             "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool}
+             "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool,
+             "conv_relu_long_k": conv_relu_long_k}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
@@ -167,7 +177,7 @@ def test_an_element_wise_epilogue_is_folded_into_the_tiled_block_copy_out():
 def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
     for sketch in generate_sketches(softmax_rows(), target=TARGET):
         row = sketch.sample_uniform(np.random.default_rng(0), 1)[0]
-        launch = verify_gpu(lower(sketch.trace_of(row).replay(softmax_rows())), TARGET)
+        (launch,) = verify_gpu(lower(sketch.trace_of(row).replay(softmax_rows())), TARGET)
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
@@ -187,19 +197,43 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (4, 8, 32, 1)  # 4 parts, steps of 32
     func = lower(sketch.trace_of(row).replay(dag))
     assert func.zeroed == (False, False, True)
-    assert verify_gpu(func, TARGET).grid[1] == 4
+    assert verify_gpu(func, TARGET)[0].grid[1] == 4
     space = FeatureSpace([sketch])
     rows = sketch.sample(np.random.default_rng(0), 8, 1)  # within the limits
     features = dict(zip(space.names, space.features(0, rows).T))
     for row, blocks_y in zip(rows, features["gpu.blockIdx.y"]):  # the parts, as sampled
-        assert 2 ** blocks_y == pytest.approx(verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET).grid[1])
+        assert 2 ** blocks_y == pytest.approx(verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)[0].grid[1])
     no_split = [GpuMultiLevelTiling(split_k=False) if isinstance(rule, GpuMultiLevelTiling) else rule
-                for rule in GPU_SKETCH_RULES]  # for sums that must repeat bit for bit
+                for rule in GPU_SKETCH_RULES]
     assert "gpu_split_k" not in {s.name for s in generate_sketches(dag, rules=no_split, target=TARGET)}
     assert "inline(biased) gpu_split_k" in {s.name for s in generate_sketches(dense_bias_residual(), target=TARGET)}
-    for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64),
-                      "a ReLU after": conv_bias_relu()}.items():
+    for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64)}.items():
         assert not any("gpu_split_k" in s.name for s in generate_sketches(dag, target=TARGET)), name
+
+
+def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kernel_adds_up():
+    """Atomic adds cannot apply a ReLU to the whole sum: the parts' sums go to a workspace, each
+    a block's along blockIdx.y, and a second kernel adds them up in order and applies it. A
+    rule that must repeat its sums' bits asks for this form for every split-K."""
+    dag = conv_relu_long_k()
+    sketches = {s.name.split()[0]: s for s in generate_sketches(dag, target=TARGET)}  # the padding inlined after
+    assert "gpu_split_k" not in sketches and sketches["gpu_split_k_workspace"].limits_in_decisions
+    sketch = sketches["gpu_split_k_workspace"]
+    func = lower(sketch.trace_of(default_row(sketch, 1)).replay(dag))
+    kernels, workspace = split_kernels(func)
+    assert len(kernels) == 2 and not func.zeroed
+    assert [(b.name, b.shape) for b in workspace] == [("conv2d_rf", (4, 1, 8, 4, 4))]  # 4 parts by default
+    first, second = verify_gpu(func, TARGET)
+    assert first.grid[1] == 4 and (second.grid, second.block) == ((1, 1, 1), (128, 1, 1))  # a thread an output
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    for row in sketch.sample(np.random.default_rng(1), 4, 1):
+        sch = sketch.trace_of(row).replay(dag)
+        np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                                   rtol=1e-4, atol=1e-4)
+    in_order = [GpuMultiLevelTiling(atomic_split_k=False) if isinstance(rule, GpuMultiLevelTiling) else rule
+                for rule in GPU_SKETCH_RULES]
+    names = {s.name for s in generate_sketches(matmul(64, 1024, 64), rules=in_order, target=TARGET)}
+    assert "gpu_split_k_workspace" in names and "gpu_split_k" not in names
 
 
 @pytest.mark.slow
@@ -210,8 +244,8 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     (lambda: matmul(512, 512, 512), "gpu_split_k"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
-     "gpu_split_k")],
-    ids=["matmul", "conv", "conv_strided", "matmul_split_k", "conv_split_k"])
+     "gpu_split_k"), (conv_relu_long_k, "gpu_split_k_workspace")],
+    ids=["matmul", "conv", "conv_strided", "matmul_split_k", "conv_split_k", "conv_split_k_workspace"])
 def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""
@@ -225,9 +259,9 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
         assert words == local_words(_local_buffers(func.body))
         launch_or_error = _verify(sketch.trace_of(row).replay(dag))
         assert fit != isinstance(launch_or_error, GpuLimitError), launch_or_error
-        if fit:
+        if fit:  # a launch's threads are its widest thread loop's, over all kernels
             threads = 2 ** sketch.gpu_extents(row[None])["threadIdx.x"][0]
-            assert math.prod(launch_or_error.block) == round(threads)
+            assert max(math.prod(launch.block) for launch in launch_or_error) == round(threads)
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95
 
 
@@ -268,7 +302,7 @@ def test_the_default_gpu_candidate_is_the_hand_written_matmul_and_passes_the_ver
     row = default_row(sketch, 1)
     tiles = [sketch.slots[n].domain[index] for n, index in enumerate(row) if sketch.slots[n].role == "tile"]
     assert tiles == [(16, 1, 16, 1, 8), (16, 1, 16, 1, 8), (64, 32, 1)]  # examples/cuda_matmul.py
-    launch = verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
+    (launch,) = verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
     assert (launch.grid, launch.block) == ((256, 1, 1), (256, 1, 1))
     for name, dag in WORKLOADS.items():  # every sketch's default is a kernel
         for sketch in generate_sketches(dag(), target=TARGET):
@@ -283,7 +317,7 @@ def test_gpu_features_name_the_launch_and_the_waves_over_the_sms():
     assert {"gpu.blockIdx.x", "gpu.vthread.x", "gpu.threadIdx.x", "gpu_waves"} <= set(space.names)
     row = default_row(sketches[0], 1)
     features = dict(zip(space.names, space.features(0, row[None])[0]))
-    launch = verify_gpu(lower(sketches[0].trace_of(row).replay(dag)), TARGET)
+    (launch,) = verify_gpu(lower(sketches[0].trace_of(row).replay(dag)), TARGET)
     assert 2 ** features["gpu.blockIdx.x"] == pytest.approx(launch.grid[0])
     assert 2 ** features["gpu.threadIdx.x"] == pytest.approx(launch.block[0])
     blocks_per_sm = min(2048 // launch.block[0], 32)

@@ -41,8 +41,9 @@ class SimulatedGpuRunner:
             if build.error_kind is not MeasureErrorKind.NONE:
                 result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time.time())
             else:
-                grid, block, _ = build.launch
-                blocks, threads = math.prod(grid), math.prod(block)
+                launches = build.launch["launch"]
+                launch = launches[0] if isinstance(launches, list) else launches  # the tiled kernel
+                blocks, threads = math.prod(launch["grid"]), math.prod(launch["block"])
                 filled = min(1.0, blocks / (2 * TARGET.sm_count)) * min(1.0, threads / 256)
                 cost = self.flop / (40e12 * max(filled, 1e-3))
                 result = MeasureResult((cost,), MeasureErrorKind.NONE, "", build.time_cost, time.time(),

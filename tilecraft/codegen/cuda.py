@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import LoweringError
+from ..ir.kernels import split_kernels
 from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Stmt,
                         Store, ThreadAllReduce, walk_stmts)
 from ..te.arith import simplify, to_linear
@@ -305,7 +306,7 @@ class _CudaEmitter(_Emitter):
             if self.launch.shared_bytes:  # over 48 KB: asked for at launch, the kernel opted in
                 self.out.line("extern __shared__ __align__(16) unsigned char tc_shared[];")
             self.stmt(f.body)
-        return _PRELUDE + "\n" + body.text()
+        return body.text()
 
 
 def blocks_an_sm(threads, registers_per_block: int):
@@ -328,10 +329,11 @@ def _halvings(width: int) -> list[int]:
     return [1 << n for n in reversed(range(width.bit_length() - 1))]
 
 
-def generate_cuda(func: LoweredFunc, target) -> tuple[str, Launch]:
-    """The CUDA C source of a lowered GPU function, and the grid and block to launch it on."""
-    emitter = _CudaEmitter(func, target)
-    return emitter.function(), emitter.launch
+def generate_cuda(func: LoweredFunc, target) -> tuple[str, tuple[Launch, ...]]:
+    """The CUDA C source of a lowered GPU function, a ``__global__`` function for each of its
+    kernels (``ir/kernels.py``), and the grid and block to launch each on, in order."""
+    emitters = [_CudaEmitter(kernel, target) for kernel in split_kernels(func)[0]]
+    return _PRELUDE + "\n" + "\n".join(e.function() for e in emitters), tuple(e.launch for e in emitters)
 
 
 def vector_bytes(loop: For) -> int:

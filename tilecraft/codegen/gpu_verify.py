@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..errors import GpuLimitError
+from ..ir.kernels import split_kernels
 from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, registers_a_thread, shared_offsets, vector_bytes
@@ -28,28 +29,31 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 LOCAL_REGISTER_SHARE = 0.75  # of a thread's registers, for its buffers; the rest hold operands and addresses
 
 
-def verify_gpu(func: LoweredFunc, target) -> Launch:
-    """The launch of ``func`` if it fits ``target`` (a ``CudaTarget``).
+def verify_gpu(func: LoweredFunc, target) -> tuple[Launch, ...]:
+    """The launch of each of ``func``'s kernels (a nest at its root each, ``ir/kernels.py``)
+    if every one fits ``target`` (a ``CudaTarget``).
 
     Raises:
         GpuLimitError: Naming the first limit exceeded.
     """
+    kernels, _ = split_kernels(func)
+    launches = []
+    for n, kernel in enumerate(kernels):
+        try:
+            launches.append(_verify_kernel(kernel, target))
+        except GpuLimitError as error:
+            if len(kernels) == 1:
+                raise
+            raise GpuLimitError(f"kernel {n} of {len(kernels)} (a nest at the root each): {error}") from None
+    return tuple(launches)
+
+
+def _verify_kernel(func: LoweredFunc, target) -> Launch:
     loops = bound_loops(func.body)
     if not any(loop.kind.startswith(("blockIdx", "threadIdx")) for loop in loops):
-        raise GpuLimitError("no loop is bound to blockIdx or threadIdx, so the kernel would run on one GPU thread: "
-                            "bind the outer loops of the output block (sch.bind(loop, 'blockIdx.x'), ...)")
-    body = func.body
-    while isinstance(body, Allocate):  # intermediates of the whole kernel
-        body = body.body
-    roots = list(body.stmts) if isinstance(body, Seq) else [body]
-    bound_roots = [r for r in roots if bound_loops(r)]
-    if len(roots) > 1:
-        names = ", ".join(sorted({store.buffer.name for root in roots for store in walk_stmts(root)
-                                  if isinstance(store, Store) and store.buffer.scope == "arg"}))
-        raise GpuLimitError(f"the schedule has {len(roots)} blocks at the root ({len(bound_roots)} bound to GPU axes), "
-                            f"writing {names}: a kernel runs one grid, and a block at the root would need the whole "
-                            "grid to finish before the next; inline them (compute_inline, reverse_compute_inline) or "
-                            "compute them at a loop of one block (compute_at)")
+        written = ", ".join(sorted({store.buffer.name for store in walk_stmts(func.body) if isinstance(store, Store)}))
+        raise GpuLimitError(f"no loop of the nest writing {written} is bound to blockIdx or threadIdx, so it would "
+                            "run on one GPU thread: bind its outer loops (sch.bind(loop, 'blockIdx.x'), ...)")
     launch = launch_of(func)
     for axis, size, limit in zip("xyz", launch.block, MAX_BLOCK):
         if size > limit:

@@ -8,7 +8,8 @@ body is cut into phases at its barriers (each phase runs for all threads before 
 begins), and a thread's local buffers live across phases as one copy per thread. So a
 shared-memory tile that the threads fill together is filled only where the real threads
 would fill it. An output that blocks add into (split-K) is zeroed first, as the runtime
-zeroes it before the kernel, and the blocks' atomic adds are plain ones. What it cannot see
+zeroes it before the kernel, and the blocks' atomic adds are plain ones. A function of several
+kernels runs them one after another, their workspace on the heap. What it cannot see
 is what serial execution hides: races, a missing barrier, misaligned vector accesses; the
 GPU tests run under compute-sanitizer for those.
 """
@@ -19,6 +20,7 @@ import math
 
 from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, reduction_identity, substitute
+from .kernels import split_kernels
 from .pipeline import synchronous
 from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce,
                     rebuffer, seq, substitute_stmt, walk_stmts)
@@ -26,13 +28,18 @@ from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq
 _THREAD_AXES = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
 
-def emulate_on_cpu(func: LoweredFunc, block: tuple[int, int, int]) -> LoweredFunc:
-    """The CPU loop nest that computes what ``func`` computes when launched with ``block``
-    threads a block (x, y, z): block loops serial, threads serialized phase by phase."""
+def emulate_on_cpu(func: LoweredFunc, blocks: tuple[tuple[int, int, int], ...]) -> LoweredFunc:
+    """The CPU loop nest that computes what ``func`` computes when each of its kernels
+    (``kernels.py``) is launched with its ``blocks`` threads a block (x, y, z), in order:
+    block loops serial, threads serialized phase by phase, the workspace on the heap."""
     threads = {axis: Var(f"tc_{axis.replace('.', '_')}") for axis in _THREAD_AXES}
-    body = _Emulation(threads, block).block_level(synchronous(func.body))
-    zeroing = [_zero(buffer) for buffer, zeroed in zip(func.args, func.zeroed) if zeroed]
-    return LoweredFunc(func.name, func.args, seq([*zeroing, body]), func.outputs, func.packs, func.user_args)
+    kernels, workspace = split_kernels(func)
+    body = seq([seq([_zero(buffer) for buffer, zeroed in zip(kernel.args, kernel.zeroed) if zeroed]
+                    + [_Emulation(threads, block).block_level(synchronous(kernel.body))])
+                for kernel, block in zip(kernels, blocks)])
+    for buffer in reversed(workspace):
+        body = Allocate(buffer, body)
+    return LoweredFunc(func.name, func.args, body, func.outputs, func.packs, func.user_args)
 
 
 class _Emulation:

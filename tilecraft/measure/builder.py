@@ -24,13 +24,14 @@ from pathlib import Path
 from time import perf_counter
 from typing import Protocol, Sequence
 
-from ..build import entry_signature, zeroed_arguments
+from ..build import entry_signature, kernel_launches
 from ..codegen.c import generate_c
 from ..codegen.cuda import generate_cuda
 from ..codegen.gpu_verify import verify_gpu
 from ..errors import BuildError, BuildTimeoutError, GpuLimitError
 from ..ir.lower import lower
 from ..runtime.compiler import compile_c
+from ..runtime.cuda import launch_json
 from ..runtime.cuda_compiler import CUDA_COMPILERS, compile_cuda_file
 from ..runtime.module import ArgSpec, PackSpec
 from .result import BuildResult, MeasureErrorKind, MeasureInput, error_line
@@ -51,7 +52,7 @@ class _Generated:
     args: tuple[ArgSpec, ...]
     packs: tuple[PackSpec, ...]
     time_cost: float  # seconds spent on it so far
-    launch: tuple | None = None  # CUDA: (grid, block, dynamic shared bytes[, the arguments zeroed before it])
+    launch: dict | None = None  # CUDA: the kernels' launches and workspace (runtime.cuda.launch_json)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,18 +165,20 @@ def _generate(candidate: MeasureInput) -> _Generated | BuildResult:
         func = lower(sch, ENTRY_NAME)
     except Exception as error:  # noqa: BLE001
         return failed(MeasureErrorKind.COMPILE, "lowering: ", error)
-    launch = None
-    if getattr(candidate.target, "kind", "llvm") == "cuda":
+    gpu = getattr(candidate.target, "kind", "llvm") == "cuda"
+    if gpu:
         try:  # the verifier's refusals cost no compilation
-            checked = verify_gpu(func, candidate.target)
-            launch = (checked.grid, checked.block, checked.shared_bytes)
+            verify_gpu(func, candidate.target)
         except GpuLimitError as error:
             return failed(MeasureErrorKind.INSTANTIATION, "GPU verifier: ", error)
+    launch = None
     try:
-        source = generate_c(func, candidate.target) if launch is None else generate_cuda(func, candidate.target)[0]
         args, packs = entry_signature(func)
-        if launch is not None and (zeroed := zeroed_arguments(func, args)):
-            launch += (zeroed,)
+        if gpu:
+            source, launches = generate_cuda(func, candidate.target)
+            launch = launch_json(*kernel_launches(func, args, launches))
+        else:
+            source = generate_c(func, candidate.target)
     except Exception as error:  # noqa: BLE001
         return failed(MeasureErrorKind.COMPILE, "code generation: ", error)
     return _Generated(source, args, packs, perf_counter() - start, launch)

@@ -51,8 +51,8 @@ class BuildResult:
     """A compiled candidate: ``lib_path`` holds ``entry_name`` taking ``args`` (packing
     inputs with ``packs``); ``lib_path`` is None exactly when ``error_kind`` is not NONE.
     ``time_cost`` is the seconds spent building this candidate. For a CUDA target
-    ``lib_path`` is a cubin and ``launch`` its grid, block and dynamic shared bytes, then
-    the positions of the outputs zeroed before each launch where its blocks add into them."""
+    ``lib_path`` is a cubin and ``launch`` how its kernels are launched, and the workspace
+    they pass between them (``runtime.cuda.launch_json``)."""
 
     lib_path: str | None
     source: str
@@ -62,7 +62,7 @@ class BuildResult:
     error_kind: MeasureErrorKind
     error_msg: str
     time_cost: float
-    launch: tuple | None = None  # a CUDA kernel's (grid, block, shared bytes[, zeroed arguments])
+    launch: dict | None = None  # a CUDA module's kernels: {'launch': ..., 'workspace': [...]}
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "error_msg", trim_message(self.error_msg))

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 from ..errors import TilecraftError
 
-MAGIC = b"TCRPC/1\n"         # the protocol and its version, first on the wire from both sides
+MAGIC = b"TCRPC/2\n"         # the protocol and its version, first on the wire from both sides
 NONCE_BYTES = 32
 MIN_SECRET_BYTES = 16        # a proof over known nonces lets a listener guess a short secret offline
 MAX_FRAME_BYTES = 256 << 20  # header and payload together; a conv layer's reference data fits

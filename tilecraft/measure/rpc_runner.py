@@ -234,8 +234,7 @@ class _Session:
             self.channel.send({"kind": "measure", "reference": digest, "entry_name": build.entry_name,
                                "args": [[a.name, list(a.shape), a.dtype, a.is_output] for a in build.args],
                                "packs": [[p.arg_index, p.func_name, list(p.packed_shape)] for p in build.packs],
-                               "launch": None if build.launch is None else [*map(list, build.launch[:2]),
-                                                                            *build.launch[2:]]},
+                               "launch": build.launch},
                               library)
             reply, _ = self.channel.receive(wait_secs=self.runner.settings["timeout"] + _REPLY_GRACE_SECS)
             if reply["kind"] == "error":

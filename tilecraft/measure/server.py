@@ -227,7 +227,7 @@ class _Session:
         args = tuple(ArgSpec(str(name), tuple(map(int, shape)), str(dtype), bool(is_output))
                      for name, shape, dtype, is_output in header["args"])
         packs = tuple(PackSpec(int(index), str(name), tuple(map(int, shape))) for index, name, shape in header["packs"])
-        launch = _launch(header.get("launch"))
+        launch = _launch(header.get("launch"), args)
         if isinstance(launch, str):
             return {"kind": "error", "message": launch}
         if (launch is None) != (getattr(self.server.target, "kind", "llvm") != "cuda"):
@@ -264,23 +264,22 @@ class _UploadedDataRunner(LocalRunner):
         return self._uploaded[dag.workload_key]
 
 
-def _launch(value: Any) -> tuple | None | str:
-    """A CUDA candidate's grid, block, dynamic shared bytes and zeroed outputs as sent (two
-    lists of three positive integers, then an integer from 0, 0 where left out, then a list
-    of distinct argument positions, none where left out), None for a CPU library, or what
-    is wrong with it."""
+def _launch(value: Any, args: tuple[ArgSpec, ...]) -> dict | None | str:
+    """A CUDA candidate's launch as sent (``runtime.cuda.launch_json``: each kernel's grid,
+    block, dynamic shared bytes and zeroed outputs, and the workspace), checked by building
+    its module's description; None for a CPU library; or what is wrong with it."""
     if value is None:
         return None
-    if (isinstance(value, list) and len(value) in (2, 3, 4)
-            and all(isinstance(dims, list) and len(dims) == 3 for dims in value[:2])
-            and all(type(n) is int and 1 <= n < 1 << 31 for dims in value[:2] for n in dims)
-            and all(type(n) is int and 0 <= n < 1 << 31 for n in value[2:3])
-            and all(isinstance(zeroed, list) and len(set(zeroed)) == len(zeroed)
-                    and all(type(n) is int and 0 <= n < 1 << 16 for n in zeroed) for zeroed in value[3:])):
-        return tuple(value[0]), tuple(value[1]), (value[2:3] or [0])[0], *map(tuple, value[3:])
-    return (f"'launch' must be [grid, block, shared bytes, zeroed], grid and block three integers from 1 to "
-            f"2**31 - 1 each, the shared bytes one from 0, the zeroed outputs a list of distinct argument positions "
-            f"(the last two may be left out), not {str(value)[:100]}")
+    from ..runtime.cuda import CudaModule
+
+    try:
+        if not isinstance(value, dict) or not isinstance(value.get("workspace", []), list):
+            raise ValueError("not an object with a list of workspace buffers")
+        CudaModule.of_launch(b"", "kernel", args, value)
+        return value
+    except ValueError as error:
+        return (f"'launch' must be {{'launch': a kernel's {{grid, block, shared_bytes, zeroed}} or a list of them, "
+                f"'workspace': [{{name, shape, dtype, is_output}}]}}: {error_line(error)} (got {str(value)[:100]})")
 
 
 def is_loopback(host: str) -> bool:

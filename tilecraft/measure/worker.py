@@ -121,13 +121,12 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
     times a slow candidate as a CPU kernel's first call does."""
     from pathlib import Path
 
-    from ..runtime.cuda import CudaModule, DeviceArray, LaunchSpec
+    from ..runtime.cuda import CudaModule, DeviceArray
 
     stage = "loading the kernel"
     try:
-        grid, block, *rest = request["launch"]  # the dynamic shared bytes (0 where left out), the zeroed outputs
-        module = CudaModule(Path(request["lib_path"]).read_bytes(), "", request["entry_name"], args,
-                            LaunchSpec(tuple(grid), tuple(block), *rest))
+        module = CudaModule.of_launch(Path(request["lib_path"]).read_bytes(), request["entry_name"], args,
+                                      request["launch"])
         buffers = reference.on_gpu(args, DeviceArray)
         stage = "running the kernel"
         reached("running")

@@ -68,8 +68,9 @@ class LaunchSpec:
     def __post_init__(self) -> None:
         for name in ("grid", "block"):
             value = _ints(getattr(self, name))
-            if value is None or len(value) != 3 or min(value) < 1:
-                raise ValueError(f"LaunchSpec {name}={getattr(self, name)!r} must be three positive ints (x, y, z)")
+            if value is None or len(value) != 3 or min(value) < 1 or max(value) >= 1 << 31:
+                raise ValueError(f"LaunchSpec {name}={getattr(self, name)!r} must be three ints from 1 to 2**31 - 1 "
+                                 "(x, y, z)")
             object.__setattr__(self, name, value)
         shared_bytes = _ints([self.shared_bytes])
         if shared_bytes is None or shared_bytes[0] < 0:
@@ -225,9 +226,11 @@ def cuda_available() -> bool:
 
 
 class CudaModule:
-    """A compiled CUDA kernel, called with NumPy arrays or GPU arrays.
+    """A compiled CUDA kernel, or kernels run in order, called with NumPy arrays or GPU arrays.
 
-    The kernel takes one pointer per argument, in ``args`` order. ``module(*inputs)``
+    A kernel takes one pointer per argument, in ``args`` order, then one per ``workspace``
+    buffer: global memory that one kernel writes and a later one reads (split-K's partial
+    sums), allocated when the module is loaded. ``module(*inputs)``
     returns new outputs (one, or a tuple); ``module(*inputs, out=outputs)`` writes into
     given ones and returns them; ``module(*all_arguments)`` returns None. Arrays are all
     NumPy (copied to the GPU and back; the call waits) or all GPU arrays (passed by
@@ -238,43 +241,54 @@ class CudaModule:
     Args:
         cubin: The kernel's machine code (``compile_cuda``).
         source: Its CUDA C source, kept for reading.
-        entry: The kernel's name (``extern "C" __global__``).
+        entry: The kernel's name (``extern "C" __global__``); of several, ``{entry}_kernel{n}``
+            is the n-th (``ir/kernels.py``).
         args: Its arguments, in order.
-        launch: Its grid, block and dynamic shared memory.
+        launch: Its grid, block and dynamic shared memory; of several kernels, theirs in order.
+        workspace: The buffers its kernels pass between them.
 
     Raises:
-        ValueError: If argument names repeat, or ``launch`` zeroes an argument that is not
-            an output.
+        ValueError: If names repeat, a launch zeroes an argument that is not an output, or
+            a single kernel has a workspace.
 
     A call raises ``TypeError`` / ``ValueError`` / ``TilecraftError`` naming the argument at
     fault (``bind_arrays``), ``TargetError`` when cuda-bindings or the driver is missing, and
     ``TilecraftError`` when the block is larger than the kernel allows or the launch fails.
     """
 
-    def __init__(self, cubin: bytes, source: str, entry: str, args: Sequence[ArgSpec], launch: LaunchSpec) -> None:
+    def __init__(self, cubin: bytes, source: str, entry: str, args: Sequence[ArgSpec],
+                 launch: LaunchSpec | Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = ()) -> None:
         self.cubin = bytes(cubin)
         self.source = source
         self.entry = entry
         self.args = tuple(args)
-        self.launch = launch
-        names = [arg.name for arg in self.args]
+        self.launches = (launch,) if isinstance(launch, LaunchSpec) else tuple(launch)
+        self.workspace = tuple(workspace)
+        self.entries = (entry,) if len(self.launches) == 1 else tuple(f"{entry}_kernel{n}"
+                                                                       for n in range(len(self.launches)))
+        names = [arg.name for arg in self.args + self.workspace]
         if len(set(names)) != len(names):
-            raise ValueError(f"{entry}: argument names {names} repeat; give each argument its own name")
-        if any(n >= len(self.args) or not self.args[n].is_output for n in launch.zeroed):
-            raise ValueError(f"{entry}: its launch zeroes arguments {list(launch.zeroed)}, but only outputs among its "
-                             f"{len(self.args)} arguments can be zeroed")
+            raise ValueError(f"{entry}: argument and workspace names {names} repeat; give each its own name")
+        if any(_ints(w.shape) is None or min(w.shape, default=0) < 0 for w in self.workspace):
+            raise ValueError(f"{entry}: workspace shapes {[w.shape for w in self.workspace]} must be ints >= 0")
+        if not self.launches or (self.workspace and len(self.launches) == 1):
+            raise ValueError(f"{entry}: {len(self.launches)} launches with {len(self.workspace)} workspace buffers; "
+                             "a module has at least one kernel, and a workspace only between several")
+        for launch in self.launches:
+            if any(n >= len(self.args) or not self.args[n].is_output for n in launch.zeroed):
+                raise ValueError(f"{entry}: a launch zeroes arguments {list(launch.zeroed)}, but only outputs among "
+                                 f"its {len(self.args)} arguments can be zeroed")
         self._kernel: _Kernel | None = None
 
     def __repr__(self) -> str:
-        launch = self.launch
-        return (f"CudaModule({self.entry!r}, args=({', '.join(arg.name for arg in self.args)}), grid={launch.grid}, "
-                f"block={launch.block}, shared_bytes={launch.shared_bytes})")
+        launches = ", ".join(f"grid={launch.grid}, block={launch.block}, shared_bytes={launch.shared_bytes}"
+                             for launch in self.launches)
+        return f"CudaModule({self.entry!r}, args=({', '.join(arg.name for arg in self.args)}), {launches})"
 
     def to_json(self) -> dict[str, Any]:
-        """The metadata that travels beside the cubin: entry, arguments and launch."""
-        return {"entry": self.entry, "launch": self.launch.to_json(),
-                "args": [{"name": a.name, "shape": list(a.shape), "dtype": a.dtype, "is_output": a.is_output}
-                         for a in self.args]}
+        """The metadata that travels beside the cubin: entry, arguments, launch and workspace."""
+        return {"entry": self.entry, "args": [_arg_json(a) for a in self.args],
+                **launch_json(self.launches, self.workspace)}
 
     @classmethod
     def from_artifact(cls, cubin: bytes, metadata: Mapping[str, Any], source: str = "") -> CudaModule:
@@ -284,10 +298,26 @@ class CudaModule:
             ValueError: If the metadata lacks a field.
         """
         try:
-            args = [ArgSpec(a["name"], tuple(a["shape"]), a["dtype"], bool(a["is_output"])) for a in metadata["args"]]
-            return cls(cubin, source, metadata["entry"], args, LaunchSpec.from_json(metadata["launch"]))
+            args, workspace = ([ArgSpec(a["name"], tuple(a["shape"]), a["dtype"], bool(a["is_output"]))
+                                for a in metadata.get(key, ())] for key in ("args", "workspace"))
+            launch = metadata["launch"]
+            launches = ([LaunchSpec.from_json(one) for one in launch] if isinstance(launch, list)
+                        else LaunchSpec.from_json(launch))
+            return cls(cubin, source, metadata["entry"], args, launches, workspace)
         except KeyError as missing:
             raise ValueError(f"CUDA kernel metadata lacks {missing}; write it with CudaModule.to_json()") from None
+
+    @classmethod
+    def of_launch(cls, cubin: bytes, entry: str, args: Sequence[ArgSpec], launch: Mapping[str, Any]) -> CudaModule:
+        """The module of a cubin built for ``args``, launched as ``launch`` (``launch_json``) says.
+
+        Raises:
+            ValueError: If ``launch`` is malformed.
+        """
+        try:
+            return cls.from_artifact(cubin, {**launch, "entry": entry, "args": [_arg_json(a) for a in args]})
+        except (TypeError, AttributeError) as error:
+            raise ValueError(f"a malformed CUDA launch: {error}") from None
 
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
         """Run the kernel once; see the class docstring for the forms of a call."""
@@ -329,9 +359,8 @@ class CudaModule:
     def loaded(self, device: int = 0) -> _Kernel:
         """The kernel loaded on GPU ``device`` (by the first call, or here)."""
         if self._kernel is None:
-            zeroed = tuple((n, math.prod(self.args[n].shape) * np.dtype(self.args[n].dtype).itemsize)
-                           for n in self.launch.zeroed)
-            self._kernel = _Kernel(self.cubin, self.entry, self.launch, device, zeroed)
+            self._kernel = _Kernel(self.cubin, tuple(zip(self.entries, self.launches)), device,
+                                   tuple(map(_bytes, self.args)), tuple(map(_bytes, self.workspace)))
         if self._kernel.device != device:
             raise ValueError(f"{self.entry} is loaded on cuda:{self._kernel.device}, not cuda:{device}")
         return self._kernel
@@ -543,7 +572,8 @@ class LaunchPlan:
         for module, pointers in calls:
             if len(pointers) != len(module.args):
                 raise ValueError(f"{module.entry} takes {len(module.args)} arguments, not {len(pointers)}")
-            self._launches.append((module.loaded(device), _packed(pointers)))
+            kernel = module.loaded(device)
+            self._launches.append((kernel, kernel.pack(pointers)))
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -612,6 +642,21 @@ def _packed(pointers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     return values, np.array([values.ctypes.data + 8 * i for i in range(len(values))], dtype=np.uint64)
 
 
+def launch_json(launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = ()) -> dict[str, Any]:
+    """How a module's kernels are launched, as JSON: ``launch``, one launch (a kernel) or a list
+    of them (kernels run in order), and ``workspace``, the buffers those pass between them."""
+    specs = [launch.to_json() for launch in launches]
+    return {"launch": specs[0] if len(specs) == 1 else specs, "workspace": [_arg_json(a) for a in workspace]}
+
+
+def _bytes(spec: ArgSpec) -> int:
+    return math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+
+
+def _arg_json(spec: ArgSpec) -> dict[str, Any]:
+    return {"name": spec.name, "shape": list(spec.shape), "dtype": spec.dtype, "is_output": spec.is_output}
+
+
 def _free(cu: Any, context: Any, pointer: int) -> None:
     if cu.cuCtxPushCurrent(context)[0] == 0:
         cu.cuMemFree(pointer)
@@ -619,58 +664,77 @@ def _free(cu: Any, context: Any, pointer: int) -> None:
 
 
 class _Kernel:
-    """The entry of a cubin, loaded on one GPU in its primary context; the module is
-    unloaded when this is garbage-collected. ``zeroed``: (argument index, bytes) of each
-    argument set to zero before each launch."""
+    """A module's kernels, each an entry of one cubin, loaded on one GPU in its primary
+    context with the workspace they share; the module is unloaded and the workspace freed
+    when this is garbage-collected. ``kernels``: each one's entry and launch, in order;
+    ``arg_bytes`` and ``workspace_bytes``: the size of each argument and workspace buffer."""
 
-    def __init__(self, cubin: bytes, entry: str, launch: LaunchSpec, device: int,
-                 zeroed: tuple[tuple[int, int], ...] = ()) -> None:
-        self.entry, self.spec, self.device, self.zeroed = entry, launch, device, zeroed
+    def __init__(self, cubin: bytes, kernels: tuple[tuple[str, LaunchSpec], ...], device: int,
+                 arg_bytes: tuple[int, ...], workspace_bytes: tuple[int, ...] = ()) -> None:
+        self.kernels, self.device, self.arg_bytes = kernels, device, arg_bytes
         cu = _driver()
-
-        def attribute(name: str) -> int:
-            return _call(cu.cuFuncGetAttribute, getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}"),
-                         self.function)
-
         self.context = _primary_context(device)
         with self.current():
             module = _call(cu.cuModuleLoadData, cubin)
             weakref.finalize(self, _unload, cu, self.context, module).atexit = False
-            self.function = _call(cu.cuModuleGetFunction, module, entry.encode())
-            if launch.shared_bytes > _STATIC_SHARED_LIMIT:
-                static, limit = attribute("SHARED_SIZE_BYTES"), _call(
-                    cu.cuDeviceGetAttribute, cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                    _call(cu.cuDeviceGet, device))
-                if static + launch.shared_bytes > limit:
-                    raise TilecraftError(f"kernel {entry!r} asks for {launch.shared_bytes} bytes of dynamic shared "
-                                         f"memory beside {static} static; cuda:{device} allows {limit} per block")
-                _call(cu.cuFuncSetAttribute, self.function,
-                      cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
-            self.max_threads, self.registers = attribute("MAX_THREADS_PER_BLOCK"), attribute("NUM_REGS")
-        if launch.threads > self.max_threads:
+            self.functions, self.registers = [], []
+            for entry, launch in kernels:
+                self.functions.append(self._function(cu, module, entry, launch))
+            self.workspace = []
+            for size in workspace_bytes:
+                self.workspace.append(int(_call(cu.cuMemAlloc, max(size, 1))))
+                weakref.finalize(self, _free, cu, self.context, self.workspace[-1]).atexit = False
+
+    def _function(self, cu: Any, module: Any, entry: str, launch: LaunchSpec) -> Any:
+        """The function ``entry`` of ``module``, set up for ``launch`` (its dynamic shared
+        memory opted in to) and checked to run its blocks."""
+        function = _call(cu.cuModuleGetFunction, module, entry.encode())
+
+        def attribute(name: str) -> int:
+            return _call(cu.cuFuncGetAttribute, getattr(cu.CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}"), function)
+
+        if launch.shared_bytes > _STATIC_SHARED_LIMIT:
+            static, limit = attribute("SHARED_SIZE_BYTES"), _call(
+                cu.cuDeviceGetAttribute, cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                _call(cu.cuDeviceGet, self.device))
+            if static + launch.shared_bytes > limit:
+                raise TilecraftError(f"kernel {entry!r} asks for {launch.shared_bytes} bytes of dynamic shared "
+                                     f"memory beside {static} static; cuda:{self.device} allows {limit} per block")
+            _call(cu.cuFuncSetAttribute, function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                  launch.shared_bytes)
+        max_threads = attribute("MAX_THREADS_PER_BLOCK")
+        self.registers.append(attribute("NUM_REGS"))
+        if launch.threads > max_threads:
             raise TilecraftError(f"kernel {entry!r} cannot run blocks of {launch.block} ({launch.threads} threads): "
-                                 f"with {self.registers} registers per thread it allows at most {self.max_threads} "
+                                 f"with {self.registers[-1]} registers per thread it allows at most {max_threads} "
                                  f"threads per block; choose a smaller block")
+        return function
 
     def current(self):
         """This GPU's context made current for the calling thread, and the thread's own restored after."""
         return _current(self.context)
 
+    def pack(self, pointers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The kernels' arguments as ``cuLaunchKernel`` takes them: ``pointers`` (one an
+        argument), then the workspace."""
+        return _packed([*pointers, *self.workspace])
+
     def launch(self, pointers: Sequence[int], stream: int, times: int = 1) -> None:
-        """Launch the kernel ``times`` times on ``stream``, its arguments packed once."""
-        self.launch_packed(_packed(pointers), stream, times)
+        """Launch the kernels ``times`` times on ``stream``, their arguments packed once."""
+        self.launch_packed(self.pack(pointers), stream, times)
 
     def launch_packed(self, packed: tuple[np.ndarray, np.ndarray], stream: int, times: int = 1) -> None:
-        """Launch the kernel ``times`` times on ``stream`` with arguments ``_packed`` before,
-        each launch after zeroing the arguments it adds into."""
+        """Launch the kernels in order ``times`` times on ``stream`` with arguments ``pack``-ed
+        before, each after zeroing the arguments it adds into."""
         cu = _driver()
-        spec, launch_kernel, address = self.spec, cu.cuLaunchKernel, packed[1].ctypes.data
+        launch_kernel, address = cu.cuLaunchKernel, packed[1].ctypes.data
         for _ in range(times):
-            for n, size in self.zeroed:
-                _call(cu.cuMemsetD8Async, int(packed[0][n]), 0, size, stream)
-            status, = launch_kernel(self.function, *spec.grid, *spec.block, spec.shared_bytes, stream, address, 0)
-            if status != 0:
-                raise self._failure(status)
+            for n, (function, (_, spec)) in enumerate(zip(self.functions, self.kernels)):
+                for zeroed in spec.zeroed:
+                    _call(cu.cuMemsetD8Async, int(packed[0][zeroed]), 0, self.arg_bytes[zeroed], stream)
+                status, = launch_kernel(function, *spec.grid, *spec.block, spec.shared_bytes, stream, address, 0)
+                if status != 0:
+                    raise self._failure(status, n)
 
     def synchronize(self, stream: int) -> None:
         """Wait for ``stream``; an error inside the kernel is reported here."""
@@ -678,11 +742,15 @@ class _Kernel:
         if status != 0:
             raise self._failure(status)
 
-    def _failure(self, status: Any) -> TilecraftError:
-        spec = self.spec
-        return TilecraftError(f"kernel {self.entry!r} failed on cuda:{self.device}: {_error_name(status)} (grid "
+    def _failure(self, status: Any, n: int | None = None) -> TilecraftError:
+        """The error of a failed launch (kernel ``n``) or of one found waiting (``None``: any)."""
+        if n is None and len(self.kernels) > 1:
+            return TilecraftError(f"kernels {[entry for entry, _ in self.kernels]} failed on cuda:{self.device}: "
+                                  f"{_error_name(status)}")
+        (entry, spec), registers = self.kernels[n or 0], self.registers[n or 0]
+        return TilecraftError(f"kernel {entry!r} failed on cuda:{self.device}: {_error_name(status)} (grid "
                               f"{spec.grid}, block {spec.block}, {spec.shared_bytes} bytes of dynamic shared memory, "
-                              f"{self.registers} registers per thread)")
+                              f"{registers} registers per thread)")
 
     def time(self, pointers: Sequence[int], stream: int, number: int, repeat: int, flush_l2: bool) -> ProfileResult:
         """Seconds per launch, one entry per repeat (see ``CudaModule.time_evaluator``)."""

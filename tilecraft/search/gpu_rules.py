@@ -14,7 +14,9 @@ and nothing reads them in the kernel, a third sketch splits the reduction's firs
 parts (split-K): the partial sums, factored out (``rfactor``) and tiled as the accumulator
 is, are each a block's along ``blockIdx.y``, and the blocks add them into the output
 atomically, the output zeroed before the kernel; an epilogue that only adds to the sum (a
-bias, a residual) is added by the first part. Any other block at the root has its loops fused
+bias, a residual) is added by the first part. Where atomics cannot finish the sum (a ReLU
+after it), the parts' sums go to a workspace instead, and a second kernel adds them up in
+order and applies the epilogue (``ir/kernels.py``). Any other block at the root has its loops fused
 and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
 block that reads a row reduction binds the rows to blocks); a reduction short of spatial
 parallelism, tiled or not (a matrix-vector product), gets a second sketch whose reduction
@@ -45,6 +47,8 @@ THREAD_COUNTS = (32, 64, 128, 256, 512, 1024)  # auto-binding's choices, as Meta
 SPLIT_K_OUTPUTS_PER_SM = 128 * 128  # fewer outputs than a 128 x 128 tile an SM leave SMs idle: split-K pays
 MIN_PART = 64  # split-K is offered where the reduction has two parts of at least this many products
 DEFAULT_PARTS = 4  # the default candidate's split-K parts
+SUM_THREADS = 256  # a block's threads in the kernel adding split-K's parts from a workspace: as many as the
+# tiled kernel's at most (in the decisions, a launch's threads are its widest thread loop's, over both kernels)
 UNROLL_STEPS = (0, 16, 64, 512, 1024)  # MetaSchedule's DefaultCUDA
 LEVEL_AXES = ("blockIdx.x", "vthread.x", "threadIdx.x")
 
@@ -59,7 +63,9 @@ class GpuMultiLevelTiling(SketchRule):
     max_innermost_factor: int = 64
     fetch_lanes: int = 4  # a float4 a thread a copy step
     software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
-    split_k: bool = True  # also split-K where it pays; False for sums whose bits repeat from run to run
+    split_k: bool = True  # also split-K where it pays
+    atomic_split_k: bool = True  # its parts added atomically where they can be; False: by a second kernel, in
+    # order, so that the sums' bits repeat from run to run
 
     def condition(self, draft: Draft, block: str) -> Condition:
         return Condition.APPLY_AND_SKIP_REST if _needs_tiling(draft, block) else Condition.SKIP
@@ -80,8 +86,10 @@ class GpuMultiLevelTiling(SketchRule):
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
-        if self.split_k and _pays_to_split(draft, block, epilogue):
-            results.append(self._split_k(draft, block, epilogue))
+        if self.split_k and _pays_to_split(draft, block):
+            atomic = self.atomic_split_k and _adds_atomically(draft, block, epilogue)
+            results.append(self._split_k(draft, block, epilogue) if atomic
+                           else self._split_k_in_workspace(draft, block, epilogue))
         return results
 
     def _split_k(self, draft: Draft, block: str, epilogue: str | None) -> tuple[Draft, int]:
@@ -103,6 +111,34 @@ class GpuMultiLevelTiling(SketchRule):
         sch.bind(loops[spatial], "blockIdx.y")
         cached, _ = self._bind_and_cache(sch, loops[:spatial], partials.name, spatial_tiles, outer=loops[spatial:])
         derived = draft.derive(sch, "gpu_split_k", tiled=partials.name)
+        return derived, derived.index(cached or partials.name) - 1
+
+    def _split_k_in_workspace(self, draft: Draft, block: str, epilogue: str | None) -> tuple[Draft, int]:
+        """Split-K whose parts' sums, each a block's along ``blockIdx.y`` and tiled as the
+        accumulator is, are stored to a workspace (their own buffer, at the root) by one
+        kernel; a second kernel adds them up in order, a thread an output, and applies the
+        epilogue, whatever it is (a ReLU, which atomic adds could not; ``ir/kernels.py``)."""
+        sch = draft.sch.copy()
+        spatial = len(draft.stage(block).op.axis)
+        first = sch.get_loops(sch.get_block(block))[spatial]
+        factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
+        parts, rest = sch.split(first, [factors[0], None])
+        partials = sch.rfactor(parts, 0)
+        stored = sch.cache_write(partials, 0, "local")  # partials compute in registers, ``stored`` writes them
+        spatial_tiles, _ = multi_level_tile(sch, partials.name, self.structure, self.max_innermost_factor,
+                                            padded=False, whole=(parts,), given={rest.id: factors[1:]})
+        loops = sch.get_loops(stored)  # the part, then the spatial axes
+        sch.bind(loops[0], "blockIdx.y")
+        cached, _ = self._bind_and_cache(sch, loops[1:], partials.name, spatial_tiles, outer=loops[:1])
+        last = sch.get_block(epilogue or block)
+        outputs = sch.get_loops(last)[:spatial]
+        threads = min(SUM_THREADS, math.prod(iv.extent for iv in draft.stage(block).op.axis))
+        blocks, threads = sch.split(sch.fuse(*outputs) if spatial > 1 else outputs[0], [None, threads])
+        sch.bind(blocks, "blockIdx.x")
+        sch.bind(threads, "threadIdx.x")
+        if epilogue is not None:
+            sch.compute_at(sch.get_block(block), threads)
+        derived = draft.derive(sch, "gpu_split_k_workspace", tiled=partials.name)
         return derived, derived.index(cached or partials.name) - 1
 
     def _bind_and_cache(self, sch: Schedule, copy_loops: list, tiled: str, spatial_tiles: list,
@@ -248,19 +284,23 @@ def threads_over_reduction(draft: Draft, block: str) -> Draft:
     return draft.derive(sch, f"cross_thread({block})")
 
 
-def _pays_to_split(draft: Draft, block: str, epilogue: str | None) -> bool:
-    """Whether ``block`` gets a split-K sketch: a sum into the kernel's output, or into an
-    epilogue that only adds to it (a bias, a residual), since the blocks add into the output
-    atomically; whose outputs are too few to fill the SMs with large tiles; and whose
-    reduction is long enough for two parts of ``MIN_PART`` products."""
-    stage = draft.stage(block)
-    op = stage.op
-    end = draft.stage(epilogue) if epilogue is not None else stage
-    return (getattr(op.body, "combiner", None) == "sum" and op.dtype in ATOMIC_DTYPES and end.is_output
-            and not draft.sch.state.consumers_of(end.name)
-            and (epilogue is None or adds_to_sum(end.op.body, stage) is not None)
+def _pays_to_split(draft: Draft, block: str) -> bool:
+    """Whether ``block`` gets a split-K sketch: a sum whose outputs are too few to fill the SMs
+    with large tiles, and whose reduction is long enough for two parts of ``MIN_PART`` products."""
+    op = draft.stage(block).op
+    return (getattr(op.body, "combiner", None) == "sum"
             and math.prod(iv.extent for iv in op.axis) < draft.num_cores * SPLIT_K_OUTPUTS_PER_SM
             and math.prod(iv.extent for iv in op.reduce_axis) >= 2 * MIN_PART)
+
+
+def _adds_atomically(draft: Draft, block: str, epilogue: str | None) -> bool:
+    """Whether split-K's parts of ``block`` can be added into the kernel's output atomically:
+    a sum of a type GPU atomics add, into the output, or into an epilogue that only adds to it
+    (a bias, a residual, which the first part adds), read by nothing else in the kernel."""
+    stage = draft.stage(block)
+    end = draft.stage(epilogue) if epilogue is not None else stage
+    return (stage.op.dtype in ATOMIC_DTYPES and end.is_output and not draft.sch.state.consumers_of(end.name)
+            and (epilogue is None or adds_to_sum(end.op.body, stage) is not None))
 
 
 def _short_of_rows(draft: Draft, block: str) -> bool:
