@@ -13,7 +13,8 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``matmuls``: matmul 2048³ and 4096³ tuned (300 trials or 45 s each) against cuBLAS,
   with the trials a minute (``gpu_ops.py``);
 - ``split_k``: the long-reduction matmul and matmul 1024³, where splitting the reduction
-  can fill the SMs;
+  can fill the SMs, and ResNet-50's last-stage convolution at batch 1 (its ReLU splits
+  through a workspace and a second kernel);
 - ``conv``: conv2d 3x3 at batch 1 against cuDNN;
 - ``pipeline``: double-buffered shared tiles against the same tiles without (``gpu_pipeline.py``);
 - ``bert``: the BERT layer compiled for the GPU, untuned and tuned (200 trials), against
@@ -34,7 +35,8 @@ MIN_STEP_SECS = 60  # a step given less than this is skipped: no benchmark here 
 STEPS = {
     "check": ["gpu_check.py", "--sizes", "2048,4096"],
     "matmuls": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_2048,matmul_4096"],
-    "split_k": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_256x16384x256,matmul_1024"],
+    "split_k": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only",
+                "matmul_256x16384x256,matmul_1024,conv2d_512x7x7_b1"],
     "conv": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "conv2d_b1"],
     "pipeline": ["gpu_pipeline.py"],
     "bert": ["gpu_models.py", "--only", "bert_layer", "--trials", "200"],

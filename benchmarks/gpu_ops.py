@@ -30,9 +30,9 @@ from tilecraft.database.log import best_records
 from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
 
 
-def _conv(n: int):
-    return ("conv2d", (n, 64, 56, 56, 64, 3, 3, 1, 1),
-            lambda F, x, w, b: F.relu(F.conv2d(x, w, b, padding=1)), 2 * n * 64 * 56 * 56 * 64 * 9)
+def _conv(n: int, channels: int = 64, side: int = 56):
+    return ("conv2d", (n, channels, side, side, channels, 3, 3, 1, 1),
+            lambda F, x, w, b: F.relu(F.conv2d(x, w, b, padding=1)), 2 * n * channels * side * side * channels * 9)
 
 
 # name -> (workload, arguments, the operator in PyTorch, FLOPs of one call)
@@ -41,6 +41,7 @@ WORKLOADS = {
     "matmul_256x16384x256": ("matmul", (256, 16384, 256), lambda F, a, b: a @ b, 2 * 256 * 16384 * 256),  # split-K's
     "conv2d_b1": _conv(1),
     "conv2d_b32": _conv(32),
+    "conv2d_512x7x7_b1": _conv(1, 512, 7),  # ResNet-50's last stage: few outputs, a long sum, a ReLU (split-K's)
     "dense_2048x1000": ("dense", (1, 2048, 1000), lambda F, x, w: F.linear(x, w), 2 * 2048 * 1000),
     "softmax_2048x2000": ("softmax", (2048, 2000), lambda F, x: F.softmax(x, dim=-1), 5 * 2048 * 2000),
     "layer_norm_128x768": ("layer_norm", (128, 768), lambda F, x, g, b: F.layer_norm(x, (768,), g, b, 1e-5),
