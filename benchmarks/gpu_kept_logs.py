@@ -8,8 +8,9 @@ The first table counts the records the verifier now refuses, trials a search wou
 longer build or time, by the limit they break, with the seconds they took to build and run
 (``all_cost``, of all the trials' seconds) and how far the fastest of them was from the
 log's best. The second splits the records by their virtual threads (one, or more), with
-the fastest and the median over the log's best. Prints both and writes
-``benchmarks/results/gpu_kept_logs.json``.
+the fastest and the median over the log's best; the third by sketch, with its fastest and
+median time (which sketch an untuned task should take: docs/experiments/gpu-default-sketch.md).
+Prints the three and writes ``benchmarks/results/gpu_kept_logs.json``.
 """
 
 from __future__ import annotations
@@ -51,8 +52,10 @@ def survey(log: Path) -> dict:
     task = tc.SearchTask(func=first.workload["func"], args=tuple(first.workload["args"]), target=first.target)
     best = min((r.cost for r in records if r.is_valid), default=math.inf)
     counts, seconds, fastest, failed = Counter(), Counter(), {}, Counter()
-    by_vthreads = {"one": [], "more": []}
+    by_vthreads, by_sketch = {"one": [], "more": []}, {}
     for record in records:
+        if record.is_valid:
+            by_sketch.setdefault(record.sketch, []).append(record.cost)
         func = lower(Trace.from_json(record.trace).replay(task.compute_dag))
         vthreads = math.prod(loop.extent for loop in bound_loops(func.body) if loop.kind.startswith("vthread"))
         by_vthreads["more" if vthreads > 1 else "one"].append(record.cost / best if record.is_valid else math.inf)
@@ -71,7 +74,10 @@ def survey(log: Path) -> dict:
                                 "fastest_over_best": fastest.get(limit)} for limit in counts},
             "virtual_threads": {kind: {"trials": len(ratios), "fastest_over_best": min(ratios),
                                        "median_over_best": float(np.median(ratios))}
-                                for kind, ratios in by_vthreads.items() if ratios}}
+                                for kind, ratios in by_vthreads.items() if ratios},
+            "sketches": {sketch: {"trials": len(costs), "fastest_ms": min(costs) * 1e3,
+                                  "median_ms": float(np.median(costs)) * 1e3, "fastest_over_best": min(costs) / best}
+                         for sketch, costs in sorted(by_sketch.items(), key=lambda item: min(item[1]))}}
 
 
 def main() -> None:
@@ -87,6 +93,8 @@ def main() -> None:
                           "fastest refused / best", text_columns=2, title="refused by today's verifier")
     vthreads = numeric_table("workload", "virtual threads", "trials", "fastest / best", "median / best",
                              text_columns=2, title="by virtual threads")
+    sketches = numeric_table("workload", "sketch", "trials", "fastest ms", "median ms", "fastest / best",
+                             text_columns=2, title="by sketch")
     for name, log in zip(names, logs):
         if name not in wanted:
             continue
@@ -99,8 +107,12 @@ def main() -> None:
         for kind, row in found["virtual_threads"].items():
             vthreads.add_row(name, kind, str(row["trials"]), f"{row['fastest_over_best']:.2f}x",
                              f"{row['median_over_best']:.2f}x")
+        for sketch, row in found["sketches"].items():
+            sketches.add_row(name, sketch, str(row["trials"]), f"{row['fastest_ms']:.4f}", f"{row['median_ms']:.4f}",
+                             f"{row['fastest_over_best']:.1f}x")
     print_table(table)
     print_table(vthreads)
+    print_table(sketches)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")

@@ -231,3 +231,24 @@ def test_a_row_reduction_defaults_to_vector_lanes_and_a_sum_across_rows_does_not
     pool = tc.ComputeDAG([data, ops.global_avg_pool2d(data, layout="NHWC")])
     assert any("rfactor_inner" in s.name for s in generate_sketches(pool, target=tc.Target.host()))
     assert rfactors(default_schedule(pool, tc.Target.host())) == []
+
+
+@pytest.mark.parametrize("workload, args, across", [
+    ("softmax", (2048, 2000), ["softmax_sum", "softmax_max"]), ("layer_norm", (128, 768), None),
+    ("dense", (1, 2048, 1000), ["dense"]), ("softmax", (4096, 8), []), ("matmul", (256, 256, 256), [])])
+def test_an_untuned_gpu_reduction_of_rows_a_warp_long_shares_each_row_among_threads(workload, args, across):
+    """The kept H100 logs' best softmax, layer norm and matrix-vector product reduced their rows
+    across threads, 9.8x, 4.4x and 4.9x faster than the best reducing a row in one thread;
+    rows of 8 stay in one thread each; a matmul keeps its tiles."""
+    dag = tc.ComputeDAG(WORKLOADS[workload](*args))
+    target = tc.Target("cuda -arch=sm_90")
+    sch = default_schedule(dag, target)
+    reduced_across = sorted({stage.name for stage in sch.state.stages for leaf in stage.leaves
+                             if stage.loop(leaf).kind != "spatial" and stage.loop(leaf).annotation == "threadIdx.x"})
+    if across is None:  # every reduction of the row
+        across = sorted(stage.name for stage in sch.state.stages if stage.op.reduce_axis)
+    assert reduced_across == sorted(across)
+    small = tc.ComputeDAG(WORKLOADS[workload](*[min(a, 96) for a in args]))
+    inputs = small.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(default_schedule(small, target), target)(*inputs),
+                               small.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
