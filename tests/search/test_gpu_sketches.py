@@ -19,7 +19,7 @@ from tilecraft.ir.lower import lower
 from tilecraft.ops.conv import conv2d_nchw
 from tilecraft.ops.linalg import dense
 from tilecraft.ops.nn import global_avg_pool2d, layer_norm, softmax
-from tilecraft.search.default import default_row
+from tilecraft.search.default import default_row, default_schedule
 from tilecraft.search.features import FeatureSpace
 from tilecraft.search.gpu_rules import GPU_SKETCH_RULES, GpuMultiLevelTiling
 from tilecraft.search.space import generate_sketches
@@ -105,6 +105,14 @@ def dense_bias_residual(n=8, k=256, m=24):
                           te.compute((n, m), lambda i, j: residual[i, j] + biased[i, j], name="out")])
 
 
+def dense_bias_relu():
+    """A classifier at batch 1: a matrix-vector product, a bias and a ReLU."""
+    X, W, bias = te.placeholder((1, 96), name="X"), te.placeholder((40, 96), name="W"), te.placeholder((40,), name="b")
+    projected = dense(X, W)
+    return tc.ComputeDAG([X, W, bias, te.compute(projected.shape,
+                                                 lambda i, j: te.max(projected[i, j] + bias[j], 0.0), name="out")])
+
+
 def conv_relu_long_k():
     """ResNet-50's last stage at batch 1 in small: few outputs, a long sum, a ReLU after."""
     X = te.placeholder((1, 64, 4, 4), name="X")
@@ -118,7 +126,7 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
              "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool,
-             "conv_relu_long_k": conv_relu_long_k}
+             "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
@@ -134,6 +142,21 @@ def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
     scopes = [args["storage_scope"] for kind, args in steps if kind in ("cache_read", "cache_write")]
     assert scopes == ["local", "shared", "shared"]
     assert sum(kind == "annotate" and args["ann_key"] == "meta_schedule.cooperative_fetch" for kind, args in steps) == 2
+
+
+def test_a_matrix_vector_product_with_an_epilogue_reduces_each_output_across_a_blocks_threads():
+    """A classifier's dense layer at batch 1 (a bias, a ReLU): each output a block, its sum
+    across the block's threads, the epilogue applied to it there; the untuned default."""
+    dag = dense_bias_relu()
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "cross_thread(dense)")
+    assert sketch.limits_in_decisions
+    sch = default_schedule(dag, TARGET)
+    (launch,) = verify_gpu(lower(sch), TARGET)
+    assert (launch.grid, launch.block) == ((40, 1, 1), (96, 1, 1))  # an output a block, the whole row its threads
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    for sch in [sch] + [sketch.trace_of(row).replay(dag) for row in sketch.sample(np.random.default_rng(1), 3, 1)]:
+        np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                                   rtol=1e-4, atol=1e-4)
 
 
 def test_reductions_get_a_sketch_across_threads_and_rows_reduce_in_their_block():
@@ -164,7 +187,9 @@ def test_an_element_wise_epilogue_is_folded_into_the_tiled_block_copy_out():
     """A convolution's bias and ReLU: one kernel whose register tile is written out finished,
     not a second block at the root (which the verifier refuses)."""
     dag = conv_bias_relu()
-    sketch, pipelined = generate_sketches(dag, target=TARGET)
+    sketch, pipelined, across = generate_sketches(dag, target=TARGET)  # 1,600 outputs: also across threads
+    assert across.name == "inline(bias_add) cross_thread(conv2d) inline(conv2d_pad)"
+    assert default_schedule(dag, TARGET).trace.steps == sketch.trace_of(default_row(sketch, 1)).steps  # a product
     assert sketch.name == "inline(bias_add) gpu_tile inline(conv2d_pad)"
     assert pipelined.name == "inline(bias_add) gpu_tile_pipelined inline(conv2d_pad)"
     assert any(step.kind == "reverse_compute_inline" for step in sketch.trace.steps)

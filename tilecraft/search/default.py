@@ -11,7 +11,8 @@ block computed at the root, but a padding that its consumer reads only within a 
 window (a depthwise convolution's), which is inlined. Among sketches alike in their tiles,
 the one that reduces the most rows in vector lanes (``rfactor_inner`` along a contiguous
 axis) is chosen: a layer norm's two row sums 3x faster, a softmax's 18%. On a GPU, the one
-that reduces the most rows of at least a warp's length across threads.
+that reduces the most rows of at least a warp's length across threads (of products, only a
+matrix-vector product's).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..schedule.sampling import divisors
 from ..schedule.schedule import INLINE, ROOT, Schedule
 from ..target import Target
 from ..te.dag import ComputeDAG
-from .access import reduces_contiguously
+from .access import needs_multi_level_tiling, reduces_contiguously
 from .gpu_rules import gpu_default_row
 from .space import Sketch, generate_sketches
 
@@ -70,10 +71,13 @@ def _vector_reductions(ops: dict, sketch: Sketch) -> int:
 
 def _reductions_across_threads(ops: dict, sketch: Sketch) -> int:
     """How many blocks a GPU sketch reduces across a row of threads (``cross_thread``) whose
-    rows are a warp long or longer: shorter, lanes would idle and the shuffles cost more
-    than the loads they share out."""
+    rows are a warp long or longer (shorter, lanes would idle and the shuffles cost more than
+    the loads they share out); of products, which tiling would otherwise take, only those
+    whose outputs are one row (a matrix-vector product), the only kind the logs measured."""
     names = re.findall(r"cross_thread(?:_at_block)?\(([^)]+)\)", sketch.name)
-    return sum(math.prod(iv.extent for iv in ops[name].reduce_axis) >= WARP for name in names)
+    return sum(math.prod(iv.extent for iv in ops[name].reduce_axis) >= WARP
+               and (not needs_multi_level_tiling(ops[name]) or sum(iv.extent > 1 for iv in ops[name].axis) <= 1)
+               for name in names)
 
 
 def default_row(sketch: Sketch, min_parallel: int) -> np.ndarray:

@@ -19,8 +19,8 @@ after it), the parts' sums go to a workspace instead, and a second kernel adds t
 order and applies the epilogue (``ir/kernels.py``). Any other block at the root has its loops fused
 and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
 block that reads a row reduction binds the rows to blocks); a reduction short of spatial
-parallelism, tiled or not (a matrix-vector product), gets a second sketch whose reduction
-runs across a row of threads.
+parallelism, tiled or not (a matrix-vector product, its epilogue applied in the block),
+gets a second sketch whose reduction runs across a row of threads.
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.
@@ -84,8 +84,8 @@ class GpuMultiLevelTiling(SketchRule):
             piped = sch.copy()
             piped.annotate(first_reduction_level, "software_pipeline", 2)
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
-        if _short_of_rows(draft, block) and epilogue is None:  # a matrix-vector product: threads along the reduction
-            results.append((threads_over_reduction(draft, block), draft.index(block) - 1))
+        if _short_of_rows(draft, block):  # a matrix-vector product: threads along the reduction
+            results.append((threads_over_reduction(draft, block, epilogue), draft.index(block) - 1))
         if self.split_k and _pays_to_split(draft, block):
             atomic = self.atomic_split_k and _adds_atomically(draft, block, epilogue)
             results.append(self._split_k(draft, block, epilogue) if atomic
@@ -268,14 +268,21 @@ class GpuInline(SketchRule):
         return [(draft.derive(sch, f"inline({block})"), draft.index(block) - 1)]
 
 
-def threads_over_reduction(draft: Draft, block: str) -> Draft:
+def threads_over_reduction(draft: Draft, block: str, epilogue: str | None = None) -> Draft:
     """A reduction short of spatial parallelism: its rows over blocks, its reduction loops
-    fused and split over a row of threads, combined by warp shuffles."""
+    fused and split over a row of threads, combined by warp shuffles. With an element-wise
+    ``epilogue`` (a matrix-vector product's bias), the epilogue's rows go to blocks and the
+    reduction is computed at that loop, its result in every thread, as a softmax's sums are."""
     sch = draft.sch.copy()
-    b = sch.get_block(block)
     spatial = len(draft.stage(block).op.axis)
-    loops = sch.get_loops(b)
-    rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
+    if epilogue is not None:
+        outputs = sch.get_loops(sch.get_block(epilogue))
+        rows = sch.fuse(*outputs) if len(outputs) > 1 else outputs[0]
+        sch.compute_at(sch.get_block(block), rows)
+        loops = sch.get_loops(sch.get_block(block))[1:]  # the reduction's own, inside the row
+    else:
+        loops = sch.get_loops(sch.get_block(block))
+        rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
     reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
     threads = _uniform(sch, THREAD_COUNTS)
     _, lanes = sch.split(reduction, [None, threads])
