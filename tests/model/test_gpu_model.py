@@ -204,3 +204,8 @@ def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(ke
     driver, on_gpu = on_fake_gpu(gpu, feeds, monkeypatch)
     for _ in range(2):
         np.testing.assert_allclose(on_gpu.run(feeds)["output"], expected, rtol=1e-4, atol=1e-4)
+    on_gpu.save(tmp_path / "saved")  # the workspace kernel's launches and workspace travel with its cubin
+    loaded = tc.load_model(tmp_path / "saved")
+    assert [(k.module.launches, k.module.workspace) for k in loaded.kernels] == \
+        [(k.module.launches, k.module.workspace) for k in gpu.kernels]
+    np.testing.assert_allclose(loaded.run(feeds)["output"], expected, rtol=1e-4, atol=1e-4)
