@@ -44,9 +44,10 @@ def collect_cases(supported_only: bool) -> list:
     return list(package._NodeTestCases)
 
 
-def run_case(case, compiled: bool = False, cache_dir=None) -> tuple[str, str]:
+def run_case(case, compiled: bool = False, cache_dir=None, target: str | None = None) -> tuple[str, str]:
     """(status, message) of one case: unsupported is the importer's clear refusal, never a pass.
-    ``cache_dir``: where compiled kernels go (see ``tc.build``)."""
+    ``cache_dir``: where compiled kernels go (see ``tc.build``). ``target``: compiled for it
+    (a CUDA target's kernels emulated on this CPU)."""
     import onnx.numpy_helper
 
     inputs, expected = ([onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
@@ -64,7 +65,9 @@ def run_case(case, compiled: bool = False, cache_dir=None) -> tuple[str, str]:
         if compiled:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DefaultScheduleWarning)  # untuned is the point here
-                outputs = compile_model(graph, cache_dir=cache_dir).run(runtime_feeds)
+                model = compile_model(graph, target, cache_dir=cache_dir)
+                outputs = model.emulate(runtime_feeds) if target and target.startswith("cuda") else \
+                    model.run(runtime_feeds)
         else:
             outputs = run_reference(graph, runtime_feeds)
     except Exception as error:  # noqa: BLE001

@@ -209,3 +209,17 @@ def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(ke
     assert [(k.module.launches, k.module.workspace) for k in loaded.kernels] == \
         [(k.module.launches, k.module.workspace) for k in gpu.kernels]
     np.testing.assert_allclose(loaded.run(feeds)["output"], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_without_kernels_emulates_too():
+    """A reshape alone needs no kernel: there is nothing to replay, and emulation runs it."""
+    from onnx import TensorProto, helper
+
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [3, 4])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [shape])
+    gpu = tc.compile_model(helper.make_model(graph), TARGET)
+    assert not gpu.kernels
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    np.testing.assert_array_equal(gpu.emulate({"x": x})["y"], x.reshape(3, 4))

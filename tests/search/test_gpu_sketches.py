@@ -16,6 +16,7 @@ from tilecraft.codegen.gpu_verify import _local_buffers, _shared_buffers, local_
 from tilecraft.errors import GpuLimitError
 from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.lower import lower
+from tilecraft.ir.nodes import For, walk_stmts
 from tilecraft.ops.conv import conv2d_nchw
 from tilecraft.ops.linalg import dense
 from tilecraft.ops.nn import global_avg_pool2d, layer_norm, softmax
@@ -157,6 +158,50 @@ def test_a_matrix_vector_product_with_an_epilogue_reduces_each_output_across_a_b
     for sch in [sch] + [sketch.trace_of(row).replay(dag) for row in sketch.sample(np.random.default_rng(1), 3, 1)]:
         np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_a_reduction_that_two_outputs_read_is_a_kernel_of_its_own_before_theirs():
+    """Its rows cannot be computed inside one reader's blocks for the other's: it runs first,
+    its sums in the workspace; both outputs are right whichever the DAG names first."""
+    A = te.placeholder((8, 64), name="A")
+    k = te.reduce_axis((0, 64), name="k")
+    total = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="total")
+    centered = te.compute((8, 64), lambda i, j: A[i, j] - total[i], name="centered")
+    scaled = te.compute((8, 64), lambda i, j: A[i, j] * total[i], name="scaled")
+    for outputs in ([centered, scaled], [scaled, centered]):
+        dag = tc.ComputeDAG([A, *outputs])
+        inputs = dag.random_inputs(np.random.default_rng(0))
+        sketches = generate_sketches(dag, target=TARGET)
+        assert {s.name.split()[-1] for s in sketches} == {"auto_bind(total)", "cross_thread(total)"}
+        for sketch in sketches:
+            func = lower(sketch.trace_of(default_row(sketch, 1)).replay(dag))
+            kernels, workspace = split_kernels(func)
+            assert len(kernels) == 3 and [b.name for b in workspace] == ["total"]
+            for got, want in zip(tc.emulate_gpu(sketch.trace_of(default_row(sketch, 1)).replay(dag), TARGET)(*inputs),
+                                 dag.evaluate_numpy(inputs)):
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_scalars_and_float64_tiles_get_kernels_the_verifier_accepts():
+    """A quantization's scale (a sum over everything, then scalar arithmetic) and a float64
+    matmul, whose shared tiles are fetched two lanes a copy (16 bytes), not four."""
+    X = te.placeholder((300,), name="X")
+    k = te.reduce_axis((0, 300), name="k")
+    total = te.compute((), lambda: te.sum(X[k], axis=k), name="total")
+    scale = te.compute((), lambda: total[()] / 255.0, name="scale")
+    A, B = te.placeholder((64, 64), name="A", dtype="float64"), te.placeholder((64, 64), name="B", dtype="float64")
+    k2 = te.reduce_axis((0, 64), name="k2")
+    product = te.compute((64, 64), lambda i, j: te.sum(A[i, k2] * B[k2, j], axis=k2), name="product")
+    for dag in (tc.ComputeDAG([X, scale]), tc.ComputeDAG([A, B, product])):
+        inputs = dag.random_inputs(np.random.default_rng(0))
+        for sketch in generate_sketches(dag, target=TARGET):
+            sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+            np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                                       rtol=1e-4, atol=1e-4)
+    tiled = generate_sketches(dag, target=TARGET)[0]
+    func = lower(tiled.trace_of(default_row(tiled, 1)).replay(dag))
+    copies = [loop for loop in walk_stmts(func.body) if isinstance(loop, For) and loop.kind == "vectorize"]
+    assert copies and all(loop.extent == 2 for loop in copies)
 
 
 def test_reductions_get_a_sketch_across_threads_and_rows_reduce_in_their_block():

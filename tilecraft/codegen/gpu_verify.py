@@ -50,7 +50,8 @@ def verify_gpu(func: LoweredFunc, target) -> tuple[Launch, ...]:
 
 def _verify_kernel(func: LoweredFunc, target) -> Launch:
     loops = bound_loops(func.body)
-    if not any(loop.kind.startswith(("blockIdx", "threadIdx")) for loop in loops):
+    scalars = all(math.prod(b.shape) == 1 for b, written in zip(func.args, func.outputs) if written)
+    if not any(loop.kind.startswith(("blockIdx", "threadIdx")) for loop in loops) and not scalars:
         written = ", ".join(sorted({store.buffer.name for store in walk_stmts(func.body) if isinstance(store, Store)}))
         raise GpuLimitError(f"no loop of the nest writing {written} is bound to blockIdx or threadIdx, so it would "
                             "run on one GPU thread: bind its outer loops (sch.bind(loop, 'blockIdx.x'), ...)")

@@ -132,7 +132,7 @@ class GpuModel:
         from ..ir.slices import into_slice
         from .compiled import check_inputs
 
-        if not self._dags:
+        if len(self._dags) != len(self.kernels):
             raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
                                  "replays its schedules on; compile the model with compile_model to emulate it")
         if self._emulated is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..te.dtype import bytes_of
 from .schedule import LoopRV, Schedule
 from .state import Stage
 
@@ -43,7 +44,9 @@ def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
     """Spread a copy into shared memory over the threads of the GPU block it runs in, as
     MetaSchedule's RewriteCooperativeFetch: its loops fused, split by the thread extents
     bound around it (read only now, once the tiles are known) and ``lanes`` elements a
-    vector, the pieces bound to the same thread axes."""
+    vector, fewer where they would pass 16 bytes (two of float64, int64), the pieces bound
+    to the same thread axes."""
+    lanes = max(min(lanes, 16 // bytes_of(stage.op.dtype)), 1)
     threads: dict[str, int] = {}
     for loop_id in sch.loop_path(stage.name):
         loop = sch.state.stage_of_loop(loop_id).loop(loop_id)

@@ -181,7 +181,8 @@ class GpuAutoBind(SketchRule):
 
     def condition(self, draft: Draft, block: str) -> Condition:
         stage = draft.stage(block)
-        at_root = not stage.attach and block not in draft.tiled and (stage.is_output or not draft.sch.state.consumers_of(block))
+        at_root = not stage.attach and block not in draft.tiled and (
+            stage.is_output or _host_kernel(draft, block) is None)
         return Condition.APPLY_AND_SKIP_REST if at_root and not _ends_epilogue(draft, block) else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
@@ -194,10 +195,13 @@ class GpuAutoBind(SketchRule):
     def _threads_over_space(self, draft: Draft, block: str) -> Draft:
         """Blocks over the rows that a reduction it reads is computed for (a softmax's), the
         threads of a block over the rest, so that the reduction, computed at the block, covers
-        one row; without such a reduction, blocks and threads over all the loops fused."""
+        one row; without such a reduction, blocks and threads over all the loops fused. A
+        scalar (a quantization's scale) is one thread's."""
         sch = draft.sch.copy()
         b = sch.get_block(block)
         spatial = len(draft.stage(block).op.axis)
+        if not spatial:
+            return draft.derive(sch, f"auto_bind({block})")
         loops = sch.get_loops(b)[:spatial]
         rows = _reduced_rows(draft, block)
         threads = _uniform(sch, THREAD_COUNTS)
@@ -222,13 +226,13 @@ class GpuComputeAtBlock(SketchRule):
 
     def condition(self, draft: Draft, block: str) -> Condition:
         stage = draft.stage(block)
-        consumers = draft.sch.state.consumers_of(block)
-        wanted = not stage.attach and not stage.is_output and len(consumers) >= 1 and block not in draft.tiled
+        wanted = (not stage.attach and not stage.is_output and _host_kernel(draft, block) is not None
+                  and block not in draft.tiled)
         return Condition.APPLY_AND_SKIP_REST if wanted else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         results = []
-        consumer = _root_consumer(draft.sch, block)
+        consumer = _host_kernel(draft, block)
         # rows bound to threads as well as blocks (a global pool's channels): each thread
         # computes its own row, where at the block loop each would compute the block's rows
         per_thread = _reduced_rows(draft, consumer) >= len(draft.stage(consumer).op.axis)
@@ -282,11 +286,12 @@ def threads_over_reduction(draft: Draft, block: str, epilogue: str | None = None
         loops = sch.get_loops(sch.get_block(block))[1:]  # the reduction's own, inside the row
     else:
         loops = sch.get_loops(sch.get_block(block))
-        rows = sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]
+        rows = (sch.fuse(*loops[:spatial]) if spatial > 1 else loops[0]) if spatial else None  # a scalar: one block
     reduction = sch.fuse(*loops[spatial:]) if len(loops) - spatial > 1 else loops[spatial]
     threads = _uniform(sch, THREAD_COUNTS)
     _, lanes = sch.split(reduction, [None, threads])
-    sch.bind(rows, "blockIdx.x")
+    if rows is not None:
+        sch.bind(rows, "blockIdx.x")
     sch.bind(lanes, "threadIdx.x")
     return draft.derive(sch, f"cross_thread({block})")
 
@@ -356,12 +361,16 @@ def _uniform(sch: Schedule, values: tuple[int, ...]):
     return sch.sample_categorical(list(values), [1 / len(values)] * len(values))
 
 
-def _root_consumer(sch: Schedule, block: str) -> str:
-    """The block at the root that (through attached blocks) consumes ``block``."""
-    stage = sch.state.consumers_of(block)[0]
-    while stage.attach is not None:
-        stage = sch.state.stage(stage.attach.stage)
-    return stage.name
+def _host_kernel(draft: Draft, block: str) -> str | None:
+    """The block at the root whose loops ``block`` can be computed at: the one that (through
+    attached blocks) consumes it, if only one does and it has loops. Else None: ``block`` is a
+    kernel of its own (``ir/kernels.py``) before the kernels that read it, several or a scalar's."""
+    roots = set()
+    for stage in draft.sch.state.consumers_of(block):
+        while stage.attach is not None:
+            stage = draft.sch.state.stage(stage.attach.stage)
+        roots.add(stage.name)
+    return roots.pop() if len(roots) == 1 and draft.stage(next(iter(roots))).op.axis else None
 
 
 GPU_SKETCH_RULES: list[SketchRule] = [GpuInline(), GpuMultiLevelTiling(), GpuAutoBind(), GpuComputeAtBlock(),
