@@ -463,3 +463,28 @@ def test_split_k_through_a_workspace_finishes_any_epilogue_in_a_second_kernel():
         assert "atomicAdd" not in module.source
 
 
+
+
+def test_float16_is_held_as_half_and_computed_in_float32():
+    """Element-wise and a sum across threads, of float16: loads widened (PTX's cvt), stores
+    rounded, the partial sums in float32; values as NumPy's to float16's precision."""
+    X = te.placeholder((6, 150), name="X", dtype="float16")
+    k = te.reduce_axis((0, 150), name="k")
+    total = te.compute((6,), lambda i: te.sum(X[i, k], axis=k), name="total")
+    halved = te.compute((6, 150), lambda i, j: X[i, j] * te.const(0.5, "float16") + total[i], name="halved")
+    sch = tc.Schedule(tc.ComputeDAG([X, halved]))
+    i, j = sch.get_loops(sch.get_block("halved"))
+    sch.bind(i, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    sch.compute_at(sch.get_block("total"), i)
+    _, lanes = sch.split(sch.get_loops(sch.get_block("total"))[-1], [None, 64])
+    sch.bind(lanes, "threadIdx.x")
+    x = np.random.default_rng(0).standard_normal((6, 150)).astype(np.float16)
+    want = x.astype(np.float32) * 0.5 + x.astype(np.float32).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(tc.emulate_gpu(sch, "cuda -arch=sm_90")(x).astype(np.float32), want, rtol=2e-3, atol=2e-2)
+    if shutil.which("nvcc"):
+        module = tc.build(sch, "cuda" if tc.cuda_available() else "cuda -arch=sm_90")
+        assert "tc_h2f(X[" in module.source and "halved[" in module.source and "tc_f2h(" in module.source
+        assert "float total_partial[1];" in module.source
+        if tc.cuda_available():
+            np.testing.assert_allclose(module(x).astype(np.float32), want, rtol=2e-3, atol=2e-2)

@@ -33,8 +33,8 @@ def test_node_case(case, compiled, kernel_cache):
     assert status == PASS, message
 
 
-# One case an operator, compiled for a GPU and emulated: every supported operator runs there,
-# but a float16 result, which the CUDA backend does not compute in yet (a clear refusal).
+# One case an operator, compiled for a GPU (its CUDA C built) and emulated: every supported
+# operator runs there, float16 ones too.
 _FIRST = {}
 for _case in CASES:
     if _case.model.graph.node:
@@ -48,8 +48,6 @@ def test_node_case_on_a_gpu(case, kernel_cache):
     status, message = run_case(case, compiled=True, cache_dir=kernel_cache, target="cuda -arch=sm_90")
     if status == UNSUPPORTED:
         pytest.skip(message)
-    if "float16, which the CUDA backend does not compute in yet" in message:
-        pytest.xfail(message)
     assert status == PASS, message
 
 

@@ -66,6 +66,16 @@ def compute_dtype(dtype: str) -> str:
 
 
 class _Emitter:
+    @staticmethod
+    def half_to_float(text: str) -> str:
+        """A float16 element read, as the float32 it is computed in."""
+        return f"((float){text})"
+
+    @staticmethod
+    def float_to_half(text: str) -> str:
+        """A float32 value stored to a float16 element (rounded to nearest even)."""
+        return f"(_Float16)({text})"
+
     def __init__(self, func: LoweredFunc, target: Target):
         self.func, self.target = func, target
         self.out = CodeWriter()
@@ -112,7 +122,7 @@ class _Emitter:
             return _literal(e)
         if isinstance(e, TensorRead):
             text = f"{self.buffer_name(e.tensor)}[{self.expr(self.flat_index(e.tensor, e.indices))}]"
-            return f"((float){text})" if e.tensor.dtype == "float16" else text
+            return self.half_to_float(text) if e.tensor.dtype == "float16" else text
         if isinstance(e, Binary):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _C_OPS:
@@ -163,7 +173,7 @@ class _Emitter:
         elif isinstance(s, Store):
             value = self.expr(s.value)
             if s.buffer.dtype == "float16":
-                value = f"(_Float16)({value})"
+                value = self.float_to_half(value)
             self.out.line(f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}] = {value};")
         elif isinstance(s, AtomicAdd):  # only in a GPU kernel's emulation, whose blocks run one after another
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"

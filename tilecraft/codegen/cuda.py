@@ -38,8 +38,15 @@ typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; t
 #define NAN __int_as_float(0x7fffffff)
 #else
 """
-# The C backend's helpers, as device functions
-_PRELUDE = f"{_RTC_NAMES}{_INCLUDES}\n#endif\n\n" + _HELPERS.replace("static inline", "__device__ __forceinline__")
+# The C backend's helpers, as device functions; float16 held as its bits and computed in float32
+_HALF = """
+__device__ __forceinline__ float tc_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ unsigned short tc_f2h(float f) {
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+"""
+_PRELUDE = (f"{_RTC_NAMES}{_INCLUDES}\n#endif\n\n" + _HELPERS.replace("static inline", "__device__ __forceinline__")
+            + _HALF)
 
 GPU_AXES = ("blockIdx", "threadIdx", "vthread")
 # nvcc may give a thread up to 255 registers; asking it for at most 128 (through the minimum
@@ -96,6 +103,14 @@ def bound_loops(s: Stmt) -> list[For]:
 
 
 class _CudaEmitter(_Emitter):
+    @staticmethod
+    def half_to_float(text: str) -> str:
+        return f"tc_h2f({text})"
+
+    @staticmethod
+    def float_to_half(text: str) -> str:
+        return f"tc_f2h({text})"
+
     def __init__(self, func: LoweredFunc, target):
         super().__init__(func, target)
         self.launch = launch_of(func)
@@ -152,7 +167,7 @@ class _CudaEmitter(_Emitter):
         """Warp shuffles within a warp's share of a row; across warps (a row of 64 to 1024
         threads), through one shared slot a warp; other row lengths through a slot a thread."""
         self._check_uniform("the cross-thread reduction into " + s.buffer.name)
-        ctype = C_TYPES[s.buffer.dtype]
+        ctype = _ctype(s.buffer.dtype)
         suffix = _SUFFIX[s.buffer.dtype]
         combine = {"sum": "({a} + {b})", "max": f"tc_max_{suffix}({{a}}, {{b}})",
                    "min": f"tc_min_{suffix}({{a}}, {{b}})"}[s.combiner]
@@ -208,12 +223,12 @@ class _CudaEmitter(_Emitter):
         size = math.prod(b.shape)
         name = self.buffer_name(b)
         if b.scope == "shared" and self.launch.shared_bytes:  # a slice of the block's dynamic shared memory
-            ctype = C_TYPES[b.dtype]
+            ctype = _ctype(b.dtype)
             self.out.line(f"{ctype}* __restrict__ {name} = ({ctype}*)(tc_shared + {self.shared_offsets[id(b)]});")
         elif b.scope == "shared":
-            self.out.line(f"__shared__ __align__(16) {C_TYPES[b.dtype]} {name}[{size}];")
+            self.out.line(f"__shared__ __align__(16) {_ctype(b.dtype)} {name}[{size}];")
         elif b.scope == "local":
-            self.out.line(f"{C_TYPES[b.dtype]} {name}[{size}];")
+            self.out.line(f"{_ctype(b.dtype)} {name}[{size}];")
         else:
             raise LoweringError(
                 f"buffer {b.name} ({list(b.shape)}) would be a whole intermediate tensor in global memory, which a "
@@ -291,11 +306,8 @@ class _CudaEmitter(_Emitter):
                                 "backend does not pack yet: leave the layout as it is")
         params = []
         for buffer, written in zip(f.args, f.outputs):
-            if buffer.dtype == "float16":
-                raise LoweringError(f"argument {buffer.name} is float16, which the CUDA backend does not compute "
-                                    "in yet; use float32")
             const_qual = "" if written else "const "
-            params.append(f"{const_qual}{C_TYPES[buffer.dtype]}* __restrict__ {self.buffer_name(buffer)}")
+            params.append(f"{const_qual}{_ctype(buffer.dtype)}* __restrict__ {self.buffer_name(buffer)}")
         body = CodeWriter()
         self.out = body
         threads = self.launch.threads
@@ -322,6 +334,12 @@ def registers_a_thread(threads, registers_per_block: int, max_registers_per_thre
     threads share 64K registers)."""
     blocks = blocks_an_sm(threads, registers_per_block)
     return np.minimum(max_registers_per_thread, registers_per_block // (threads * blocks))
+
+
+def _ctype(dtype: str) -> str:
+    """A buffer element's CUDA type: float16 as its bits (``unsigned short``), converted by
+    ``tc_h2f`` and ``tc_f2h`` (PTX's ``cvt``: no header, so NVRTC and nvcc alike)."""
+    return "unsigned short" if dtype == "float16" else C_TYPES[dtype]
 
 
 def _halvings(width: int) -> list[int]:

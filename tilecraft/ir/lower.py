@@ -171,7 +171,7 @@ class _Lowering:
                 f"spatial loops must all be outside its reduction loops and its init not decomposed; "
                 f"{'loops ' + ', '.join(inner_spatial) + ' are' if inner_spatial else 'the init is'} inside: "
                 "reorder the spatial loops outward")
-        dtype = stage.op.dtype
+        dtype = "float32" if stage.op.dtype == "float16" else stage.op.dtype  # a float16 sum computes in float32
         partial = Buffer(f"{stage.name}_partial", (1,), dtype, "local")
         result = Buffer(f"{stage.name}_reduced", (1,), dtype, "local")
         here = (const(0),)
