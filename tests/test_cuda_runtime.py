@@ -234,6 +234,8 @@ def test_bad_launch_specs_and_metadata_are_refused():
         LaunchSpec((1, 1, 1), (32, 1, 1), shared_bytes=-1)
     with pytest.raises(ValueError, match="lacks 'launch'"):
         CudaModule.from_artifact(b"", {"entry": "k", "args": []})
+    with pytest.raises(ValueError, match="lacks 'args'"):
+        CudaModule.from_artifact(b"", {"entry": "k", "launch": {"grid": [1, 1, 1], "block": [32, 1, 1]}})
     for zeroed in ((-1,), (2, 2), ("2",)):
         with pytest.raises(ValueError, match="zeroed=.* must be distinct argument indices"):
             LaunchSpec((1, 1, 1), (32, 1, 1), zeroed=zeroed)

@@ -66,15 +66,8 @@ def compute_dtype(dtype: str) -> str:
 
 
 class _Emitter:
-    @staticmethod
-    def half_to_float(text: str) -> str:
-        """A float16 element read, as the float32 it is computed in."""
-        return f"((float){text})"
-
-    @staticmethod
-    def float_to_half(text: str) -> str:
-        """A float32 value stored to a float16 element (rounded to nearest even)."""
-        return f"(_Float16)({text})"
+    HALF_TO_FLOAT = "((float){})"  # a float16 element read, as the float32 it is computed in
+    FLOAT_TO_HALF = "(_Float16)({})"  # a float32 value stored to a float16 element, rounded to nearest even
 
     def __init__(self, func: LoweredFunc, target: Target):
         self.func, self.target = func, target
@@ -122,7 +115,7 @@ class _Emitter:
             return _literal(e)
         if isinstance(e, TensorRead):
             text = f"{self.buffer_name(e.tensor)}[{self.expr(self.flat_index(e.tensor, e.indices))}]"
-            return self.half_to_float(text) if e.tensor.dtype == "float16" else text
+            return self.HALF_TO_FLOAT.format(text) if e.tensor.dtype == "float16" else text
         if isinstance(e, Binary):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _C_OPS:
@@ -173,7 +166,7 @@ class _Emitter:
         elif isinstance(s, Store):
             value = self.expr(s.value)
             if s.buffer.dtype == "float16":
-                value = self.float_to_half(value)
+                value = self.FLOAT_TO_HALF.format(value)
             self.out.line(f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}] = {value};")
         elif isinstance(s, AtomicAdd):  # only in a GPU kernel's emulation, whose blocks run one after another
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"

@@ -103,13 +103,7 @@ def bound_loops(s: Stmt) -> list[For]:
 
 
 class _CudaEmitter(_Emitter):
-    @staticmethod
-    def half_to_float(text: str) -> str:
-        return f"tc_h2f({text})"
-
-    @staticmethod
-    def float_to_half(text: str) -> str:
-        return f"tc_f2h({text})"
+    HALF_TO_FLOAT, FLOAT_TO_HALF = "tc_h2f({})", "tc_f2h({})"  # float16 held as its bits (_ctype)
 
     def __init__(self, func: LoweredFunc, target):
         super().__init__(func, target)

@@ -299,7 +299,7 @@ class CudaModule:
         """
         try:
             args, workspace = ([ArgSpec(a["name"], tuple(a["shape"]), a["dtype"], bool(a["is_output"]))
-                                for a in metadata.get(key, ())] for key in ("args", "workspace"))
+                                for a in listed] for listed in (metadata["args"], metadata.get("workspace", ())))
             launch = metadata["launch"]
             launches = ([LaunchSpec.from_json(one) for one in launch] if isinstance(launch, list)
                         else LaunchSpec.from_json(launch))

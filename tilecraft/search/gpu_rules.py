@@ -99,10 +99,7 @@ class GpuMultiLevelTiling(SketchRule):
         what the epilogue adds (a bias, a residual) added by the first part."""
         sch = draft.sch.copy()
         spatial = len(draft.stage(block).op.axis)
-        first = sch.get_loops(sch.get_block(block))[spatial]
-        factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
-        parts, rest = sch.split(first, [factors[0], None])
-        partials = sch.rfactor(parts, 0)  # block now adds up the partial sums over its last loop
+        partials, parts, rest, factors = self._partial_sums(sch, block, spatial)
         if epilogue is not None:
             sch.reverse_compute_inline(sch.get_block(epilogue))  # into the sum of the parts
         spatial_tiles, _ = multi_level_tile(sch, partials.name, self.structure, self.max_innermost_factor,
@@ -120,10 +117,7 @@ class GpuMultiLevelTiling(SketchRule):
         epilogue, whatever it is (a ReLU, which atomic adds could not; ``ir/kernels.py``)."""
         sch = draft.sch.copy()
         spatial = len(draft.stage(block).op.axis)
-        first = sch.get_loops(sch.get_block(block))[spatial]
-        factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
-        parts, rest = sch.split(first, [factors[0], None])
-        partials = sch.rfactor(parts, 0)
+        partials, parts, rest, factors = self._partial_sums(sch, block, spatial)
         stored = sch.cache_write(partials, 0, "local")  # partials compute in registers, ``stored`` writes them
         spatial_tiles, _ = multi_level_tile(sch, partials.name, self.structure, self.max_innermost_factor,
                                             padded=False, whole=(parts,), given={rest.id: factors[1:]})
@@ -140,6 +134,16 @@ class GpuMultiLevelTiling(SketchRule):
             sch.compute_at(sch.get_block(block), threads)
         derived = draft.derive(sch, "gpu_split_k_workspace", tiled=partials.name)
         return derived, derived.index(cached or partials.name) - 1
+
+    def _partial_sums(self, sch: Schedule, block: str, spatial: int) -> tuple:
+        """Split-K's parts: the reduction's first axis (after ``spatial`` loops) tiled with one
+        more level outermost, the parts; each part's sum factored out (``rfactor``: ``block``
+        then adds up the partial sums over its last loop). Returns the partials' block, the
+        parts' loop, the rest's loop and the tile's factors, the rest's still to apply."""
+        first = sch.get_loops(sch.get_block(block))[spatial]
+        factors = sch.sample_perfect_tile(first, 1 + self.structure.count("R"), self.max_innermost_factor)
+        parts, rest = sch.split(first, [factors[0], None])
+        return sch.rfactor(parts, 0), parts, rest, factors
 
     def _bind_and_cache(self, sch: Schedule, copy_loops: list, tiled: str, spatial_tiles: list,
                         outer: list = ()) -> tuple[str | None, object]:
