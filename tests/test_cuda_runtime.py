@@ -566,10 +566,38 @@ def test_a_module_of_two_kernels_runs_them_in_order_on_a_workspace_it_allocates_
     graph = cuda_runtime.LaunchGraph(cuda_runtime.LaunchPlan([(module, [x.pointer for x in arrays])]))
     graph.run()
     np.testing.assert_array_equal(arrays[2].numpy(), np.maximum(a - b, 0))
-    assert driver.launches == 4 and len(driver.memory) == 4  # the three arrays and the workspace
+    assert driver.launches == 4 and len(driver.memory) == 5  # the three arrays, the calls' and the plan's workspace
     del module, graph, arrays
     gc.collect()
     assert driver.memory == {}
+
+
+def test_each_stream_and_each_plan_has_a_workspace_of_its_own(monkeypatch):
+    """Two streams run at once: kernels on each that shared one workspace would add into
+    each other's partial sums. A plan's workspace goes with the plan; the streams' with the
+    module."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    seen = []  # the workspace address each launch would get
+    launches = (LaunchSpec((4, 1, 1), (256, 1, 1)), LaunchSpec((8, 1, 1), (128, 1, 1)))
+    module = CudaModule(b"two", ADD, "vector_add", ADD_ARGS, launches, KernelOnFakeMemory.args[3:])
+    arrays = [cuda_runtime.DeviceArray(x) for x in (*host_inputs(), np.zeros(N, np.float32))]
+    pointers = [x.pointer for x in arrays]
+    kernel = module.loaded()
+    for stream in (0, 7, 0):
+        seen.append(int(kernel.pack(pointers, stream)[0][-1]))
+    plans = [cuda_runtime.LaunchPlan([(module, pointers)] * 2) for _ in range(2)]
+    seen += [int(packed[0][-1]) for plan in plans for _, packed in plan._launches]
+    assert seen[0] == seen[2] and len({seen[0], seen[1], seen[3], seen[5]}) == 4  # stream 0, 7, each plan
+    assert seen[3] == seen[4] and seen[5] == seen[6]  # a plan's steps run in order on its stream: one workspace
+    assert len(driver.memory) == 3 + 4
+    del plans
+    gc.collect()
+    assert len(driver.memory) == 3 + 2  # the plans' workspaces went with them
+    del module, kernel
+    gc.collect()
+    assert len(driver.memory) == 3
 
 
 def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tmp_path):

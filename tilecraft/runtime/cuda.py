@@ -230,7 +230,7 @@ class CudaModule:
 
     A kernel takes one pointer per argument, in ``args`` order, then one per ``workspace``
     buffer: global memory that one kernel writes and a later one reads (split-K's partial
-    sums), allocated when the module is loaded. ``module(*inputs)``
+    sums), one for each stream that calls it (``_Kernel.pack``). ``module(*inputs)``
     returns new outputs (one, or a tuple); ``module(*inputs, out=outputs)`` writes into
     given ones and returns them; ``module(*all_arguments)`` returns None. Arrays are all
     NumPy (copied to the GPU and back; the call waits) or all GPU arrays (passed by
@@ -560,7 +560,8 @@ class DeviceArray:
 class LaunchPlan:
     """Kernels launched in order on fixed GPU addresses, each one's arguments packed once, so
     that a call costs the driver's launches and little else (a compiled model's steps; the
-    same fixed addresses let a ``LaunchGraph`` capture them).
+    same fixed addresses let a ``LaunchGraph`` capture them). A kernel with a workspace gets
+    one of the plan's own, freed with the plan, whatever stream the plan runs on.
 
     Args:
         calls: Each launch: a ``CudaModule`` and the GPU address of each of its arguments.
@@ -573,7 +574,7 @@ class LaunchPlan:
             if len(pointers) != len(module.args):
                 raise ValueError(f"{module.entry} takes {len(module.args)} arguments, not {len(pointers)}")
             kernel = module.loaded(device)
-            self._launches.append((kernel, kernel.pack(pointers)))
+            self._launches.append((kernel, kernel.pack(pointers, plan=self)))
 
     def __len__(self) -> int:
         return len(self._launches)
@@ -663,27 +664,40 @@ def _free(cu: Any, context: Any, pointer: int) -> None:
         cu.cuCtxPopCurrent()
 
 
+def _free_workspaces(cu: Any, context: Any, workspaces: dict, owner: tuple[str, int] | None = None) -> None:
+    """Free the workspace of ``owner`` (a finalizer of its plan), or every one left (of the kernel)."""
+    owners = list(workspaces) if owner is None else [owner]
+    if owners and cu.cuCtxPushCurrent(context)[0] == 0:
+        for pointer in (pointer for key in owners for pointer in workspaces.pop(key)):
+            cu.cuMemFree(pointer)
+        cu.cuCtxPopCurrent()
+
+
 class _Kernel:
     """A module's kernels, each an entry of one cubin, loaded on one GPU in its primary
-    context with the workspace they share; the module is unloaded and the workspace freed
-    when this is garbage-collected. ``kernels``: each one's entry and launch, in order;
-    ``arg_bytes`` and ``workspace_bytes``: the size of each argument and workspace buffer."""
+    context; the module is unloaded when this is garbage-collected. ``kernels``: each one's
+    entry and launch, in order; ``arg_bytes`` and ``workspace_bytes``: the size of each
+    argument and workspace buffer.
+
+    Each stream that calls the kernels, and each ``LaunchPlan`` of them, gets a workspace of
+    its own, made at its first launch: kernels queued on one stream run one after another,
+    so they may share one, but two streams run at once and would add into each other's
+    partial sums (as cuBLAS keeps a workspace per stream). A plan's is freed with the plan,
+    the streams' with this."""
 
     def __init__(self, cubin: bytes, kernels: tuple[tuple[str, LaunchSpec], ...], device: int,
                  arg_bytes: tuple[int, ...], workspace_bytes: tuple[int, ...] = ()) -> None:
-        self.kernels, self.device, self.arg_bytes = kernels, device, arg_bytes
+        self.kernels, self.device, self.arg_bytes, self.workspace_bytes = kernels, device, arg_bytes, workspace_bytes
         cu = _driver()
         self.context = _primary_context(device)
+        self._workspaces: dict[tuple[str, int], list[int]] = {}  # ("stream", handle) or ("plan", id) -> addresses
         with self.current():
             module = _call(cu.cuModuleLoadData, cubin)
             weakref.finalize(self, _unload, cu, self.context, module).atexit = False
+            weakref.finalize(self, _free_workspaces, cu, self.context, self._workspaces).atexit = False
             self.functions, self.registers = [], []
             for entry, launch in kernels:
                 self.functions.append(self._function(cu, module, entry, launch))
-            self.workspace = []
-            for size in workspace_bytes:
-                self.workspace.append(int(_call(cu.cuMemAlloc, max(size, 1))))
-                weakref.finalize(self, _free, cu, self.context, self.workspace[-1]).atexit = False
 
     def _function(self, cu: Any, module: Any, entry: str, launch: LaunchSpec) -> Any:
         """The function ``entry`` of ``module``, set up for ``launch`` (its dynamic shared
@@ -714,14 +728,22 @@ class _Kernel:
         """This GPU's context made current for the calling thread, and the thread's own restored after."""
         return _current(self.context)
 
-    def pack(self, pointers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    def pack(self, pointers: Sequence[int], stream: Any = 0, plan: LaunchPlan | None = None
+             ) -> tuple[np.ndarray, np.ndarray]:
         """The kernels' arguments as ``cuLaunchKernel`` takes them: ``pointers`` (one an
-        argument), then the workspace."""
-        return _packed([*pointers, *self.workspace])
+        argument), then the workspace of ``stream``, or of ``plan`` (freed with it)."""
+        owner = ("stream", int(stream)) if plan is None else ("plan", id(plan))
+        if self.workspace_bytes and owner not in self._workspaces:
+            cu = _driver()
+            with self.current():
+                self._workspaces[owner] = [int(_call(cu.cuMemAlloc, max(size, 1))) for size in self.workspace_bytes]
+            if plan is not None:
+                weakref.finalize(plan, _free_workspaces, cu, self.context, self._workspaces, owner).atexit = False
+        return _packed([*pointers, *self._workspaces.get(owner, ())])
 
-    def launch(self, pointers: Sequence[int], stream: int, times: int = 1) -> None:
+    def launch(self, pointers: Sequence[int], stream: Any, times: int = 1) -> None:
         """Launch the kernels ``times`` times on ``stream``, their arguments packed once."""
-        self.launch_packed(self.pack(pointers), stream, times)
+        self.launch_packed(self.pack(pointers, stream), stream, times)
 
     def launch_packed(self, packed: tuple[np.ndarray, np.ndarray], stream: int, times: int = 1) -> None:
         """Launch the kernels in order ``times`` times on ``stream`` with arguments ``pack``-ed
