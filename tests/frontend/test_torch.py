@@ -56,6 +56,41 @@ def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, qu
         assert_close(compiled(again), net(again))
 
 
+def test_a_graph_on_gpu_0_compiles_for_the_gpu_and_one_elsewhere_runs_in_pytorch_saying_why():
+    choose = torch_backend._target_for
+    assert choose([], None) is None and choose([], "llvm -mcpu=znver3") == "llvm -mcpu=znver3"
+    assert choose(["cuda:0"], None) == "cuda" and choose(["cuda:0"], "cuda -arch=sm_80") == "cuda -arch=sm_80"
+    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:1; tilecraft compiles for the CPU, or for "
+                                                            r"cuda:0 with a CUDA target"):
+        choose(["cuda:1"], None)
+    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:0, cuda:1; .* \(options=\{'target': 'cuda'\}"):
+        choose(["cuda:0", "cuda:1"], "cuda")
+    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:0; .*, not 'llvm'"):
+        choose(["cuda:0"], "llvm")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and PyTorch built for CUDA")
+@pytest.mark.parametrize("name", ["cnn", "transformer"])
+def test_on_a_gpu_torch_compile_and_from_torch_run_the_model_there(name, kernel_cache, quiet):
+    net, x = network(name)
+    net, x = net.cuda(), x.cuda()
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # fp32 as ours
+        expected = net(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TorchFallbackWarning)
+            compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
+            got = compiled(x)
+        model = tc.from_torch(net, x, cache_dir=kernel_cache)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):  # another stream current: the call waits for it and for its kernels
+            again = model(x * 2)
+        assert_close(again, net(x * 2))
+    assert got.is_cuda and model(x).is_cuda and type(model.compiled).__name__ == "GpuModel"
+    assert_close(got, expected)
+    assert_close(model(x), expected)
+
+
 class Spectrum(nn.Module):
     """A linear layer, an FFT (which PyTorch cannot export to ONNX), its magnitudes (complex,
     which tilecraft does not compute in), then a linear layer again."""

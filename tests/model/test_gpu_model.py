@@ -24,7 +24,7 @@ from tilecraft.search.space import generate_sketches
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 from onnx_models import tiny_cnn, tiny_transformer  # noqa: E402
-from test_cuda_runtime import FakeMemoryDriver  # noqa: E402
+from test_cuda_runtime import FakeGpuArray, FakeMemoryDriver  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 TARGET = "cuda -arch=sm_90"
@@ -140,6 +140,12 @@ def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):
         gpu.run({name: feeds[name][..., :1]})
     with pytest.raises(ModelInputError, match="missing input"):
         gpu.emulate({})
+    value = gpu.inputs[0]
+    itemsize = np.dtype(value.dtype).itemsize
+    transposed = FakeGpuArray(value.shape, value.dtype, strides=(itemsize,) * len(value.shape))  # copied as bytes
+    with pytest.raises(ModelInputError, match=rf"input {name} is a GPU array that is not C-contiguous; pass "
+                                              rf"x.contiguous\(\)"):
+        gpu.run({**feeds, name: transposed})
 
 
 def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, monkeypatch, tmp_path):

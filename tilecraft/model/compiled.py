@@ -36,6 +36,7 @@ from rich.table import Table
 from ..build import build, build_lowered
 from ..database.log import best_of, load_records
 from ..errors import BuildError, ScheduleError, TilecraftError
+from ..runtime.cuda import is_c_contiguous
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
 from ..ir.lower import lower
@@ -320,6 +321,9 @@ def check_inputs(expected: Sequence[Value], inputs: Mapping[str, Any], gpu: bool
             got = f"{dtype}{list(shape)}" if shape is not None else type(array).__name__
             raise ModelInputError(f"input {name} must be a {'GPU or ' if gpu else ''}numpy array {value} but got "
                                   f"{got}; pass np.asarray(x, dtype={value.dtype!r}) of shape {value.shape}")
+        if face is not None and not is_c_contiguous(shape, face.get("strides"), dtype.itemsize):  # copied as bytes
+            raise ModelInputError(f"input {name} is a GPU array that is not C-contiguous; pass x.contiguous() "
+                                  f"(PyTorch) or cupy.ascontiguousarray(x)")
         checked[name] = array if face is not None else np.require(array, requirements="C")
     return checked
 

@@ -17,6 +17,11 @@ cannot be exported and imported alone runs in PyTorch, and each run of the other
 them compiles as a graph of its own (torch's ``CapabilityBasedPartitioner``), with one
 ``TorchFallbackWarning`` that names the operators left to PyTorch; where none would be
 compiled, the whole graph runs in PyTorch. Outputs carry no autograd history.
+
+A graph whose tensors are on GPU 0 (``module.cuda()``) compiles for that GPU (``GpuModel``):
+its kernels take the tensors where they are and leave the outputs there, launched on the
+legacy default stream, PyTorch's own; where another stream is current, the call waits for it
+first and for the kernels after.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any, Callable, Sequence
 from ..frontend.onnx import from_onnx
 from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
+from ..target import Target
 from .compiled import CompiledModel, ModelInputError, compile_model
 
 BACKEND_OPTIONS = ("log", "target", "cache_dir")  # compile_model's arguments, by the same names
@@ -39,8 +45,9 @@ class TorchFallbackWarning(UserWarning):
 
 
 class TorchModel:
-    """A PyTorch program compiled by tilecraft: called with CPU tensors in the program's order, it returns
-    a tensor (a tuple of them for several outputs), new at every call.
+    """A PyTorch program compiled by tilecraft: called with tensors in the program's order, it returns
+    a tensor (a tuple of them for several outputs), new at every call. A model compiled for a GPU
+    takes CUDA tensors, read and written on the GPU (its outputs are there), or CPU ones.
 
     Attributes:
         onnx_model: The ONNX model it was compiled from (``save_onnx`` writes it).
@@ -70,10 +77,24 @@ class TorchModel:
             raise ModelInputError(f"the model takes {len(self.input_names)} input(s) "
                                   f"({', '.join(map(str, self.compiled.inputs))}) but was given {len(inputs)}")
         taken = {value.name for value in self.compiled.inputs}
-        arrays = {name: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
-                  for name, x in zip(self.input_names, inputs) if name in taken}
-        results = self.compiled.run(arrays)
-        return tuple(torch.from_numpy(results[name]) for name in self.compiled.outputs)
+        device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
+        if device is None:
+            arrays = {name: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+                      for name, x in zip(self.input_names, inputs) if name in taken}
+            results = self.compiled.run(arrays)
+            return tuple(torch.from_numpy(results[name]) for name in self.compiled.outputs)
+        if not hasattr(self.compiled, "capture"):
+            raise ModelInputError(f"the model runs on the CPU ({self.compiled.target}) but was given tensors on "
+                                  f"{device}; pass CPU tensors, or compile it with target='cuda'")
+        # The model's kernels run on the legacy default stream, PyTorch's own unless another is current.
+        waits = torch.cuda.current_stream(device) != torch.cuda.default_stream(device)
+        if waits:
+            torch.cuda.current_stream(device).synchronize()
+        results = self.compiled.run({name: x.detach().contiguous() for name, x in zip(self.input_names, inputs)
+                                     if name in taken})
+        if waits:
+            torch.cuda.synchronize(device)
+        return tuple(torch.as_tensor(results[name], device=device) for name in self.compiled.outputs)
 
     def save_onnx(self, path: str | Path) -> None:
         """Write the ONNX model to ``path``, for ``tilecraft tune-model PATH`` and ``tc.extract_tasks``."""
@@ -94,7 +115,8 @@ def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str 
         module: A ``torch.nn.Module``.
         example_inputs: A tensor, or a tuple of them: the module's positional arguments.
         log: A tuning log, or several in order of preference, as in ``compile_model``.
-        target: The target to compile for; None for the host.
+        target: The target to compile for; None for the host, or for the GPU where the
+            example inputs are CUDA tensors.
         cache_dir: Where kernels are compiled and cached; None for the default.
 
     Raises:
@@ -112,7 +134,8 @@ def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str 
     """
     torch = require_torch()
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    return _compiled(module, inputs, log=log, target=target, cache_dir=cache_dir)
+    on_gpu = target is None and any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
+    return _compiled(module, inputs, log=log, target="cuda" if on_gpu else target, cache_dir=cache_dir)
 
 
 def _compiled(module: Any, inputs: Sequence[Any], **options: Any) -> TorchModel:
@@ -193,15 +216,16 @@ class CapturedGraph:
                                        for n, (x, weight, constant) in enumerate(zip(args, self.weights, fixed))))
 
         frozen.forward = forward
+        devices = sorted({str(x.device) for x in args if isinstance(x, torch.Tensor)} - {"cpu"})
+        placed = False  # whether tilecraft can run the graph where its tensors are
         try:
-            devices = sorted({str(x.device) for x in inputs} - {"cpu"})
-            if devices:
-                raise OnnxImportError(f"its inputs are on {', '.join(devices)}; tilecraft compiles for the CPU")
-            model = _compiled(frozen, inputs, **self.options)
+            target = _target_for(devices, self.options.get("target"))
+            placed = True
+            model = _compiled(frozen, inputs, **{**self.options, "target": target})
             return lambda given: model.run([x for x, constant in zip(given, fixed) if not constant])
         except OnnxImportError as error:
             operators = [node for node in self.graph_module.graph.nodes if node.op in _CALLS]
-            split, refused = (None, []) if devices else self._split(operators)
+            split, refused = self._split(operators) if placed else (None, [])
             reason = str(error).split("\nsupported (domain")[0]
             if split is not None:
                 warnings.warn(f"tilecraft compiles {len(operators) - len(refused)} of the {len(operators)} PyTorch "
@@ -244,6 +268,24 @@ class CapturedGraph:
 
 
 _CALLS = ("call_function", "call_method", "call_module")
+
+
+def _target_for(devices: Sequence[str], target: Any) -> Any:
+    """The target a graph whose tensors are on ``devices`` (besides the CPU) compiles for:
+    the one given, else the host; on GPU 0 (``cuda:0``), the GPU's (``"cuda"``), or a CUDA
+    target given.
+
+    Raises:
+        OnnxImportError: Where tilecraft cannot run the graph there (the graph runs in PyTorch).
+    """
+    if not devices:
+        return target
+    kind = getattr(Target.parse(target), "kind", "llvm") if target is not None else "cuda"
+    if list(devices) != ["cuda:0"] or kind != "cuda":
+        raise OnnxImportError(f"its tensors are on {', '.join(devices)}; tilecraft compiles for the CPU, or for "
+                              f"cuda:0 with a CUDA target (options={{'target': 'cuda'}}, the default there)"
+                              + (f", not {target!r}" if kind != "cuda" else ""))
+    return target or "cuda"
 
 
 def _as_module(captured: CapturedGraph, single: bool) -> Any:

@@ -195,7 +195,7 @@ def _device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -
         raise ValueError(f"{entry}: {role} {spec.name!r} has dtype {dtype.name}, expected {spec.dtype}")
     if shape != spec.shape:
         raise ValueError(f"{entry}: {role} {spec.name!r} has shape {shape}, expected {spec.shape}")
-    if not _is_c_contiguous(shape, face.get("strides"), dtype.itemsize):
+    if not is_c_contiguous(shape, face.get("strides"), dtype.itemsize):
         raise ValueError(f"{entry}: {role} {spec.name!r} is not C-contiguous; pass x.contiguous() (PyTorch) or "
                          f"cupy.ascontiguousarray(x)")
     if spec.is_output and face["data"][1]:
@@ -203,7 +203,7 @@ def _device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -
     return index, int(face["data"][0])
 
 
-def _is_c_contiguous(shape: tuple[int, ...], strides: Sequence[int] | None, itemsize: int) -> bool:
+def is_c_contiguous(shape: tuple[int, ...], strides: Sequence[int] | None, itemsize: int) -> bool:
     """Whether byte ``strides`` (None means C-contiguous) lay ``shape`` out densely in C order;
     an extent-1 axis may have any stride."""
     expected = itemsize
