@@ -55,6 +55,7 @@ GPU_AXES = ("blockIdx", "threadIdx", "vthread")
 REGISTERS_PER_THREAD = 128
 _VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("int32", 2): "int2", ("int32", 4): "int4",
                  ("float64", 2): "double2"}
+_BITS_TYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # a copy of narrower elements moves their bits
 
 
 STATIC_SHARED_BYTES = 48 << 10  # a block's static __shared__ arrays, on every architecture
@@ -256,12 +257,15 @@ class _CudaEmitter(_Emitter):
             self.stmt(s.body, budget)
 
     def vector_access(self, s: For) -> bool:
-        """A vectorized copy of 2 or 4 contiguous, aligned elements as one wide load and store."""
+        """A vectorized copy of contiguous, aligned elements as one wide load and store: 2 or 4
+        of 32 or 64 bits, or 4, 8 or 16 bytes of narrower ones (float16's 8 lanes, a ``uint4``)."""
         body = s.body
         if not (isinstance(body, Store) and isinstance(body.value, TensorRead)):
             return False
-        vtype = _VECTOR_TYPES.get((body.buffer.dtype, s.extent))
         source = body.value
+        vtype = _VECTOR_TYPES.get((body.buffer.dtype, s.extent))
+        if bytes_of(body.buffer.dtype) < 4 and source.tensor.scope != "local":
+            vtype = _BITS_TYPES.get(bytes_of(body.buffer.dtype) * s.extent)
         if vtype is None or source.tensor.dtype != body.buffer.dtype:
             return False
         store_index = self.flat_index(body.buffer, body.indices)
@@ -288,10 +292,11 @@ class _CudaEmitter(_Emitter):
         return True
 
     def _aligned(self, index, var, lanes: int) -> bool:
-        """Whether ``index`` at ``var = 0`` is provably a multiple of ``lanes``."""
+        """Whether ``index`` at ``var = 0`` is provably a multiple of ``lanes`` (a loop of one
+        iteration, whose variable is 0, adds nothing)."""
         linear = to_linear(index, self.ranges)
         return linear.const % lanes == 0 and all(
-            atom is var or coeff % lanes == 0 for atom, coeff in linear.terms.items())
+            atom is var or coeff % lanes == 0 or self.ranges.get(atom) == 1 for atom, coeff in linear.terms.items())
 
     def function(self) -> str:
         f = self.func

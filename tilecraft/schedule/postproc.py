@@ -43,10 +43,10 @@ def apply_block_annotations(sch: Schedule) -> Schedule:
 def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
     """Spread a copy into shared memory over the threads of the GPU block it runs in, as
     MetaSchedule's RewriteCooperativeFetch: its loops fused, split by the thread extents
-    bound around it (read only now, once the tiles are known) and ``lanes`` elements a
-    vector, fewer where they would pass 16 bytes (two of float64, int64), the pieces bound
-    to the same thread axes."""
-    lanes = max(min(lanes, 16 // bytes_of(stage.op.dtype)), 1)
+    bound around it (read only now, once the tiles are known) and a vector of ``lanes``
+    4-byte words (a float4 at 4), as many elements as those hold, up to 16 bytes: 8 of
+    float16, 2 of float64; the pieces bound to the same thread axes."""
+    lanes = max(min(4 * lanes, 16) // bytes_of(stage.op.dtype), 1)
     threads: dict[str, int] = {}
     for loop_id in sch.loop_path(stage.name):
         loop = sch.state.stage_of_loop(loop_id).loop(loop_id)

@@ -61,7 +61,7 @@ class GpuMultiLevelTiling(SketchRule):
     name: str = "gpu_tile"
     structure: str = "SSSRRSRS"
     max_innermost_factor: int = 64
-    fetch_lanes: int = 4  # a float4 a thread a copy step
+    fetch_lanes: int = 4  # 4-byte words a thread a copy step: a float4, or 8 float16 (postproc)
     software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
     split_k: bool = True  # also split-K where it pays
     atomic_split_k: bool = True  # its parts added atomically where they can be; False: by a second kernel, in
