@@ -126,3 +126,28 @@ def test_block_reverse_computed_in_its_producer_but_read_outside_it_gets_a_whole
     assert "allocate S: float32[8, 6] (global)" in text, text
     assert "allocate P: float32[1, 6] (local)" in text, text
     _check(sch, dag, kernel_cache)
+
+
+def test_a_float16_sums_register_tile_holds_float32_and_rounds_once(kernel_cache):
+    """A float16 matmul's accumulator (a thread's or a core's register tile) is float32 on a
+    CPU and a GPU alike, as NumPy's is: summed in float16 over 4,096 products, it was 1.8e-2
+    off; now as close as NumPy's."""
+    from tilecraft.search.default import default_schedule
+
+    for target in (tc.Target.host(), tc.Target("cuda -arch=sm_90")):
+        task = tc.SearchTask(func="matmul", args=(32, 4096, 32, "float16"), target=target)
+        sch = default_schedule(task.compute_dag, target)
+        func = tc.lower(sch)
+        accumulators = [b for b in _allocated(func.body) if b.scope == "local"]
+        assert accumulators and all(b.dtype == "float32" for b in accumulators), accumulators
+        a, b = task.compute_dag.random_inputs()
+        run = tc.build(sch, target, cache_dir=kernel_cache) if target.kind != "cuda" else tc.emulate_gpu(sch, target)
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        error = np.abs(run(a, b).astype(np.float64) - exact).max() / np.abs(exact).max()
+        assert error < 1e-3, error
+
+
+def _allocated(stmt):
+    from tilecraft.ir.nodes import Allocate, walk_stmts
+
+    return [node.buffer for node in walk_stmts(stmt) if isinstance(node, Allocate)]

@@ -23,6 +23,7 @@ from ..errors import LoweringError
 from ..schedule.bound import BoundInference, StageBounds, loop_path
 from ..schedule.state import Stage, common_prefix
 from ..te.arith import bounds, simplify
+from ..te.dtype import accumulates_in
 from ..te.expr import (Cast, Compare, Const, Expr, Logical, Select, TensorRead, Var, binary, const, map_children,
                        reduction_identity, substitute, walk)
 from ..te.tensor import Tensor
@@ -74,7 +75,9 @@ class _Lowering:
         else:
             mins, shape = self.inference.region_written_inside(stage.name, loop)
         scope = "shared" if stage.scope == "shared" else "local" if loop is not None else "global"
-        buffer = Buffer(tensor.name, tuple(shape), tensor.dtype, scope)
+        # A thread's accumulator of a float16 sum (a register tile) holds float32; its copy-out rounds once.
+        dtype = accumulates_in(tensor.dtype) if scope == "local" and stage.op.reduce_axis else tensor.dtype
+        buffer = Buffer(tensor.name, tuple(shape), dtype, scope)
         self.buffers[tensor] = buffer
         self.offsets[tensor] = tuple(mins)
         self.alloc_at.setdefault(loop, []).append(buffer)
@@ -113,7 +116,7 @@ class _Lowering:
             update: Stmt = Store(target.tensor, target.indices, combined)
             if not (isinstance(where, Const) and where.value):
                 all_guards.append(where)
-            init = Store(target.tensor, target.indices, reduction_identity(body.combiner, op.dtype))
+            init = Store(target.tensor, target.indices, reduction_identity(body.combiner, target.dtype))
             bound = {stage.loop(l).annotation for l in stage.leaves if stage.loop(l).kind != "spatial"}
             if "threadIdx.x" in bound:
                 return self._cross_thread_nest(stage, b, target, body.combiner, source, all_guards, spatial_guards)
@@ -171,7 +174,7 @@ class _Lowering:
                 f"spatial loops must all be outside its reduction loops and its init not decomposed; "
                 f"{'loops ' + ', '.join(inner_spatial) + ' are' if inner_spatial else 'the init is'} inside: "
                 "reorder the spatial loops outward")
-        dtype = "float32" if stage.op.dtype == "float16" else stage.op.dtype  # a float16 sum computes in float32
+        dtype = accumulates_in(stage.op.dtype)
         partial = Buffer(f"{stage.name}_partial", (1,), dtype, "local")
         result = Buffer(f"{stage.name}_reduced", (1,), dtype, "local")
         here = (const(0),)

@@ -29,7 +29,7 @@ from ..schedule.trace import SAMPLING_STEPS, Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
 from ..te.arith import to_linear
-from ..te.dtype import bytes_of
+from ..te.dtype import accumulates_in, bytes_of
 from ..te.expr import Var
 from .access import reads_of, reused_only_in_a_window
 from .register_tile import apply_register_tiles, find_register_tiles
@@ -350,7 +350,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
             stage = sch.state.stage_of_loop(kwargs["loop"].id)
             if kwargs["thread_axis"].startswith("threadIdx") and stage.loop(kwargs["loop"].id).kind != "spatial":
-                local_tiles.extend([(bytes_of(stage.op.dtype), ())] * 2)  # across threads: partial, result
+                local_tiles.extend([(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # across threads: partial, result
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
                                 lambda loop_id: form_of(sch, loop_id))
@@ -442,7 +442,8 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
         extents[root] = extents[root] + form_of(leaf)
     of_var = {iv.var: extents[root] for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots)}
     dimensions = _read_dimensions(consumer, reads[0], of_var)
-    return None if dimensions is None else (bytes_of(reads[0].tensor.dtype), (((1, outside),), *dimensions))
+    held = accumulates_in(reads[0].tensor.dtype) if reads[0].tensor.op.reduce_axis else reads[0].tensor.dtype
+    return None if dimensions is None else (bytes_of(held), (((1, outside),), *dimensions))
 
 
 def _read_dimensions(consumer, read, extents: dict) -> tuple | None:

@@ -37,6 +37,12 @@ def bytes_of(dtype: str) -> int:
     return NUMPY_DTYPES[dtype].itemsize
 
 
+def accumulates_in(dtype: str) -> str:
+    """The type a sum of ``dtype`` is kept in while it is summed: float16's in float32 (as
+    NumPy's and cuBLAS's are; a long float16 sum rounded at every step loses two digits)."""
+    return "float32" if dtype == "float16" else dtype
+
+
 def result_dtype(a: str, b: str) -> str:
     """The dtype of a binary operation: floats win over ints, wider wins over narrower."""
     if is_float(a) != is_float(b):
