@@ -90,8 +90,8 @@ class TorchModel:
         waits = torch.cuda.current_stream(device) != torch.cuda.default_stream(device)
         if waits:
             torch.cuda.current_stream(device).synchronize()
-        results = self.compiled.run({name: x.detach().contiguous() for name, x in zip(self.input_names, inputs)
-                                     if name in taken})
+        results = self.compiled.run({name: x.detach().contiguous() if isinstance(x, torch.Tensor) else x
+                                     for name, x in zip(self.input_names, inputs) if name in taken})
         if waits:
             torch.cuda.synchronize(device)
         return tuple(torch.as_tensor(results[name], device=device) for name in self.compiled.outputs)

@@ -350,7 +350,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
             stage = sch.state.stage_of_loop(kwargs["loop"].id)
             if kwargs["thread_axis"].startswith("threadIdx") and stage.loop(kwargs["loop"].id).kind != "spatial":
-                local_tiles.extend([(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # across threads: partial, result
+                local_tiles.extend([(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # partial, result
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
                                 lambda loop_id: form_of(sch, loop_id))
