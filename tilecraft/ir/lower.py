@@ -118,8 +118,11 @@ class _Lowering:
                 all_guards.append(where)
             init = Store(target.tensor, target.indices, reduction_identity(body.combiner, target.dtype))
             bound = {stage.loop(l).annotation for l in stage.leaves if stage.loop(l).kind != "spatial"}
-            if "threadIdx.x" in bound:
-                return self._cross_thread_nest(stage, b, target, body.combiner, source, all_guards, spatial_guards)
+            kinds = [stage.loop(l).kind != "spatial" for l in stage.leaves]  # reduction loops innermost: 0..0 1..1
+            if "threadIdx.x" in bound or (target.dtype != accumulates_in(target.dtype) and stage.init_loop is None
+                                          and any(kinds) and kinds == sorted(kinds)):
+                return self._register_sum_nest(stage, b, target, body.combiner, source, all_guards, spatial_guards,
+                                               across_threads="threadIdx.x" in bound)
             if any(axis.startswith("blockIdx") for axis in bound):
                 return self._cross_block_nest(stage, b, target, body.combiner, source, all_guards)
             return self._reduction_nest(stage, b, _guard(update, all_guards), _guard(init, spatial_guards))
@@ -160,11 +163,13 @@ class _Lowering:
         update_nest = self._nest(stage, b, leaves[split_at:], update)
         return self._nest(stage, b, leaves[:split_at], seq([init_nest, update_nest]))
 
-    def _cross_thread_nest(self, stage: Stage, b: StageBounds, target: TensorRead, combiner: str, source: Expr,
-                           all_guards: list[Expr], spatial_guards: list[Expr]) -> Stmt:
-        """A reduction whose loop is bound to ``threadIdx.x``: each thread accumulates a partial
-        in a register over its share of the reduction loops, the row of threads combines the
-        partials (``ThreadAllReduce``), and the result is stored, by every thread alike."""
+    def _register_sum_nest(self, stage: Stage, b: StageBounds, target: TensorRead, combiner: str, source: Expr,
+                           all_guards: list[Expr], spatial_guards: list[Expr], across_threads: bool) -> Stmt:
+        """A reduction summed in a register, then stored once: one whose loop is bound to
+        ``threadIdx.x`` (each thread accumulates a partial over its share of the reduction
+        loops, the row of threads combines the partials, ``ThreadAllReduce``, and every thread
+        alike stores the result), or a float16 one whose reduction loops are innermost, summed
+        in float32 where its buffer would round every step."""
         leaves = list(stage.leaves)
         first_reduce = next(n for n, l in enumerate(leaves) if stage.loop(l).kind != "spatial")
         inner_spatial = [stage.loop(l).name for l in leaves[first_reduce:] if stage.loop(l).kind == "spatial"]
@@ -176,14 +181,15 @@ class _Lowering:
                 "reorder the spatial loops outward")
         dtype = accumulates_in(stage.op.dtype)
         partial = Buffer(f"{stage.name}_partial", (1,), dtype, "local")
-        result = Buffer(f"{stage.name}_reduced", (1,), dtype, "local")
+        result = Buffer(f"{stage.name}_reduced", (1,), dtype, "local") if across_threads else partial
         here = (const(0),)
         accumulate = Store(partial, here, _combine(combiner, TensorRead(partial, here), source))
         body = seq([Store(partial, here, reduction_identity(combiner, dtype)),
                     self._nest(stage, b, leaves[first_reduce:], _guard(accumulate, all_guards)),
-                    ThreadAllReduce(combiner, TensorRead(partial, here), result, here),
+                    ThreadAllReduce(combiner, TensorRead(partial, here), result, here) if across_threads else None,
                     _guard(Store(target.tensor, target.indices, TensorRead(result, here)), spatial_guards)])
-        return self._nest(stage, b, leaves[:first_reduce], Allocate(partial, Allocate(result, body)))
+        body = Allocate(result, body) if across_threads else body
+        return self._nest(stage, b, leaves[:first_reduce], Allocate(partial, body))
 
     def _cross_block_nest(self, stage: Stage, b: StageBounds, target: TensorRead, combiner: str, source: Expr,
                           all_guards: list[Expr]) -> Stmt:

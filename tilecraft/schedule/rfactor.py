@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..te.arith import bounds, simplify
+from ..te.dtype import accumulates_in
 from ..te.expr import (Const, Expr, Logical, Reduce, Select, TensorRead, Var, binary, const, reduction_identity,
                        substitute)
 from ..te.tensor import ComputeOp, IterVar, Tensor
@@ -72,11 +73,12 @@ def factor_stages(stage: Stage, loop: Loop, factor_axis: int, first_id: int) -> 
     mapping.update({iv.var: value[root] for iv, root in zip(op.reduce_axis, stage.roots[len(op.axis):])})
     source = substitute(body.source, mapping)
     where = _conjunction([substitute(body.where, mapping)] + predicate)
+    rf_dtype = accumulates_in(op.dtype)  # the partial sums of a float16 sum are float32, rounded once at the end
     if rf_reduce:
         rf_body: Expr = Reduce(body.combiner, source, rf_reduce, where)
     else:  # the factored loop was the only reduction loop: every rf element is one term
-        rf_body = source if _is_true(where) else Select(where, source, reduction_identity(body.combiner, op.dtype))
-    rf_op = ComputeOp(f"{stage.name}_rf", rf_axes, rf_body, op.dtype, op.attrs)
+        rf_body = source if _is_true(where) else Select(where, source, reduction_identity(body.combiner, rf_dtype))
+    rf_op = ComputeOp(f"{stage.name}_rf", rf_axes, rf_body, rf_dtype, op.attrs)
 
     spatial = [l for l in stage.loops if l.kind == "spatial"]
     spatial_roots = list(stage.roots[: len(op.axis)])
