@@ -380,7 +380,7 @@ class FakeMemoryDriver(FakeDriver):
 
     def __init__(self):
         super().__init__()
-        self.memory, self.uploads, self.downloads, self.launches = {}, 0, 0, 0
+        self.memory, self.uploads, self.downloads, self.launches, self.allocations = {}, 0, 0, 0, 0
         self.kernels = {}
         self.captured, self.graph_launches, self.freed = None, 0, []
 
@@ -453,7 +453,8 @@ class FakeMemoryDriver(FakeDriver):
     cuStreamSynchronize = staticmethod(lambda stream: (0,))
 
     def cuMemAlloc(self, size):
-        pointer = 4096 * (len(self.memory) + 1)
+        self.allocations += 1  # never an address still in use, as len(memory) would give after a free
+        pointer = 4096 * self.allocations
         self.memory[pointer] = bytearray(size)
         return 0, pointer
 

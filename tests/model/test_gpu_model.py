@@ -106,6 +106,19 @@ def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compil
     for name in model.outputs:  # GPU arrays in, new GPU arrays out
         assert isinstance(on_gpu[name], cuda_runtime.DeviceArray)
         np.testing.assert_allclose(on_gpu[name].numpy(), expected[name], rtol=1e-4, atol=1e-5)
+    given = {name: cuda_runtime.DeviceArray.empty(model.values[name].shape, model.values[name].dtype)
+             for name in model.outputs}  # a library's own arrays (PyTorch's, made by its allocator)
+    inputs = {n: cuda_runtime.DeviceArray(a) for n, a in feeds.items()}
+    allocated = len(driver.memory)
+    assert model.run(inputs, out=given) == given and len(driver.memory) == allocated  # no output made
+    for name in model.outputs:
+        np.testing.assert_allclose(given[name].numpy(), expected[name], rtol=1e-4, atol=1e-5)
+    first = model.outputs[0]
+    for wrong, message in (({}, r"out= must give each output \(.*\) a GPU array, not \[\]"),
+                           ({**given, first: expected[first]}, f"out: output '{first}' is in the CPU, not on a GPU"),
+                           ({**given, first: FakeGpuArray((1,))}, f"out: output '{first}' has shape \\(1,\\)")):
+        with pytest.raises(ModelInputError, match=message):
+            model.run(feeds, out=wrong)
     times = model.profile(feeds, rounds=2)
     assert sorted(t.desc for t in times) == sorted(k.desc for k in model.kernels)
     assert sum(t.calls for t in times) == launches

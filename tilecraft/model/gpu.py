@@ -64,20 +64,39 @@ class GpuModel:
         results = self.run(inputs)
         return results[self.outputs[0]] if len(self.outputs) == 1 else tuple(results[o] for o in self.outputs)
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+    def run(self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Run the model once on the GPU; new outputs at every call, by name.
 
         With NumPy inputs, the call waits and the outputs are NumPy arrays. With GPU inputs
         (PyTorch or CuPy arrays), it returns without waiting and the outputs are
         ``DeviceArray``s, which ``torch.as_tensor(y, device="cuda")`` or ``cupy.asarray(y)``
-        take without a copy.
+        take without a copy; with ``out`` (a GPU array for every output, by name), they are
+        copied into those instead: a library's own, from its allocator, where a new
+        ``DeviceArray`` costs the driver an allocation and a free that waits for the GPU.
 
         Raises:
-            ModelInputError: If an input is missing or unknown, or has the wrong shape or dtype.
+            ModelInputError: If an input (or an array of ``out``) is missing or unknown, or has the
+                wrong shape or dtype.
             TargetError: If there is no GPU or cuda-bindings here.
         """
+        from ..runtime.cuda import DeviceArray, device_pointer
+        from .compiled import ArgSpec, ModelInputError
+
+        if out is not None:  # checked before anything runs
+            wanted = f"out= must give each output ({', '.join(self.outputs)}) a GPU array"
+            if sorted(out) != sorted(self.outputs):
+                raise ModelInputError(f"{wanted}, not {sorted(out)}")
+            try:
+                for name, value in ((name, self.values[name]) for name in self.outputs):
+                    device_pointer("out", ArgSpec(name, value.shape, value.dtype, True), out[name], 0)
+            except (TypeError, ValueError) as error:
+                raise ModelInputError(f"{wanted}: {error}") from None
         on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
         self._launch(inputs)
+        if out is not None:
+            for name in self.outputs:
+                DeviceArray.view(out[name], self.values[name].shape).copy_from(self._buffers[name])
+            return dict(out)
         return {name: self._buffers[name].copy() if on_gpu else self._buffers[name].numpy() for name in self.outputs}
 
     def capture(self, inputs: Mapping[str, Any]) -> None:

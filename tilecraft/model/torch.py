@@ -31,6 +31,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from ..frontend.onnx import from_onnx
 from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
@@ -90,11 +92,14 @@ class TorchModel:
         waits = torch.cuda.current_stream(device) != torch.cuda.default_stream(device)
         if waits:
             torch.cuda.current_stream(device).synchronize()
-        results = self.compiled.run({name: x.detach().contiguous() if isinstance(x, torch.Tensor) else x
-                                     for name, x in zip(self.input_names, inputs) if name in taken})
+        outputs = {name: torch.empty(self.compiled.values[name].shape, device=device,
+                                     dtype=torch.from_numpy(np.empty(0, self.compiled.values[name].dtype)).dtype)
+                   for name in self.compiled.outputs}  # by PyTorch's allocator: no driver call, no wait
+        self.compiled.run({name: x.detach().contiguous() if isinstance(x, torch.Tensor) else x
+                           for name, x in zip(self.input_names, inputs) if name in taken}, out=outputs)
         if waits:
             torch.cuda.synchronize(device)
-        return tuple(torch.as_tensor(results[name], device=device) for name in self.compiled.outputs)
+        return tuple(outputs.values())
 
     def save_onnx(self, path: str | Path) -> None:
         """Write the ONNX model to ``path``, for ``tilecraft tune-model PATH`` and ``tc.extract_tasks``."""

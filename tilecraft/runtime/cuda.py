@@ -147,7 +147,7 @@ def bind_arrays(entry: str, args: Sequence[ArgSpec], arrays: Sequence[Any], out:
         if isinstance(array, np.ndarray):
             checked[index] = _host_array(entry, args[index], array)
         else:
-            array_device, pointers[index] = _device_pointer(entry, args[index], array, device)
+            array_device, pointers[index] = device_pointer(entry, args[index], array, device)
             device = array_device if device is None else device
             checked[index] = array
     if pointers and len(pointers) != len(given):
@@ -171,7 +171,7 @@ def _host_array(entry: str, spec: ArgSpec, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -> tuple[int, int]:
+def device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -> tuple[int, int]:
     """The GPU and the data address of a GPU array, once checked as ``spec``."""
     role = "output" if spec.is_output else "input"
     face = getattr(array, "__cuda_array_interface__", None)
