@@ -10,7 +10,8 @@ compiled again from the log. Each compiled model's output is checked against onn
 on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed once
 per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with the
 input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
-tilecraft model also with its launches captured in a CUDA graph (``GpuModel.capture``). Needs a
+tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
+(``GpuModel.capture``; a model does that by itself from its second call). Needs a
 GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime. With ``--emulate``, each model
 is compiled for sm_90 and its kernels emulated on the CPU (``GpuModel.emulate``), checked
 against onnxruntime: what the GPU will compute, on a machine without one.
@@ -68,6 +69,7 @@ def bench(name: str, trials: int, directory: Path) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         untuned = tc.compile_model(str(path), "cuda")
+    untuned.capture_after = None  # kernel by kernel: the graph is the next system's
     row = {"model": name, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
            "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
     graphed = _captured(str(path), None, tensor)
@@ -82,6 +84,7 @@ def bench(name: str, trials: int, directory: Path) -> dict:
         scheduler.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))],
                                         verbose=1))
         tuned = tc.compile_model(str(path), "cuda", log=str(log))
+        tuned.capture_after = None
         row.update(tasks=len(tasks), trials=trials, tuning_secs=time.perf_counter() - started,
                    tuned_correct=bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4)))
         tuned_graph = _captured(str(path), str(log), tensor)

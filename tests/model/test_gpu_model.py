@@ -14,6 +14,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.database.record import TuningRecord
+from tilecraft.errors import TilecraftError
 from tilecraft.measure import MeasureErrorKind, MeasureInput, MeasureResult
 from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, plan_buffers
 from tilecraft.model.gpu import GpuModel
@@ -144,6 +145,27 @@ def test_a_captured_model_is_one_graph_launch_a_call_and_computes_the_same(compi
     del graph
     gc.collect()
     assert sorted(driver.freed) == ["executable", "graph", "stream"]
+
+
+def test_from_its_second_call_a_model_launches_one_cuda_graph_and_one_the_driver_refuses_runs_its_plan(
+        compiled, monkeypatch):
+    gpu, feeds, expected = compiled
+    driver, model = on_fake_gpu(gpu, feeds, monkeypatch)
+    launches = sum(step.kernel is not None for step in model.steps)
+    for call in range(3):  # the first sets up the buffers and runs the plan; the second captures it
+        got = model.run(feeds)
+        assert driver.graph_launches == call and driver.launches == (call + 1) * launches
+        for name in model.outputs:
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+    _, refusing = on_fake_gpu(gpu, feeds, monkeypatch)
+    monkeypatch.setattr(cuda_runtime.LaunchGraph, "__init__",
+                        lambda self, plan: (_ for _ in ()).throw(TilecraftError("capture refused")))
+    for _ in range(3):
+        got = refusing.run(feeds)
+    assert refusing._graph is False and refusing._plan_runs == 3
+    np.testing.assert_allclose(got[model.outputs[0]], expected[model.outputs[0]], rtol=1e-4, atol=1e-5)
+    with pytest.raises(TilecraftError, match="capture refused"):  # asked for, it says why
+        refusing.capture(feeds)
 
 
 def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):
