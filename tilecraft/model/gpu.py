@@ -86,7 +86,8 @@ class GpuModel:
             TargetError: If there is no GPU or cuda-bindings here.
         """
         from ..runtime.cuda import DeviceArray, device_pointer
-        from .compiled import ArgSpec, ModelInputError
+        from ..runtime.module import ArgSpec
+        from .compiled import ModelInputError
 
         if out is not None:  # checked before anything runs
             wanted = f"out= must give each output ({', '.join(self.outputs)}) a GPU array"

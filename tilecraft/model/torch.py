@@ -38,6 +38,7 @@ from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
 from ..target import Target
 from .compiled import CompiledModel, ModelInputError, compile_model
+from .gpu import GpuModel
 
 BACKEND_OPTIONS = ("log", "target", "cache_dir")  # compile_model's arguments, by the same names
 
@@ -53,12 +54,13 @@ class TorchModel:
 
     Attributes:
         onnx_model: The ONNX model it was compiled from (``save_onnx`` writes it).
-        compiled: The ``CompiledModel`` that runs it, called with NumPy arrays by input name.
+        compiled: The ``CompiledModel`` (or, for a GPU, ``GpuModel``) that runs it, called with
+            arrays by input name.
         input_names: The name of each positional input in the ONNX model, in order; an input the
             program does not read is not in the model, and is not passed on.
     """
 
-    def __init__(self, onnx_model: Any, compiled: CompiledModel, input_names: Sequence[str]) -> None:
+    def __init__(self, onnx_model: Any, compiled: CompiledModel | GpuModel, input_names: Sequence[str]) -> None:
         self.onnx_model, self.compiled, self.input_names = onnx_model, compiled, tuple(input_names)
 
     def __repr__(self) -> str:
@@ -85,7 +87,7 @@ class TorchModel:
                       for name, x in zip(self.input_names, inputs) if name in taken}
             results = self.compiled.run(arrays)
             return tuple(torch.from_numpy(results[name]) for name in self.compiled.outputs)
-        if not hasattr(self.compiled, "capture"):
+        if not isinstance(self.compiled, GpuModel):
             raise ModelInputError(f"the model runs on the CPU ({self.compiled.target}) but was given tensors on "
                                   f"{device}; pass CPU tensors, or compile it with target='cuda'")
         # The model's kernels run on the legacy default stream, PyTorch's own unless another is current.
