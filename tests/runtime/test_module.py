@@ -151,6 +151,25 @@ def test_read_only_output_is_rejected(add):
         add(a, b, c)
 
 
+def test_read_only_and_memory_mapped_inputs_are_read(add, tmp_path):
+    a, b = inputs()
+    a.flags.writeable = False
+    mapped = np.lib.format.open_memmap(tmp_path / "b.npy", mode="w+", dtype=np.float32, shape=(N,))
+    mapped[:] = b
+    np.testing.assert_array_equal(add(a, mapped), a + b)
+    np.testing.assert_array_equal(add(np.frombuffer(a.tobytes(), np.float32), b), a + b)
+
+
+def test_empty_arguments_pass_the_checks(tmp_path):
+    source = "void nothing(const float* a, float* b) { (void)a; (void)b; }"
+    lib = compile_c(source, Target.host(), cache_dir=tmp_path)
+    module = Module(lib, source, "nothing", (ArgSpec("a", (0, 3), "float32", False),
+                                             ArgSpec("b", (3, 0), "float32", True)))
+    assert module(np.empty((0, 3), np.float32)).shape == (3, 0)
+    out = np.empty((3, 0), np.float32)
+    assert module(np.empty((0, 3), np.float32), out=out) is out
+
+
 def test_python_list_gives_a_clear_type_error(add):
     a, _ = inputs()
     with pytest.raises(TypeError, match=r"input 'b' must be a numpy.ndarray, not list"):
@@ -161,6 +180,11 @@ def test_output_overlapping_an_input_is_rejected(add):
     a, b = inputs()
     with pytest.raises(ValueError, match="output 'c' overlaps argument 'a'"):
         add(a, b, a)
+    both = np.zeros(2 * N, dtype=np.float32)
+    with pytest.raises(ValueError, match="output 'c' overlaps argument 'b'"):
+        add(a, both[N // 2:3 * N // 2], out=both[:N])
+    add(a, both[N:], out=both[:N])  # side by side, apart
+    np.testing.assert_array_equal(both[:N], a)
 
 
 def test_packed_argument_is_packed_before_the_kernel(matvec):

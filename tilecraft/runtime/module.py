@@ -101,15 +101,16 @@ class Module:
         self._pack_fns = {pack.arg_index: (_c_function(lib, pack.func_name, 2, self.lib_path), pack.packed_shape)
                           for pack in self.packs}
         self._dtypes = tuple(np.dtype(arg.dtype) for arg in self.args)
-        self._typestrs = tuple(dtype.str for dtype in self._dtypes)
+        self._nbytes = tuple(math.prod(arg.shape) * dtype.itemsize for arg, dtype in zip(self.args, self._dtypes))
         self._bind({})
 
     def _bind(self, bound: dict[int, np.ndarray]) -> None:
         """Fix the arguments in ``bound`` (arg index -> the buffer the entry receives) and
         work out, once, which arguments a call is given."""
         self._bound = bound
-        self._bound_addresses = {index: array.ctypes.data for index, array in bound.items()}
+        self._bound_slots = [bound[i].ctypes.data if i in bound else 0 for i in range(len(self.args))]
         self._free = [i for i in range(len(self.args)) if i not in bound]
+        self._packed_inputs = [i for i in self._pack_fns if i not in bound]
         self._inputs = [i for i in self._free if not self.args[i].is_output]
         self._output_args = [i for i in self._free if self.args[i].is_output]
 
@@ -234,39 +235,50 @@ class Module:
     def _prepare(self, arrays: Sequence[np.ndarray], out: np.ndarray | Sequence[np.ndarray] | None):
         """The address of every entry argument, in order, once checked; the arrays made here
         (packed inputs, which the caller keeps alive while the entry runs); what the call returns.
-        A call from Python costs about 7 us over the kernel (torch.add: 4), 3 of them reading addresses."""
-        free, inputs, outputs = self._free, self._inputs, self._output_args
-        if len(arrays) == len(free) and out is None:
-            given, result = dict(zip(free, arrays)), None
+        A call from Python costs about 2 us over the kernel with its outputs given, 3 with new
+        ones (torch.add: 3): the checks read attributes, as each NumPy call costs a microsecond."""
+        inputs, outputs = self._inputs, self._output_args
+        addresses = self._bound_slots.copy()
+        if out is None and len(arrays) == len(self._free):
+            given, result = self._free, None
         elif len(arrays) == len(inputs):
-            out_arrays = self._outputs(outputs, out)
-            given = {**dict(zip(inputs, arrays)), **dict(zip(outputs, out_arrays))}
-            result = out_arrays[0] if len(out_arrays) == 1 else out_arrays
+            given = inputs
+            if out is None:
+                result = []
+                for index in outputs:
+                    array, addresses[index] = _aligned_empty(self.args[index].shape, self._dtypes[index],
+                                                             self._nbytes[index])
+                    result.append(array)
+            else:
+                result = self._outputs(outputs, out)
+                given = self._free
+                arrays = (*arrays, *result)
+            result = result[0] if len(result) == 1 else tuple(result)
         else:
             raise TypeError(f"{self.entry_name} takes its inputs ({', '.join(self.args[i].name for i in inputs)}) "
-                            f"or all its arguments ({', '.join(self.args[i].name for i in free)}); "
+                            f"or all its arguments ({', '.join(self.args[i].name for i in self._free)}); "
                             f"got {len(arrays)} array(s)" + (" and out=" if out is not None else ""))
-        addresses, spans = dict(self._bound_addresses), {}
-        for index, array in given.items():
-            addresses[index] = start = self._address(index, array)
-            spans[index] = (start, start + array.nbytes)
-        for o in outputs:
-            start, end = spans[o]
-            for index, (other_start, other_end) in spans.items():
-                if index != o and other_start < end and start < other_end:
+        for index, array in zip(given, arrays):
+            addresses[index] = self._address(index, array)
+        if given is self._free:  # outputs made here overlap nothing
+            self._check_overlaps(addresses)
+        made = []
+        for index in self._packed_inputs:
+            made.append(self._packed(index, arrays[given.index(index)]))
+            addresses[index] = _data(made[-1])
+        return addresses, made, result
+
+    def _check_overlaps(self, addresses: list[int]) -> None:
+        nbytes = self._nbytes
+        for o in self._output_args:
+            start, end = addresses[o], addresses[o] + nbytes[o]
+            for index in self._free:
+                if index != o and addresses[index] < end and start < addresses[index] + nbytes[index]:
                     raise ValueError(f"{self.entry_name}: output {self.args[o].name!r} overlaps argument "
                                      f"{self.args[index].name!r}; the kernel assumes distinct memory, so pass "
                                      f"a separate output array")
-        made = []
-        for index in self._pack_fns:
-            if index in given:
-                made.append(self._packed(index, given[index]))
-                addresses[index] = made[-1].ctypes.data
-        return [addresses[i] for i in range(len(self.args))], made, result
 
-    def _outputs(self, outputs: list[int], out: np.ndarray | Sequence[np.ndarray] | None) -> tuple[np.ndarray, ...]:
-        if out is None:
-            return tuple(aligned_empty(self.args[i].shape, self._dtypes[i]) for i in outputs)
+    def _outputs(self, outputs: list[int], out: np.ndarray | Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
         out_arrays = (out,) if isinstance(out, np.ndarray) else tuple(out)
         if len(out_arrays) != len(outputs):
             raise TypeError(f"{self.entry_name} has {len(outputs)} output(s) "
@@ -274,13 +286,16 @@ class Module:
         return out_arrays
 
     def _address(self, index: int, array: np.ndarray) -> int:
-        """Where ``array``'s data starts, once it is checked as argument ``index``: one read of
-        its array interface (``array.ctypes.data`` and the flags cost a microsecond each)."""
-        face = array.__array_interface__ if isinstance(array, np.ndarray) else None
-        if (face is None or face["strides"] is not None or face["shape"] != self.args[index].shape
-                or face["typestr"] != self._typestrs[index] or (face["data"][1] and self.args[index].is_output)):
+        """Where ``array``'s data starts, once it is checked as argument ``index``."""
+        if (not isinstance(array, np.ndarray) or array.shape != self.args[index].shape
+                or array.dtype != self._dtypes[index] or not array.flags.c_contiguous):
             self._check(index, array)  # says what is wrong
-        return face["data"][0]
+        try:
+            return _writable_data(array)
+        except (TypeError, ValueError):  # read-only, or empty
+            if self.args[index].is_output:
+                self._check(index, array)
+            return _data(array)
 
     def _check(self, index: int, array: np.ndarray) -> None:
         spec = self.args[index]
@@ -317,10 +332,27 @@ def aligned_empty(shape: Sequence[int], dtype) -> np.ndarray:
     arrays to 16 bytes only, so a kernel's 32-byte vector loads of a packed weight
     straddled cache lines and ran up to 40% slower, by how malloc happened to land."""
     dtype = np.dtype(dtype)
-    nbytes = math.prod(int(extent) for extent in shape) * dtype.itemsize  # np.prod takes 6 us on a tuple
+    shape = tuple(int(extent) for extent in shape)
+    return _aligned_empty(shape, dtype, math.prod(shape) * dtype.itemsize)[0]  # np.prod takes 6 us on a tuple
+
+
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> tuple[np.ndarray, int]:
+    """``aligned_empty``'s array of ``nbytes`` and where it starts."""
     raw = np.empty(nbytes + ALIGNMENT, np.uint8)
-    start = -raw.__array_interface__["data"][0] % ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(tuple(shape))
+    start = _writable_data(raw)
+    offset = -start % ALIGNMENT
+    return np.ndarray(shape, dtype, raw, offset), start + offset
+
+
+def _writable_data(array: np.ndarray) -> int:
+    """Where a writable, C-contiguous, non-empty ``array``'s data starts (TypeError if it is
+    read-only, ValueError if empty): a third of ``array.ctypes.data``'s microsecond."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(array))
+
+
+def _data(array: np.ndarray) -> int:
+    """Where any ``array``'s data starts."""
+    return array.__array_interface__["data"][0]
 
 
 def _address(function) -> int:
