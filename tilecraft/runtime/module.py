@@ -265,7 +265,7 @@ class Module:
         made = []
         for index in self._packed_inputs:
             made.append(self._packed(index, arrays[given.index(index)]))
-            addresses[index] = _data(made[-1])
+            addresses[index] = made[-1].ctypes.data
         return addresses, made, result
 
     def _check_overlaps(self, addresses: list[int]) -> None:
@@ -295,7 +295,7 @@ class Module:
         except (TypeError, ValueError):  # read-only, or empty
             if self.args[index].is_output:
                 self._check(index, array)
-            return _data(array)
+            return array.__array_interface__["data"][0]
 
     def _check(self, index: int, array: np.ndarray) -> None:
         spec = self.args[index]
@@ -348,11 +348,6 @@ def _writable_data(array: np.ndarray) -> int:
     """Where a writable, C-contiguous, non-empty ``array``'s data starts (TypeError if it is
     read-only, ValueError if empty): a third of ``array.ctypes.data``'s microsecond."""
     return ctypes.addressof(ctypes.c_char.from_buffer(array))
-
-
-def _data(array: np.ndarray) -> int:
-    """Where any ``array``'s data starts."""
-    return array.__array_interface__["data"][0]
 
 
 def _address(function) -> int:
