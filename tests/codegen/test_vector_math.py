@@ -24,19 +24,36 @@ REFERENCE = {"exp": np.exp, "log": np.log, "tanh": np.tanh, "sigmoid": lambda x:
              "erf": np.frompyfunc(math.erf, 1, 1), "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "abs": np.abs}
 
 
-@pytest.fixture(scope="module")
-def library(kernel_cache):
-    """``run_<name>_<f32|f64>(x, y, n)``: the vector function over ``n`` elements (a multiple of the lanes)."""
-    used = {(name, "float32", LANES) for name in FLOAT32} | {(name, "float64", LANES) for name in FLOAT64}
-    source = "#include <math.h>\n#include <stdint.h>\n" + helpers(set(), used)
-    for name, dtype in sorted((name, dtype) for name, dtype, _ in used):
+def _library(kernel_cache, portable: bool):
+    used = {(name, "float32", LANES) for name in FLOAT32 + ("max", "min")}
+    used |= {(name, "float64", LANES) for name in FLOAT64}
+    source = ("#define TC_PORTABLE_MATH\n" if portable else "") + "#include <math.h>\n#include <stdint.h>\n"
+    source += helpers(set(), used)
+    for name, dtype in sorted((name, dtype) for name, dtype, _ in used if name not in ("max", "min")):
         ctype, short = ("float", "f32") if dtype == "float32" else ("double", "f64")
         vtype = f"{short}x{LANES}"
         source += (f"void run_{name}_{short}(const {ctype}* restrict x, {ctype}* restrict y, int64_t n) {{\n"
                    f"  for (int64_t i = 0; i < n; i += {LANES})\n"
                    f"    *({vtype}*)&y[i] = tc_{name}_{vtype}(*({vtype}*)&x[i]);\n"
                    "}\n")
+    vtype = f"f32x{LANES}"
+    for name in ("max", "min"):
+        source += (f"void run_{name}_f32(const float* restrict a, const float* restrict b, float* restrict y, "
+                   f"int64_t n) {{\n  for (int64_t i = 0; i < n; i += {LANES})\n"
+                   f"    *({vtype}*)&y[i] = tc_{name}_{vtype}(*({vtype}*)&a[i], *({vtype}*)&b[i]);\n}}\n")
     return ctypes.CDLL(str(compile_c(source, Target.host(), cache_dir=kernel_cache)))
+
+
+@pytest.fixture(scope="module", params=["native", "portable"])
+def library(kernel_cache, request):
+    """``run_<name>_<f32|f64>(x, y, n)``: the vector function over ``n`` elements (a multiple of the
+    lanes), as the host compiles it (AVX-512's helpers where it has them) and in portable C."""
+    return _library(kernel_cache, request.param == "portable")
+
+
+@pytest.fixture(scope="module")
+def both(kernel_cache):
+    return _library(kernel_cache, False), _library(kernel_cache, True)
 
 
 def _run(library, name: str, x: np.ndarray) -> np.ndarray:
@@ -109,3 +126,21 @@ def test_sqrt_rsqrt_and_abs_equal_numpy_exactly(library, dtype):
         np.testing.assert_array_equal(_run(library, "sqrt", x), np.sqrt(x))
         np.testing.assert_array_equal(_run(library, "rsqrt", x), dtype(1) / np.sqrt(x))
     np.testing.assert_array_equal(_run(library, "abs", x), np.abs(x))
+
+
+@pytest.mark.parametrize("name", ["exp", "sigmoid", "tanh", "erf"])
+def test_native_and_portable_helpers_agree_bit_for_bit(both, name):
+    x = _sweep("exp" if name == "exp" else "sigmoid")
+    native, portable = (_run(library, name, x) for library in both)
+    np.testing.assert_array_equal(native, portable)  # NaN where NaN
+
+
+def test_max_and_min_take_the_second_operand_where_either_is_nan_or_they_are_equal(both):
+    a = np.float32([1, 2, np.nan, 3, np.nan, 0.0, -0.0, -np.inf] * (LANES // 4 if LANES >= 8 else 2))[:max(LANES, 8)]
+    b = np.float32([2, 1, 5, np.nan, np.nan, -0.0, 0.0, np.inf] * (LANES // 4 if LANES >= 8 else 2))[:max(LANES, 8)]
+    for library in both:
+        for name, expected in (("max", np.where(a > b, a, b)), ("min", np.where(a < b, a, b))):
+            y = np.empty_like(a)
+            getattr(library, f"run_{name}_f32")(*(ctypes.c_void_p(v.ctypes.data) for v in (a, b, y)),
+                                                ctypes.c_int64(a.size))
+            np.testing.assert_array_equal(y.view(np.uint32), expected.view(np.uint32))
