@@ -12,7 +12,8 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a
-   longer reduction step, virtual threads). Writes ``DIR/gpu_check.json``.
+   longer reduction step, virtual threads); then a float16 matmul on tensor cores, hand
+   scheduled, beside cuBLAS's float16. Writes ``DIR/gpu_check.json``.
 """
 
 from __future__ import annotations
@@ -30,19 +31,23 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = [(16, 1), (8, 2)]  # (reduction step, virtual threads) beside the example's (32, 1)
 sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "codegen"))
+TENSOR_CORE = dict(warps=(2, 4), tiles=(4, 2), k_tiles=2, vector=8)  # a 128x128 block tile, 8 warps of 64x32
 
 SANITIZED = """
 import sys, numpy as np, tilecraft as tc
 sys.path.insert(0, "examples"); sys.path.insert(0, "tests/codegen"); sys.path.insert(0, "tests/ir")
-import cuda_matmul, test_cuda, test_pipeline
+import cuda_matmul, test_cuda, test_pipeline, test_tensor_core as tensor_core
 schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1],  # double-buffered, cp.async
              test_cuda.tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64),  # 64 KB: dynamic
-             test_cuda.split_k_matmul(64, 512, 48, parts=4)]  # blocks adding into a zeroed output
+             test_cuda.split_k_matmul(64, 512, 48, parts=4),  # blocks adding into a zeroed output
+             tensor_core.tensor_core_matmul(tensor_core.half_matmul(128, 128, 128, "float16"), vector=8)]  # wmma
 schedules += [test_cuda.random_gpu_schedule(np.random.default_rng(s)) for s in range(3)]
 for sch in schedules:
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
-    got = tc.build(sch, "cuda")(*inputs)
-    np.testing.assert_allclose(got, sch.dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+    want = sch.dag.evaluate_numpy(inputs)[0]
+    close = dict(rtol=2e-3, atol=2e-2) if want.dtype == np.float16 else dict(rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(tc.build(sch, "cuda")(*inputs).astype(np.float32), want.astype(np.float32), **close)
 print("sanitized kernels:", len(schedules))
 """
 
@@ -95,8 +100,33 @@ def benchmark(sizes: list[int]) -> list[dict]:
         print(f"matmul {n}^3 fp32: tilecraft {row['tilecraft_tflops']:.1f} TFLOPS, cuBLAS {row['cublas_tflops']:.1f}"
               f" -> {row['ratio']:.2f}x (max relative error {error:.1e}, build {build_secs:.2f} s); variants: "
               + ", ".join(f"{name} {tflops:.1f}" for name, tflops in variants.items()), flush=True)
+        row["tensor_core_fp16"] = tensor_core_row(n, a.half(), b.half())
         rows.append(row)
     return rows
+
+
+def tensor_core_row(n: int, a, b) -> dict:
+    """The hand-scheduled float16 matmul on tensor cores (``tests/codegen/test_tensor_core.py``,
+    wmma, no pipelining yet) against cuBLAS's float16 matmul, timed the same way."""
+    import torch
+
+    import test_tensor_core
+    import tilecraft as tc
+    from gpu_ops import time_torch
+
+    sch = test_tensor_core.tensor_core_matmul(test_tensor_core.half_matmul(n, n, n, "float16"), **TENSOR_CORE)
+    func = tc.build(sch, "cuda")
+    c = func(a, b)
+    torch.cuda.synchronize()
+    want = torch.matmul(a.float(), b.float())
+    error = float((c.float() - want).abs().max() / want.abs().max())
+    ours = func.time_evaluator(number=10, repeat=5, flush_l2=True)(a, b).median
+    cublas = time_torch(torch.matmul, (a, b), 10, 5)
+    row = {"tilecraft_tflops": 2 * n**3 / ours / 1e12, "cublas_tflops": 2 * n**3 / cublas / 1e12,
+           "ratio": cublas / ours, "max_relative_error": error}
+    print(f"matmul {n}^3 fp16 on tensor cores: tilecraft {row['tilecraft_tflops']:.1f} TFLOPS, cuBLAS "
+          f"{row['cublas_tflops']:.1f} -> {row['ratio']:.2f}x (max relative error {error:.1e})", flush=True)
+    return row
 
 
 def main() -> None:
@@ -111,7 +141,8 @@ def main() -> None:
     report: dict = {"device": torch.cuda.get_device_name(0), "steps": []}
     print("device:", report["device"], flush=True)
     report["steps"].append(run("GPU tests", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                             "tests/codegen/test_cuda.py", "tests/test_cuda_runtime.py",
+                                             "tests/codegen/test_cuda.py", "tests/codegen/test_tensor_core.py",
+                                             "tests/test_cuda_runtime.py",
                                              "tests/tune/test_gpu_search.py", "tests/search/test_gpu_sketches.py",
                                              "tests/frontend/test_torch.py::test_on_a_gpu_torch_compile_and_from_torch_"
                                              "run_the_model_there"], 150))

@@ -288,12 +288,12 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
 
     sch = tiled_matmul(256, 256, 256, threads=(16, 16), tile=(8, 8), k_step=64)
     source, (launch,) = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
-    assert launch.shared_bytes == 65536 and "extern __shared__ __align__(16) unsigned char tc_shared[];" in source
+    assert launch.shared_bytes == 65536 and "extern __shared__ __align__(32) unsigned char tc_shared[];" in source
     assert "float* __restrict__ B_shared = (float*)(tc_shared + 32768);" in source
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
     np.testing.assert_allclose(tc.emulate_gpu(sch)(*inputs), sch.dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
     small, _ = generate_cuda(tc.lower(tiled_matmul(64, 64, 64, tile=(2, 2), k_step=4)), tc.Target("cuda -arch=sm_90"))
-    assert "extern __shared__" not in small and "__shared__ __align__(16) float A_shared[" in small
+    assert "extern __shared__" not in small and "__shared__ __align__(32) float A_shared[" in small
     if shutil.which("nvcc"):
         assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launches[0].shared_bytes == 65536
         (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(

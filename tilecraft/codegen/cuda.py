@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import LoweringError
 from ..ir.kernels import split_kernels
-from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Stmt,
-                        Store, ThreadAllReduce, walk_stmts)
+from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc,
+                        MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
-from ..te.expr import TensorRead, const, substitute
+from ..te.expr import TensorRead, binary, const, substitute
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
@@ -47,6 +48,7 @@ __device__ __forceinline__ unsigned short tc_f2h(float f) {
 """
 _PRELUDE = (f"{_RTC_NAMES}{_INCLUDES}\n#endif\n\n" + _HELPERS.replace("static inline", "__device__ __forceinline__")
             + _HALF)
+_WMMA = (Path(__file__).parent / "wmma.cuh").read_text()  # a warp's tensor-core operations, in PTX
 
 GPU_AXES = ("blockIdx", "threadIdx", "vthread")
 # nvcc may give a thread up to 255 registers; asking it for at most 128 (through the minimum
@@ -88,13 +90,14 @@ def launch_of(func: LoweredFunc) -> Launch:
 
 
 def shared_offsets(body: Stmt) -> dict:
-    """Where each shared buffer (by ``id``) starts in one block of shared memory, 16-byte
-    aligned, in the order allocated; under ``None``, the bytes of them all."""
+    """Where each shared buffer (by ``id``) starts in one block of shared memory, 32-byte
+    aligned (where a tensor core loads a tile from), in the order allocated; under ``None``,
+    the bytes of them all."""
     offsets, end = {}, 0
     for node in walk_stmts(body):
         if isinstance(node, Allocate) and node.buffer.scope == "shared" and id(node.buffer) not in offsets:
             offsets[id(node.buffer)] = end
-            end += -(-math.prod(node.buffer.shape) * bytes_of(node.buffer.dtype) // 16) * 16
+            end += -(-math.prod(node.buffer.shape) * bytes_of(node.buffer.dtype) // 32) * 32
     return {**offsets, None: end}
 
 
@@ -111,6 +114,7 @@ class _CudaEmitter(_Emitter):
         self.launch = launch_of(func)
         self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
+        self.uses_wmma = False
         self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
@@ -120,6 +124,9 @@ class _CudaEmitter(_Emitter):
             return
         if isinstance(s, ThreadAllReduce):
             self.all_reduce(s)
+            return
+        if isinstance(s, WarpMatrix):
+            self.warp_matrix(s)
             return
         if isinstance(s, AtomicAdd):
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
@@ -195,6 +202,40 @@ class _CudaEmitter(_Emitter):
             self.out.line("__syncthreads();")
             self.out.line(f"{target} = {red};")
 
+    def warp_matrix(self, s: WarpMatrix) -> None:
+        """A tensor-core operation: the accumulator tile named by its number among the fragment's
+        16x16 tiles; A, B and the destination by the address of their corner, row or column major."""
+        self._check_uniform("a tensor-core operation")
+        self.uses_wmma = True
+        accumulator = s.tiles[0] if s.op != "store" else s.tiles[1]
+        shape, corner = accumulator.buffer.shape, accumulator.indices
+        tiles = list(shape[:-2]) + [shape[-2] // 16, shape[-1] // 16]
+        number = self.flat_index(Buffer("tiles", tuple(tiles), "int32", "local"), tuple(corner[:-2]) + tuple(
+            binary("floordiv", i, const(16)) for i in corner[-2:]))
+        fragment = f"{self.buffer_name(accumulator.buffer)}[{self.expr(simplify(number, self.ranges))}]"
+        if s.op == "fill":
+            self.out.line(f"for (int tc_e = 0; tc_e < 8; ++tc_e) {fragment}[tc_e] = 0.0f;")
+            return
+        if s.op == "store":
+            address, layout, ldm = self._tile_address(s.tiles[0])
+            kind = "f16" if s.tiles[0].buffer.dtype == "float16" else "f32"
+            self.out.line(f"tc_wmma_store_{kind}_{layout}({address}, {fragment}, {ldm});")
+            return
+        (a, a_layout, a_ldm), (b, b_layout, b_ldm) = self._tile_address(s.tiles[1]), self._tile_address(s.tiles[2])
+        with self.out.block(""):
+            self.out.line(f"unsigned tc_a[8], tc_b[8];")
+            self.out.line(f"tc_wmma_load_a_{a_layout}(tc_a, {a}, {a_ldm}); tc_wmma_load_b_{b_layout}(tc_b, {b}, {b_ldm});")
+            self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({fragment}, tc_a, tc_b);")
+
+    def _tile_address(self, tile: MatrixTile) -> tuple[str, str, int]:
+        """Where a tile starts, whether its rows are contiguous (``row``) or its columns, and the
+        elements between its rows (or columns)."""
+        buffer = tile.buffer
+        layout = "row" if tile.col_dim == buffer.ndim - 1 else "col"
+        lead = tile.row_dim if layout == "row" else tile.col_dim
+        index = simplify(self.flat_index(buffer, tile.indices), self.ranges)
+        return f"&{self.buffer_name(buffer)}[{self.expr(index)}]", layout, math.prod(buffer.shape[lead + 1:])
+
     def lane_mask(self) -> str:
         """The lanes of this thread's warp that exist: all 32, but in the last warp of a block
         whose size is no multiple of 32 (a shuffle must name exactly the lanes taking part)."""
@@ -221,9 +262,11 @@ class _CudaEmitter(_Emitter):
             ctype = _ctype(b.dtype)
             self.out.line(f"{ctype}* __restrict__ {name} = ({ctype}*)(tc_shared + {self.shared_offsets[id(b)]});")
         elif b.scope == "shared":
-            self.out.line(f"__shared__ __align__(16) {_ctype(b.dtype)} {name}[{size}];")
+            self.out.line(f"__shared__ __align__(32) {_ctype(b.dtype)} {name}[{size}];")
         elif b.scope == "local":
             self.out.line(f"{_ctype(b.dtype)} {name}[{size}];")
+        elif b.scope == "fragment":  # 8 floats a lane for each 16x16 tile
+            self.out.line(f"float {name}[{size // 256}][8];")
         else:
             raise LoweringError(
                 f"buffer {b.name} ({list(b.shape)}) would be a whole intermediate tensor in global memory, which a "
@@ -315,7 +358,7 @@ class _CudaEmitter(_Emitter):
         head = f'extern "C" __global__ void __launch_bounds__({bounds}) {f.name}'
         with self.out.block(f"{head}({', '.join(params)})"):
             if self.launch.shared_bytes:  # over 48 KB: asked for at launch, the kernel opted in
-                self.out.line("extern __shared__ __align__(16) unsigned char tc_shared[];")
+                self.out.line("extern __shared__ __align__(32) unsigned char tc_shared[];")
             self.stmt(f.body)
         return body.text()
 
@@ -350,7 +393,9 @@ def generate_cuda(func: LoweredFunc, target) -> tuple[str, tuple[Launch, ...]]:
     """The CUDA C source of a lowered GPU function, a ``__global__`` function for each of its
     kernels (``ir/kernels.py``), and the grid and block to launch each on, in order."""
     emitters = [_CudaEmitter(kernel, target) for kernel in split_kernels(func)[0]]
-    return _PRELUDE + "\n" + "\n".join(e.function() for e in emitters), tuple(e.launch for e in emitters)
+    kernels = "\n".join(e.function() for e in emitters)
+    wmma = _WMMA if any(e.uses_wmma for e in emitters) else ""
+    return _PRELUDE + wmma + "\n" + kernels, tuple(e.launch for e in emitters)
 
 
 def vector_bytes(loop: For) -> int:

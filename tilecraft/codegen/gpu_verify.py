@@ -98,8 +98,9 @@ def register_budget(registers):
 
 
 def local_words(buffers) -> int:
-    """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words."""
-    return sum(-(-math.prod(b.shape) * bytes_of(b.dtype) // 4) for b in buffers)
+    """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words; a
+    tensor-core fragment is spread over a warp's 32 lanes."""
+    return sum(-(-math.prod(b.shape) * bytes_of(b.dtype) // (128 if b.scope == "fragment" else 4)) for b in buffers)
 
 
 def _loops_on(loops: list[For], prefix: str) -> str:
@@ -111,7 +112,7 @@ def _shared_buffers(s: Stmt) -> list:
 
 
 def _local_buffers(s: Stmt) -> list:
-    return _buffers_in(s, "local")
+    return _buffers_in(s, "local") + _buffers_in(s, "fragment")
 
 
 def _buffers_in(s: Stmt, scope: str) -> list:

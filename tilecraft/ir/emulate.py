@@ -8,7 +8,8 @@ body is cut into phases at its barriers (each phase runs for all threads before 
 begins), and a thread's local buffers live across phases as one copy per thread. So a
 shared-memory tile that the threads fill together is filled only where the real threads
 would fill it. An output that blocks add into (split-K) is zeroed first, as the runtime
-zeroes it before the kernel, and the blocks' atomic adds are plain ones. A function of several
+zeroes it before the kernel, and the blocks' atomic adds are plain ones. A warp's tensor-core
+operation runs its scalar loop nest in the warp's first lane. A function of several
 kernels runs them one after another, their workspace on the heap. What it cannot see
 is what serial execution hides: races, a missing barrier, misaligned vector accesses; the
 GPU tests run under compute-sanitizer for those.
@@ -22,6 +23,7 @@ from ..errors import LoweringError
 from ..te.expr import Expr, TensorRead, Var, binary, const, reduction_identity, substitute
 from .kernels import split_kernels
 from .pipeline import synchronous
+from .tensor_core import in_one_lane
 from .nodes import (Allocate, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce,
                     rebuffer, seq, substitute_stmt, walk_stmts)
 
@@ -35,7 +37,7 @@ def emulate_on_cpu(func: LoweredFunc, blocks: tuple[tuple[int, int, int], ...]) 
     threads = {axis: Var(f"tc_{axis.replace('.', '_')}") for axis in _THREAD_AXES}
     kernels, workspace = split_kernels(func)
     body = seq([seq([_zero(buffer) for buffer, zeroed in zip(kernel.args, kernel.zeroed) if zeroed]
-                    + [_Emulation(threads, block).block_level(synchronous(kernel.body))])
+                    + [_Emulation(threads, block).block_level(synchronous(in_one_lane(kernel.body)))])
                 for kernel, block in zip(kernels, blocks)])
     for buffer in reversed(workspace):
         body = Allocate(buffer, body)

@@ -12,7 +12,10 @@ Passes, in order:
                          bound to blockIdx (split-K) adding into a zeroed output atomically;
   4. simplify            index arithmetic in canonical form, proven guards dropped; a loop
                          cut where a select on its own variable changes side (a
-                         concatenation's channels), the selects its pieces decide folded.
+                         concatenation's channels), the selects its pieces decide folded;
+  5. GPU passes          nests marked tensor_core made warps' operations (``tensor_core.py``),
+                         shared tiles double-buffered (``pipeline.py``), virtual threads
+                         moved inside each thread's statements (``vthread.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ..te.tensor import Tensor
 from .nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, PackFunc, Seq, Stmt, Store,
                     ThreadAllReduce, seq, substitute_stmt, walk_stmts)
 from .pipeline import software_pipeline
+from .tensor_core import tensorize
 from .vthread import inject_virtual_threads
 
 ATOMIC_DTYPES = ("float32", "float64", "int32")  # what CUDA's atomicAdd adds
@@ -214,6 +218,7 @@ class _Lowering:
     def _plain_nest(self, stage: Stage, b: StageBounds, leaves: list[int], body: Stmt) -> Stmt:
         for leaf in reversed(leaves):
             kind = _for_kind(stage.loop(leaf).annotation)
+            kind = "tensor_core" if dict(stage.loop(leaf).pragmas).get("tensor_core") else kind
             body = For(b.loop_var[leaf], b.loop_extent[leaf], "serial" if kind == "parallel" else kind, body)
         return body
 
@@ -226,6 +231,8 @@ class _Lowering:
             pragmas, kind = dict(loop.pragmas), _for_kind(loop.annotation)
             if kind == "serial" and pragmas.get("software_pipeline", 0) >= 2:
                 kind = "pipeline"  # double-buffered by software_pipeline once the loop nest is whole
+            if pragmas.get("tensor_core"):
+                kind = "tensor_core"  # a warp's tensor-core operation, made by tensorize
             unroll = pragmas.get("pragma_auto_unroll_max_step", 0)
             body = For(b.loop_var[leaf], b.loop_extent[leaf], kind, inner, unroll)
         return body
@@ -258,7 +265,7 @@ class _Lowering:
     def run(self) -> LoweredFunc:
         roots = [self.stage_nest(s) for s in self.state.stages if s.attach is None]
         body = self._allocate(None, seq(roots))
-        body = inject_virtual_threads(software_pipeline(_simplify_stmt(body, self.ranges)))
+        body = inject_virtual_threads(software_pipeline(tensorize(_simplify_stmt(body, self.ranges))))
         arg_buffers = tuple(self.args.values())
         written = {self.buffers[s.tensor] for s in self.state.stages}
         user_args = tuple(Buffer(t.name, t.shape, t.dtype, "arg") for t in self.sch.dag.tensors)

@@ -19,7 +19,7 @@ class Buffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    scope: str  # arg | global | local
+    scope: str  # arg | global | shared | local | fragment (a warp's tensor-core accumulator, ``WarpMatrix``)
 
     @property
     def ndim(self) -> int:
@@ -105,7 +105,36 @@ class AsyncWait:
     pending: int
 
 
-Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce, AtomicAdd, AsyncCopies, AsyncWait]
+@dataclass(frozen=True, slots=True)
+class MatrixTile:
+    """A 16x16 tile of ``buffer`` that a warp's tensor-core operation reads or writes: the
+    element at its corner, and the buffer dimensions along which the tile's rows and its
+    columns run (one of them the last, contiguous one)."""
+
+    buffer: Buffer
+    indices: tuple[Expr, ...]
+    row_dim: int
+    col_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class WarpMatrix:
+    """One warp's tensor-core operation on 16x16 tiles (PTX ``wmma``, m16n16k16): ``fill``
+    zeroes an accumulator tile; ``mma`` adds to it the product of a float16 tile of A (rows by
+    k) and one of B (k by columns); ``store`` writes it into a float32 or float16 tile. The
+    accumulator is held in registers spread over the warp's 32 lanes (``lane``, bound to
+    ``threadIdx.x``) in an order the hardware keeps to itself, so only these operations touch
+    it: its buffer's scope is ``fragment``. ``nest`` is the scalar loop nest the operation
+    replaces, what it computes: the CPU emulation runs it in one lane of the warp."""
+
+    op: str  # fill | mma | store
+    tiles: tuple[MatrixTile, ...]  # fill: (accumulator,); mma: (accumulator, a, b); store: (destination, accumulator)
+    nest: Stmt
+    lane: Var
+
+
+Stmt = Union[For, Store, IfThenElse, Seq, Allocate, Barrier, ThreadAllReduce, AtomicAdd, AsyncCopies, AsyncWait,
+             WarpMatrix]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +181,8 @@ def walk_stmts(s: Stmt):
             yield from walk_stmts(child)
     elif isinstance(s, (For, Allocate, AsyncCopies)):
         yield from walk_stmts(s.body)
+    elif isinstance(s, WarpMatrix):
+        yield from walk_stmts(s.nest)
     elif isinstance(s, IfThenElse):
         yield from walk_stmts(s.then)
 
@@ -180,7 +211,18 @@ def map_stmt(s: Stmt, expr_fn, buffer_fn=lambda b: b, indices_fn=lambda buffer, 
     if isinstance(s, AtomicAdd):
         return AtomicAdd(buffer_fn(s.buffer), indices_fn(s.buffer, tuple(expr_fn(i) for i in s.indices)),
                          expr_fn(s.value))
+    if isinstance(s, WarpMatrix):
+        return WarpMatrix(s.op, tuple(_map_tile(t, expr_fn, buffer_fn, indices_fn) for t in s.tiles), again(s.nest),
+                          s.lane)
     return s
+
+
+def _map_tile(tile: MatrixTile, expr_fn, buffer_fn, indices_fn) -> MatrixTile:
+    """``tile`` through ``map_stmt``'s functions; dimensions put in front of its indices (a
+    thread's row, a pipeline stage) move its row and column dimensions along."""
+    indices = indices_fn(tile.buffer, tuple(expr_fn(i) for i in tile.indices))
+    shift = len(indices) - len(tile.indices)
+    return MatrixTile(buffer_fn(tile.buffer), indices, tile.row_dim + shift, tile.col_dim + shift)
 
 
 def rebuffer(s: Stmt, new: dict[Buffer, Buffer], indices=lambda buffer, indices: indices) -> Stmt:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ..te.printer import expr_to_str
-from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt,
-                    Store, ThreadAllReduce)
+from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, LoweredFunc, MatrixTile,
+                    Seq, Stmt, Store, ThreadAllReduce, WarpMatrix)
 
 
 def print_func(func: LoweredFunc) -> str:
@@ -51,3 +51,12 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
     elif isinstance(s, ThreadAllReduce):
         index = ", ".join(expr_to_str(i) for i in s.indices)
         lines.append(f"{pad}{s.buffer.name}[{index}] = allreduce_{s.combiner}({expr_to_str(s.value)}) over threadIdx.x")
+    elif isinstance(s, WarpMatrix):
+        acc, *others = s.tiles if s.op != "store" else s.tiles[::-1]
+        line = {"fill": "{acc} = 0", "mma": "{acc} += {a} @ {b}", "store": "{b} = {acc}"}[s.op]
+        tiles = dict(zip(("a", "b"), map(_tile, others))) if s.op == "mma" else {"b": _tile(others[0])} if others else {}
+        lines.append(f"{pad}{line.format(acc=_tile(acc), **tiles)}  # wmma.{s.op}, one warp, 16x16 tiles")
+
+
+def _tile(tile: MatrixTile) -> str:
+    return f"{tile.buffer.name}[{', '.join(expr_to_str(i) for i in tile.indices)} :16x16]"

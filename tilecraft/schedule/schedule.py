@@ -29,7 +29,7 @@ from .trace import IndexMap, RVRef, Step, Trace
 ROOT = -1
 INLINE = -2
 # on a loop: unrolling; software_pipeline 2: double-buffer the shared tiles its steps fill (ir/pipeline.py)
-LOOP_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit", "software_pipeline")
+LOOP_PRAGMAS = ("pragma_auto_unroll_max_step", "pragma_unroll_explicit", "software_pipeline", "tensor_core")
 # parallel: fuse up to this many outer loops and run them in parallel; vectorize: the
 # innermost spatial loop; the unroll pragma: on the block's outermost loop
 BLOCK_ANNOTATIONS = ("meta_schedule.parallel", "meta_schedule.vectorize", "pragma_auto_unroll_max_step",
@@ -492,7 +492,9 @@ class Schedule:
         On a loop the annotation is a pragma: ``pragma_auto_unroll_max_step`` unrolls every
         loop nest inside it of at most ``ann_val`` iterations (``pragma_unroll_explicit`` is
         recorded but does not change the code); ``software_pipeline`` 2 double-buffers the
-        GPU shared-memory tiles that each of its steps fills (``ir/pipeline.py``). On a block
+        GPU shared-memory tiles that each of its steps fills (``ir/pipeline.py``); ``tensor_core``
+        1 makes the nest of 16x16(x16) loops it heads one warp's tensor-core operation, a
+        reduction's init, update (float16 A times B into float32) or copy-out (``ir/tensor_core.py``). On a block
         it is an intent that lowering realizes once the block's final place is known (see
         ``postproc.py``):
         ``meta_schedule.parallel`` fuses up to ``ann_val`` outer loops and runs them in

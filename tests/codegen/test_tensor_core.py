@@ -1,0 +1,154 @@
+"""Tensor cores: nests marked ``tensor_core`` become warps' wmma operations (``ir/tensor_core.py``).
+
+Each schedule is emulated on the CPU against NumPy (a warp's operation runs its scalar nest
+in the warp's first lane); with nvcc the CUDA source compiles for sm_90, and on a GPU
+machine the kernel runs there too (``benchmarks/gpu_check.py`` runs this file on a GPU).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft import te
+from tilecraft.errors import GpuLimitError, LoweringError
+
+TARGET = "cuda -arch=sm_90"
+
+
+def half_matmul(n: int, l: int, m: int, out: str = "float32", b_transposed: bool = False) -> tc.ComputeDAG:
+    """C = A @ B of float16 A and B, summed in float32; C float32 (each product cast), or
+    float16 (the sum held in float32 and rounded once); B stored (m, l) where transposed."""
+    A = te.placeholder((n, l), name="A", dtype="float16")
+    B = te.placeholder((m, l) if b_transposed else (l, m), name="B", dtype="float16")
+    k = te.reduce_axis((0, l), name="k")
+
+    def b(kk, j):
+        return B[j, kk] if b_transposed else B[kk, j]
+
+    if out == "float32":
+        body = lambda i, j: te.sum(A[i, k].astype("float32") * b(k, j).astype("float32"), axis=k)  # noqa: E731
+    else:
+        body = lambda i, j: te.sum(A[i, k] * b(k, j), axis=k)  # noqa: E731
+    return tc.ComputeDAG([A, B, te.compute((n, m), body, name="C")])
+
+
+def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2, shared=True,
+                       vector: int = 1) -> tc.Schedule:
+    """A block of ``warps`` warps (along threadIdx.y), each summing ``tiles`` 16x16 tiles of C
+    in its fragment, ``k_tiles`` steps of 16 a stage of the shared tiles of A and B, which the
+    block's threads fetch together, ``vector`` elements a copy; the fragment's init, update and
+    copy-out marked tensor_core."""
+    sch = tc.Schedule(dag)
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")  # C's block now sums into the local buffer; ``out`` copies it out
+    i, j = sch.get_loops(out)
+    bi, wi, ti, ii = sch.split(i, [None, warps[0], tiles[0], 16])
+    bj, wj, tj, jj = sch.split(j, [None, warps[1], tiles[1], 16])
+    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
+    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
+    warp = sch.fuse(wi, wj)
+    sch.bind(warp, "threadIdx.y")
+    sch.annotate(ii, "tensor_core", 1)
+    sch.compute_at(c, warp)
+    ci, cj, k = sch.get_loops(c)[-3:]
+    cti, cii = sch.split(ci, [None, 16])
+    ctj, cjj = sch.split(cj, [None, 16])
+    ko, kt, ki = sch.split(k, [None, k_tiles, 16])
+    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
+    sch.annotate(cii, "tensor_core", 1)
+    if shared:
+        for index in (0, 1):
+            cached = sch.cache_read(c, index, "shared")
+            sch.compute_at(cached, ko)
+            fused = sch.fuse(*sch.get_loops(cached)[-2:])
+            _, ty, tx, lanes = sch.split(fused, [None, warps[0] * warps[1], 32, vector])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+            sch.vectorize(lanes)
+    return sch
+
+
+def check(sch: tc.Schedule, seed: int = 0) -> str:
+    """The emulated kernel against float32 NumPy, to float16's precision where C is float16;
+    with nvcc the kernel's CUDA source, built for sm_90 (on a GPU machine it runs there too)."""
+    a, b = sch.dag.random_inputs(np.random.default_rng(seed))
+    want = sch.dag.evaluate_numpy([a, b])[0].astype(np.float32)
+    tolerance = dict(rtol=2e-3, atol=2e-2) if sch.dag.tensors[-1].dtype == "float16" else dict(rtol=1e-4, atol=1e-4)
+    got = tc.emulate_gpu(sch, TARGET)(a, b)
+    np.testing.assert_allclose(got.astype(np.float32), want, **tolerance, err_msg=f"emulated; trace:\n{sch}")
+    if not shutil.which("nvcc"):
+        return ""
+    kernel = tc.build(sch, "cuda" if tc.cuda_available() else TARGET)
+    if tc.cuda_available():
+        got = kernel(a, b)
+        np.testing.assert_allclose(got.astype(np.float32), want, **tolerance, err_msg=f"on the GPU; trace:\n{sch}")
+    return kernel.source
+
+
+@pytest.mark.parametrize("out, b_transposed", [("float32", False), ("float16", False), ("float32", True)])
+def test_a_half_matmul_on_tensor_cores_matches_numpy(out, b_transposed):
+    source = check(tensor_core_matmul(half_matmul(128, 96, 64, out, b_transposed), k_tiles=3))
+    if source:
+        layout = "col" if b_transposed else "row"
+        assert f"tc_wmma_mma_row_{layout}(" in source and f"tc_wmma_store_f{out[-2:]}_row(" in source
+        assert "float C_local[4][8];" in source  # 4 tiles, 8 floats a lane each
+
+
+def test_shared_tiles_fetched_sixteen_bytes_a_copy():
+    source = check(tensor_core_matmul(half_matmul(128, 128, 128, "float16"), warps=(2, 2), tiles=(2, 2), vector=8))
+    if source:
+        assert source.count("*(uint4*)&") == 2, source  # A's tile and B's
+
+
+def test_tiles_read_straight_from_global_memory():
+    check(tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 2), tiles=(1, 1), k_tiles=1, shared=False))
+
+
+def test_the_lowered_nest_shows_each_warp_operation():
+    text = str(tc.lower(tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 1), tiles=(1, 1), k_tiles=1)))
+    assert "allocate C_local: float32[16, 16] (fragment)" in text
+    assert "# wmma.fill" in text and "# wmma.mma" in text and "# wmma.store" in text
+    assert "for tc_lane in range(32) threadIdx.x:" in text
+
+
+def test_a_nest_of_the_wrong_shape_or_computation_is_refused_with_the_fix():
+    sch = tensor_core_matmul(half_matmul(64, 64, 64))
+    copy_out = sch.get_loops(sch.get_block("C_local"))[-2]
+    sch.annotate(copy_out, "tensor_core", 0)  # the copy-out element by element
+    with pytest.raises(LoweringError, match="mark the 16x16 nests of its init, update and copy-out tensor_core"):
+        tc.lower(sch)
+    odd = tc.Schedule(half_matmul(64, 64, 64))
+    block = odd.get_block("C")
+    _, j, _ = odd.get_loops(block)
+    odd.annotate(odd.split(j, [None, 8])[1], "tensor_core", 1)
+    with pytest.raises(LoweringError, match="must be 2 or 3 loops of 16 around one store"):
+        tc.lower(odd)
+    relu = half_matmul(64, 64, 64)
+    C = relu.tensors[-1]
+    D = te.compute(C.shape, lambda i, j: te.max(C[i, j], te.const(0.0)), name="D")
+    fused = tc.Schedule(tc.ComputeDAG([*relu.tensors[:2], D]))
+    with pytest.raises(LoweringError, match="copies the accumulator as it is into float32 or float16; apply epilogues"):
+        tc.lower(tensor_core_matmul_with_epilogue(fused))
+
+
+def tensor_core_matmul_with_epilogue(sch: tc.Schedule) -> tc.Schedule:
+    """The accumulator's copy-out applies a ReLU (reverse_compute_inline): not a copy."""
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_inline(sch.get_block("D"))
+    i, j = sch.get_loops(out)
+    io, ii = sch.split(i, [None, 16])
+    jo, jj = sch.split(j, [None, 16])
+    sch.reorder(io, jo, ii, jj)
+    sch.annotate(ii, "tensor_core", 1)
+    return sch
+
+
+def test_the_verifier_counts_a_fragment_as_spread_over_the_warp():
+    """4x4 tiles a warp: 4,096 floats, 128 a lane, past the register budget of a 128-thread block."""
+    with pytest.raises(GpuLimitError, match="C_local"):
+        tc.emulate_gpu(tensor_core_matmul(half_matmul(256, 64, 256), warps=(2, 2), tiles=(4, 4)), TARGET)

@@ -1,0 +1,46 @@
+/* A warp's tensor-core operations (ir/tensor_core.py) in PTX, m16n16k16, which codegen/cuda.py
+   puts before the kernels that use them. A float16 tile of A or B is 8 registers of two halves a
+   lane, the float32 accumulator 8 floats a lane, in an order the hardware keeps to itself.
+   Addresses are generic, so a tile is read from global or shared memory alike; ldm is the
+   elements between its rows (row major) or its columns (column major). */
+#define TC_WMMA_LOAD(M, L)                                                                        \
+  __device__ __forceinline__ void tc_wmma_load_##M##_##L(unsigned* f, const void* p, unsigned ldm) { \
+    asm volatile("wmma.load." #M ".sync.aligned." #L ".m16n16k16.f16 "                            \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"                                     \
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]),                                 \
+                   "=r"(f[4]), "=r"(f[5]), "=r"(f[6]), "=r"(f[7])                                  \
+                 : "l"(p), "r"(ldm) : "memory");                                                   \
+  }
+TC_WMMA_LOAD(a, row) TC_WMMA_LOAD(a, col) TC_WMMA_LOAD(b, row) TC_WMMA_LOAD(b, col)
+
+/* c += a b, in place */
+#define TC_WMMA_MMA(A, B)                                                                          \
+  __device__ __forceinline__ void tc_wmma_mma_##A##_##B(float* c, const unsigned* a, const unsigned* b) { \
+    asm volatile("wmma.mma.sync.aligned." #A "." #B ".m16n16k16.f32.f32 "                          \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11, %12, %13, %14, %15}, "      \
+                 "{%16, %17, %18, %19, %20, %21, %22, %23}, {%0, %1, %2, %3, %4, %5, %6, %7};"     \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]),                                 \
+                   "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7])                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(a[4]), "r"(a[5]), "r"(a[6]),    \
+                   "r"(a[7]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(b[4]), "r"(b[5]),    \
+                   "r"(b[6]), "r"(b[7]));                                                          \
+  }
+TC_WMMA_MMA(row, row) TC_WMMA_MMA(row, col) TC_WMMA_MMA(col, row) TC_WMMA_MMA(col, col)
+
+/* The accumulator into float32, or into float16: element i of a float16 fragment is element i
+   of the float32 one, two a register (the first in the low half). */
+#define TC_WMMA_STORE(L)                                                                           \
+  __device__ __forceinline__ void tc_wmma_store_f32_##L(void* p, const float* c, unsigned ldm) {  \
+    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f32 "                                 \
+                 "[%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"                                      \
+                 :: "l"(p), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]),                            \
+                    "f"(c[4]), "f"(c[5]), "f"(c[6]), "f"(c[7]), "r"(ldm) : "memory");              \
+  }                                                                                                \
+  __device__ __forceinline__ void tc_wmma_store_f16_##L(void* p, const float* c, unsigned ldm) {  \
+    unsigned h[4];                                                                                 \
+    for (int e = 0; e < 4; ++e)                                                                    \
+      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[e]) : "f"(c[2 * e + 1]), "f"(c[2 * e]));        \
+    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f16 [%0], {%1, %2, %3, %4}, %5;"    \
+                 :: "l"(p), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]), "r"(ldm) : "memory");      \
+  }
+TC_WMMA_STORE(row) TC_WMMA_STORE(col)
