@@ -31,17 +31,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 VARIANTS = [(16, 1), (8, 2)]  # (reduction step, virtual threads) beside the example's (32, 1)
 sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "tests" / "codegen"))
-TENSOR_CORE = dict(warps=(2, 4), tiles=(4, 2), k_tiles=2, vector=8)  # a 128x128 block tile, 8 warps of 64x32
 
 SANITIZED = """
 import sys, numpy as np, tilecraft as tc
 sys.path.insert(0, "examples"); sys.path.insert(0, "tests/codegen"); sys.path.insert(0, "tests/ir")
-import cuda_matmul, test_cuda, test_pipeline, test_tensor_core as tensor_core
+import cuda_matmul, tensor_core_matmul as tensor_core, test_cuda, test_pipeline
 schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1],  # double-buffered, cp.async
              test_cuda.tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64),  # 64 KB: dynamic
              test_cuda.split_k_matmul(64, 512, 48, parts=4),  # blocks adding into a zeroed output
-             tensor_core.tensor_core_matmul(tensor_core.half_matmul(128, 128, 128, "float16"), vector=8)]  # wmma
+             tensor_core.schedule(tensor_core.half_matmul(128, 128, 128))]  # tensor cores (wmma)
 schedules += [test_cuda.random_gpu_schedule(np.random.default_rng(s)) for s in range(3)]
 for sch in schedules:
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
@@ -106,16 +104,15 @@ def benchmark(sizes: list[int]) -> list[dict]:
 
 
 def tensor_core_row(n: int, a, b) -> dict:
-    """The hand-scheduled float16 matmul on tensor cores (``tests/codegen/test_tensor_core.py``,
+    """The hand-scheduled float16 matmul on tensor cores (``examples/tensor_core_matmul.py``,
     wmma, no pipelining yet) against cuBLAS's float16 matmul, timed the same way."""
     import torch
 
-    import test_tensor_core
+    import tensor_core_matmul
     import tilecraft as tc
     from gpu_ops import time_torch
 
-    sch = test_tensor_core.tensor_core_matmul(test_tensor_core.half_matmul(n, n, n, "float16"), **TENSOR_CORE)
-    func = tc.build(sch, "cuda")
+    func = tc.build(tensor_core_matmul.schedule(tensor_core_matmul.half_matmul(n, n, n)), "cuda")
     c = func(a, b)
     torch.cuda.synchronize()
     want = torch.matmul(a.float(), b.float())

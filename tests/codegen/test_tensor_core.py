@@ -1,4 +1,5 @@
-"""Tensor cores: nests marked ``tensor_core`` become warps' wmma operations (``ir/tensor_core.py``).
+"""Tensor cores: nests marked ``tensor_core`` become warps' wmma operations (``ir/tensor_core.py``),
+on the schedule of ``examples/tensor_core_matmul.py``.
 
 Each schedule is emulated on the CPU against NumPy (a warp's operation runs its scalar nest
 in the warp's first lane); with nvcc the CUDA source compiles for sm_90, and on a GPU
@@ -7,7 +8,9 @@ machine the kernel runs there too (``benchmarks/gpu_check.py`` runs this file on
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,59 +20,17 @@ from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError
 
 TARGET = "cuda -arch=sm_90"
+_spec = importlib.util.spec_from_file_location(
+    "tensor_core_matmul", Path(__file__).resolve().parents[2] / "examples" / "tensor_core_matmul.py")
+example = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(example)
+half_matmul = example.half_matmul
 
 
-def half_matmul(n: int, l: int, m: int, out: str = "float32", b_transposed: bool = False) -> tc.ComputeDAG:
-    """C = A @ B of float16 A and B, summed in float32; C float32 (each product cast), or
-    float16 (the sum held in float32 and rounded once); B stored (m, l) where transposed."""
-    A = te.placeholder((n, l), name="A", dtype="float16")
-    B = te.placeholder((m, l) if b_transposed else (l, m), name="B", dtype="float16")
-    k = te.reduce_axis((0, l), name="k")
+def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2, shared=True, vector=1):
+    """The example's schedule (``examples/tensor_core_matmul.py``), smaller, fetching one element a copy."""
+    return example.schedule(dag, warps, tiles, k_tiles, shared, vector)
 
-    def b(kk, j):
-        return B[j, kk] if b_transposed else B[kk, j]
-
-    if out == "float32":
-        body = lambda i, j: te.sum(A[i, k].astype("float32") * b(k, j).astype("float32"), axis=k)  # noqa: E731
-    else:
-        body = lambda i, j: te.sum(A[i, k] * b(k, j), axis=k)  # noqa: E731
-    return tc.ComputeDAG([A, B, te.compute((n, m), body, name="C")])
-
-
-def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2, shared=True,
-                       vector: int = 1) -> tc.Schedule:
-    """A block of ``warps`` warps (along threadIdx.y), each summing ``tiles`` 16x16 tiles of C
-    in its fragment, ``k_tiles`` steps of 16 a stage of the shared tiles of A and B, which the
-    block's threads fetch together, ``vector`` elements a copy; the fragment's init, update and
-    copy-out marked tensor_core."""
-    sch = tc.Schedule(dag)
-    c = sch.get_block("C")
-    out = sch.cache_write(c, 0, "local")  # C's block now sums into the local buffer; ``out`` copies it out
-    i, j = sch.get_loops(out)
-    bi, wi, ti, ii = sch.split(i, [None, warps[0], tiles[0], 16])
-    bj, wj, tj, jj = sch.split(j, [None, warps[1], tiles[1], 16])
-    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
-    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
-    warp = sch.fuse(wi, wj)
-    sch.bind(warp, "threadIdx.y")
-    sch.annotate(ii, "tensor_core", 1)
-    sch.compute_at(c, warp)
-    ci, cj, k = sch.get_loops(c)[-3:]
-    cti, cii = sch.split(ci, [None, 16])
-    ctj, cjj = sch.split(cj, [None, 16])
-    ko, kt, ki = sch.split(k, [None, k_tiles, 16])
-    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
-    sch.annotate(cii, "tensor_core", 1)
-    if shared:
-        for index in (0, 1):
-            cached = sch.cache_read(c, index, "shared")
-            sch.compute_at(cached, ko)
-            fused = sch.fuse(*sch.get_loops(cached)[-2:])
-            _, ty, tx, lanes = sch.split(fused, [None, warps[0] * warps[1], 32, vector])
-            sch.bind(ty, "threadIdx.y")
-            sch.bind(tx, "threadIdx.x")
-            sch.vectorize(lanes)
-    return sch
 
 
 def check(sch: tc.Schedule, seed: int = 0) -> str:
