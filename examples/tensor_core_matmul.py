@@ -7,7 +7,8 @@ warps (along ``threadIdx.y``) compute 16x16 tiles of C with wmma: the accumulato
 update and copy-out are nests of 16-iteration loops marked ``tensor_core``, which lowering
 turns into one warp's operations, the accumulator into registers spread over the warp.
 At each reduction step of ``16 * k_tiles`` the block's threads copy the slices of A and B
-into shared memory together, eight halves (16 bytes) a copy. With a GPU it runs the kernel
+into shared memory together, eight halves (16 bytes) a copy, the next stage's while the
+warps compute on this one's (double-buffered, ``cp.async``). With a GPU it runs the kernel
 and checks it against NumPy; without one it checks the schedule in the CPU emulation and
 prints the CUDA source.
 """
@@ -41,10 +42,12 @@ def half_matmul(n: int, l: int, m: int, out: str = "float16", b_transposed: bool
 
 
 def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, shared: bool = True,
-             vector: int = 8) -> tc.Schedule:
+             vector: int = 8, pipelined: bool = True) -> tc.Schedule:
     """Blocks of ``warps`` warps, each summing ``tiles`` 16x16 tiles of C in its fragment (the
     default: a 128x128 block tile, 8 warps of 64x32); ``k_tiles`` steps of 16 a stage of A's
-    and B's shared tiles, ``vector`` elements a copy (or the tiles read from global memory)."""
+    and B's shared tiles, ``vector`` elements a copy (or the tiles read from global memory),
+    double-buffered where ``pipelined``: the next stage's tiles copied (``cp.async``) while
+    the warps compute on this one's."""
     sch = tc.Schedule(dag)
     c = sch.get_block("C")
     out = sch.cache_write(c, 0, "local")  # C's block now sums into the local buffer; ``out`` copies it out
@@ -72,6 +75,8 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(lanes)
+        if pipelined:
+            sch.annotate(ko, "software_pipeline", 2)
     return sch
 
 

@@ -27,9 +27,11 @@ _spec.loader.exec_module(example)
 half_matmul = example.half_matmul
 
 
-def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2, shared=True, vector=1):
-    """The example's schedule (``examples/tensor_core_matmul.py``), smaller, fetching one element a copy."""
-    return example.schedule(dag, warps, tiles, k_tiles, shared, vector)
+def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2, shared=True, vector=1,
+                       pipelined=False):
+    """The example's schedule (``examples/tensor_core_matmul.py``), smaller, fetching one element
+    a copy, not double-buffered."""
+    return example.schedule(dag, warps, tiles, k_tiles, shared, vector, pipelined)
 
 
 
@@ -63,6 +65,12 @@ def test_shared_tiles_fetched_sixteen_bytes_a_copy():
     source = check(tensor_core_matmul(half_matmul(128, 128, 128, "float16"), warps=(2, 2), tiles=(2, 2), vector=8))
     if source:
         assert source.count("*(uint4*)&") == 2, source  # A's tile and B's
+
+
+def test_the_example_double_buffers_its_tiles_with_asynchronous_copies():
+    source = check(example.schedule(example.half_matmul(256, 128, 256)))
+    if source:
+        assert source.count("cp.async.cg.shared.global") == 4 and "tc_wmma_mma_row_row(" in source
 
 
 def test_tiles_read_straight_from_global_memory():

@@ -223,8 +223,9 @@ class _CudaEmitter(_Emitter):
             return
         (a, a_layout, a_ldm), (b, b_layout, b_ldm) = self._tile_address(s.tiles[1]), self._tile_address(s.tiles[2])
         with self.out.block(""):
-            self.out.line(f"unsigned tc_a[8], tc_b[8];")
-            self.out.line(f"tc_wmma_load_a_{a_layout}(tc_a, {a}, {a_ldm}); tc_wmma_load_b_{b_layout}(tc_b, {b}, {b_ldm});")
+            self.out.line("unsigned tc_a[8], tc_b[8];")
+            self.out.line(f"tc_wmma_load_a_{a_layout}(tc_a, {a}, {a_ldm});")
+            self.out.line(f"tc_wmma_load_b_{b_layout}(tc_b, {b}, {b_ldm});")
             self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({fragment}, tc_a, tc_b);")
 
     def _tile_address(self, tile: MatrixTile) -> tuple[str, str, int]:
