@@ -121,3 +121,31 @@ def test_the_verifier_counts_a_fragment_as_spread_over_the_warp():
     """4x4 tiles a warp: 4,096 floats, 128 a lane, past the register budget of a 128-thread block."""
     with pytest.raises(GpuLimitError, match="C_local"):
         tc.emulate_gpu(tensor_core_matmul(half_matmul(256, 64, 256), warps=(2, 2), tiles=(4, 4)), TARGET)
+
+
+def test_a_batched_matmul_keeps_a_fragment_of_three_dimensions():
+    """One block a batch, its tiles read from global memory: the accumulator (1, 32, 32) per warp."""
+    A = te.placeholder((3, 64, 64), name="A", dtype="float16")
+    B = te.placeholder((3, 64, 64), name="B", dtype="float16")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((3, 64, 64), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, C]))
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")
+    b, i, j = sch.get_loops(out)
+    wi, ti, ii = sch.split(i, [2, 2, 16])
+    wj, tj, jj = sch.split(j, [2, 2, 16])
+    sch.reorder(b, wi, wj, ti, tj, ii, jj)
+    sch.bind(b, "blockIdx.x")
+    warp = sch.fuse(wi, wj)
+    sch.bind(warp, "threadIdx.y")
+    sch.annotate(ii, "tensor_core", 1)
+    sch.compute_at(c, warp)
+    ci, cj, ck = sch.get_loops(c)[-3:]
+    cti, cii = sch.split(ci, [None, 16])
+    ctj, cjj = sch.split(cj, [None, 16])
+    ko, ki = sch.split(ck, [None, 16])
+    sch.reorder(ko, cti, ctj, cii, cjj, ki)
+    sch.annotate(cii, "tensor_core", 1)
+    assert "allocate C_local: float32[1, 32, 32] (fragment)" in str(tc.lower(sch))
+    check(sch)
