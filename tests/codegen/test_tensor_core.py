@@ -73,6 +73,19 @@ def test_the_example_double_buffers_its_tiles_with_asynchronous_copies():
         assert source.count("cp.async.cg.shared.global") == 4 and "tc_wmma_mma_row_row(" in source
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_warps_tiles_of_a_and_b_loaded_once_a_step_into_fragments(shared):
+    sch = example.schedule(example.half_matmul(128, 64, 128), warps=(2, 2), tiles=(2, 2), shared=shared,
+                           fragments=True)
+    text = str(tc.lower(sch))
+    assert "allocate A_shared_local: float16[32, 16] (fragment)" in text if shared else "A_local" in text
+    assert text.count("# wmma.load") == 2
+    source = check(sch)
+    if source:
+        assert "unsigned A_shared_local[2][8];" in source if shared else "unsigned A_local[2][8];" in source
+        assert "unsigned tc_a[8]" not in source  # the mma take their operands from the fragments
+
+
 def test_tiles_read_straight_from_global_memory():
     check(tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 2), tiles=(1, 1), k_tiles=1, shared=False))
 
@@ -88,7 +101,7 @@ def test_a_nest_of_the_wrong_shape_or_computation_is_refused_with_the_fix():
     sch = tensor_core_matmul(half_matmul(64, 64, 64))
     copy_out = sch.get_loops(sch.get_block("C_local"))[-2]
     sch.annotate(copy_out, "tensor_core", 0)  # the copy-out element by element
-    with pytest.raises(LoweringError, match="mark the 16x16 nests of its init, update and copy-out tensor_core"):
+    with pytest.raises(LoweringError, match="mark the 16x16 nests of its init, update and copy-out"):
         tc.lower(sch)
     odd = tc.Schedule(half_matmul(64, 64, 64))
     block = odd.get_block("C")

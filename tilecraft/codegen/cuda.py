@@ -115,6 +115,10 @@ class _CudaEmitter(_Emitter):
         self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
         self.uses_wmma = False
+        # which operand of the mma each fragment of A or B is, and the layout its loads read
+        warp_ops = [n for n in walk_stmts(func.body) if isinstance(n, WarpMatrix)]
+        self.operand_fragments = {id(t.buffer): m for n in warp_ops if n.op == "mma" for m, t in zip("ab", n.tiles[1:])}
+        self.fragment_layouts = {id(n.tiles[0].buffer): _layout(n.tiles[1]) for n in warp_ops if n.op == "load"}
         self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
@@ -203,39 +207,50 @@ class _CudaEmitter(_Emitter):
             self.out.line(f"{target} = {red};")
 
     def warp_matrix(self, s: WarpMatrix) -> None:
-        """A tensor-core operation: the accumulator tile named by its number among the fragment's
+        """A tensor-core operation: a fragment's tile named by its number among the fragment's
         16x16 tiles; A, B and the destination by the address of their corner, row or column major."""
         self._check_uniform("a tensor-core operation")
         self.uses_wmma = True
-        accumulator = s.tiles[0] if s.op != "store" else s.tiles[1]
-        shape, corner = accumulator.buffer.shape, accumulator.indices
-        tiles = list(shape[:-2]) + [shape[-2] // 16, shape[-1] // 16]
-        number = self.flat_index(Buffer("tiles", tuple(tiles), "int32", "local"), tuple(corner[:-2]) + tuple(
-            binary("floordiv", i, const(16)) for i in corner[-2:]))
-        fragment = f"{self.buffer_name(accumulator.buffer)}[{self.expr(simplify(number, self.ranges))}]"
         if s.op == "fill":
-            self.out.line(f"for (int tc_e = 0; tc_e < 8; ++tc_e) {fragment}[tc_e] = 0.0f;")
-            return
-        if s.op == "store":
-            address, layout, ldm = self._tile_address(s.tiles[0])
+            self.out.line(f"for (int tc_e = 0; tc_e < 8; ++tc_e) {self._fragment_tile(s.tiles[0])}[tc_e] = 0.0f;")
+        elif s.op == "store":
+            address, _, ldm = self._tile_address(s.tiles[0])  # a generic address, shared memory's too
             kind = "f16" if s.tiles[0].buffer.dtype == "float16" else "f32"
-            self.out.line(f"tc_wmma_store_{kind}_{layout}({address}, {fragment}, {ldm});")
-            return
-        (a, a_layout, a_ldm), (b, b_layout, b_ldm) = self._tile_address(s.tiles[1]), self._tile_address(s.tiles[2])
-        with self.out.block(""):
-            self.out.line("unsigned tc_a[8], tc_b[8];")
-            self.out.line(f"tc_wmma_load_a_{a_layout}(tc_a, {a}, {a_ldm});")
-            self.out.line(f"tc_wmma_load_b_{b_layout}(tc_b, {b}, {b_ldm});")
-            self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({fragment}, tc_a, tc_b);")
+            self.out.line(f"tc_wmma_store_{kind}_{_layout(s.tiles[0])}({address}, {self._fragment_tile(s.tiles[1])}, "
+                          f"{ldm});")
+        elif s.op == "load":
+            address, layout, ldm = self._tile_address(s.tiles[1])
+            matrix = self.operand_fragments[id(s.tiles[0].buffer)]
+            self.out.line(f"{_load(matrix, layout)}({self._fragment_tile(s.tiles[0])}, {address}, {ldm});")
+        else:
+            with self.out.block(""):
+                operands = []
+                for matrix, tile in zip("ab", s.tiles[1:]):
+                    if tile.buffer.scope == "fragment":
+                        operands.append((self._fragment_tile(tile), self.fragment_layouts[id(tile.buffer)]))
+                        continue
+                    address, layout, ldm = self._tile_address(tile)
+                    self.out.line(f"unsigned tc_{matrix}[8]; {_load(matrix, layout)}(tc_{matrix}, {address}, {ldm});")
+                    operands.append((f"tc_{matrix}", _layout(tile)))
+                (a, a_layout), (b, b_layout) = operands
+                self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({self._fragment_tile(s.tiles[0])}, {a}, {b});")
+
+    def _fragment_tile(self, tile: MatrixTile) -> str:
+        """The registers of one 16x16 tile of a fragment: ``name[number]``, 8 a lane."""
+        shape, corner = tile.buffer.shape, tile.indices
+        tiles = Buffer("tiles", (*shape[:-2], shape[-2] // 16, shape[-1] // 16), "int32", "local")
+        number = self.flat_index(tiles, (*corner[:-2], *(binary("floordiv", i, const(16)) for i in corner[-2:])))
+        return f"{self.buffer_name(tile.buffer)}[{self.expr(simplify(number, self.ranges))}]"
 
     def _tile_address(self, tile: MatrixTile) -> tuple[str, str, int]:
-        """Where a tile starts, whether its rows are contiguous (``row``) or its columns, and the
-        elements between its rows (or columns)."""
-        buffer = tile.buffer
-        layout = "row" if tile.col_dim == buffer.ndim - 1 else "col"
+        """Where a tile starts, whether its rows are contiguous (``row``) or its columns (``col``;
+        ``shared_row``, ``shared_col`` in shared memory), and the elements between its rows (or
+        columns)."""
+        buffer, layout = tile.buffer, _layout(tile)
         lead = tile.row_dim if layout == "row" else tile.col_dim
         index = simplify(self.flat_index(buffer, tile.indices), self.ranges)
-        return f"&{self.buffer_name(buffer)}[{self.expr(index)}]", layout, math.prod(buffer.shape[lead + 1:])
+        space = "shared_" if buffer.scope == "shared" else ""
+        return f"&{self.buffer_name(buffer)}[{self.expr(index)}]", space + layout, math.prod(buffer.shape[lead + 1:])
 
     def lane_mask(self) -> str:
         """The lanes of this thread's warp that exist: all 32, but in the last warp of a block
@@ -266,8 +281,8 @@ class _CudaEmitter(_Emitter):
             self.out.line(f"__shared__ __align__(32) {_ctype(b.dtype)} {name}[{size}];")
         elif b.scope == "local":
             self.out.line(f"{_ctype(b.dtype)} {name}[{size}];")
-        elif b.scope == "fragment":  # 8 floats a lane for each 16x16 tile
-            self.out.line(f"float {name}[{size // 256}][8];")
+        elif b.scope == "fragment":  # 8 floats (an accumulator) or pairs of halves (A's or B's) a lane, a tile
+            self.out.line(f"{'float' if b.dtype == 'float32' else 'unsigned'} {name}[{size // 256}][8];")
         else:
             raise LoweringError(
                 f"buffer {b.name} ({list(b.shape)}) would be a whole intermediate tensor in global memory, which a "
@@ -383,6 +398,17 @@ def _ctype(dtype: str) -> str:
     """A buffer element's CUDA type: float16 as its bits (``unsigned short``), converted by
     ``tc_h2f`` and ``tc_f2h`` (PTX's ``cvt``: no header, so NVRTC and nvcc alike)."""
     return "unsigned short" if dtype == "float16" else C_TYPES[dtype]
+
+
+def _layout(tile: MatrixTile) -> str:
+    """``row`` where a tile's rows are contiguous, else ``col``."""
+    return "row" if tile.col_dim == tile.buffer.ndim - 1 else "col"
+
+
+def _load(matrix: str, layout: str) -> str:
+    """The wmma load of A's or B's tile (``layout`` as ``_tile_address`` gives it)."""
+    space, _, layout = layout.rpartition("_")
+    return f"tc_wmma_load_{space + '_' if space else ''}{matrix}_{layout}"
 
 
 def _halvings(width: int) -> list[int]:

@@ -99,8 +99,9 @@ def register_budget(registers):
 
 def local_words(buffers) -> int:
     """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words; a
-    tensor-core fragment is spread over a warp's 32 lanes."""
-    return sum(-(-math.prod(b.shape) * bytes_of(b.dtype) // (128 if b.scope == "fragment" else 4)) for b in buffers)
+    tensor-core fragment takes 8 a lane for each 16x16 tile."""
+    return sum(math.prod(b.shape) // 32 if b.scope == "fragment" else -(-math.prod(b.shape) * bytes_of(b.dtype) // 4)
+               for b in buffers)
 
 
 def _loops_on(loops: list[For], prefix: str) -> str:

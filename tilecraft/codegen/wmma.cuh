@@ -10,6 +10,14 @@
                  : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]),                                 \
                    "=r"(f[4]), "=r"(f[5]), "=r"(f[6]), "=r"(f[7])                                  \
                  : "l"(p), "r"(ldm) : "memory");                                                   \
+  }                                                                                                \
+  /* from shared memory: its own state space, so the loads are shared ones (ldmatrix) */          \
+  __device__ __forceinline__ void tc_wmma_load_shared_##M##_##L(unsigned* f, const void* p, unsigned ldm) { \
+    asm volatile("wmma.load." #M ".sync.aligned." #L ".m16n16k16.shared.f16 "                     \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, [%8], %9;"                                     \
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]),                                 \
+                   "=r"(f[4]), "=r"(f[5]), "=r"(f[6]), "=r"(f[7])                                  \
+                 : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(ldm) : "memory");               \
   }
 TC_WMMA_LOAD(a, row) TC_WMMA_LOAD(a, col) TC_WMMA_LOAD(b, row) TC_WMMA_LOAD(b, col)
 

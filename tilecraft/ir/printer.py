@@ -53,7 +53,7 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
         lines.append(f"{pad}{s.buffer.name}[{index}] = allreduce_{s.combiner}({expr_to_str(s.value)}) over threadIdx.x")
     elif isinstance(s, WarpMatrix):
         acc, *others = s.tiles if s.op != "store" else s.tiles[::-1]
-        line = {"fill": "{acc} = 0", "mma": "{acc} += {a} @ {b}", "store": "{b} = {acc}"}[s.op]
+        line = {"fill": "{acc} = 0", "mma": "{acc} += {a} @ {b}", "store": "{b} = {acc}", "load": "{acc} = {b}"}[s.op]
         tiles = dict(zip(("a", "b"), map(_tile, others))) if s.op == "mma" else {"b": _tile(others[0])} if others else {}
         lines.append(f"{pad}{line.format(acc=_tile(acc), **tiles)}  # wmma.{s.op}, one warp, 16x16 tiles")
 

@@ -7,10 +7,12 @@ MetaSchedule's ``wmma_*_16x16x16`` intrinsics):
 - a reduction's init, two loops storing 0 into the accumulator: ``fill``;
 - its update, three loops adding ``A[i, k] * B[k, j]`` (float16, read as they are or cast to
   float32) into a float32 accumulator: ``mma``;
-- its copy-out, two loops storing the accumulator (cast or not) into float32 or float16: ``store``.
+- its copy-out, two loops storing the accumulator (cast or not) into float32 or float16: ``store``;
+- a copy of A's or B's float16 tile into a local buffer that the update reads: ``load``, so
+  that the mma of several tiles of C share one load of each operand tile.
 
-The accumulator becomes a ``fragment``: registers spread over the warp, which only these
-operations touch. Each operation runs on the 32 lanes of ``threadIdx.x``, so a block is 32
+The accumulator (and each operand's local buffer) becomes a ``fragment``: registers spread
+over the warp, which only these operations touch. Each operation runs on the 32 lanes of ``threadIdx.x``, so a block is 32
 threads wide and its warps lie along ``threadIdx.y``. Tiles must start where the hardware can
 load them: a corner on 16 elements, rows a multiple of 8 elements apart. What does not fit
 raises ``LoweringError`` naming the nest and the fix.
@@ -34,26 +36,25 @@ WARP = 32
 
 def tensorize(body: Stmt) -> Stmt:
     """``body`` with every nest headed by a ``tensor_core`` loop made a warp's operation, run
-    on its 32 lanes, and the accumulators they share made fragments."""
-    accumulators: dict[int, Buffer] = {}
-    body = _replace(body, lambda s: _warp_op(s, accumulators) if isinstance(s, For) and s.kind == "tensor_core"
-                    else None)
-    fragments = {b: Buffer(b.name, b.shape, b.dtype, "fragment") for b in accumulators.values()}
+    on its 32 lanes, and the local buffers they share made fragments."""
+    found: dict[int, Buffer] = {}
+    body = _replace(body, lambda s: _warp_op(s, found) if isinstance(s, For) and s.kind == "tensor_core" else None)
+    fragments = {b: Buffer(b.name, b.shape, b.dtype, "fragment") for b in found.values()}
     for buffer in fragments:
-        if buffer.scope != "local" or buffer.dtype != "float32" or any(e % TILE for e in buffer.shape[-2:]):
-            raise LoweringError(f"the tensor-core accumulator {buffer.name} {list(buffer.shape)} must be a float32 "
-                                f"local buffer of whole 16x16 tiles: cache the block's writes in local memory "
-                                f"(cache_write) and split its loops by 16")
+        if buffer.scope != "local" or any(e % TILE for e in buffer.shape[-2:]):
+            raise LoweringError(f"the tensor-core fragment {buffer.name} {list(buffer.shape)} must be a local buffer "
+                                f"of whole 16x16 tiles: cache the block's writes (cache_write) or its reads "
+                                f"(cache_read) in local memory and split their loops by 16")
     outside = accesses(_replace(body, lambda s: Seq(()) if isinstance(s, WarpMatrix) else None))[1]
     stray = next((b for b in fragments if id(b) in outside), None)
     if stray is not None:
-        raise LoweringError(f"accumulator {stray.name} is a tensor-core fragment, but a loop nest reads or stores "
-                            "it element by element: mark the 16x16 nests of its init, update and copy-out "
-                            "tensor_core, and apply epilogues in a block after the copy-out")
+        raise LoweringError(f"{stray.name} is a tensor-core fragment, but a loop nest reads or stores it element by "
+                            "element: mark the 16x16 nests of its init, update and copy-out (and of the loads of A's "
+                            "and B's fragments) tensor_core, and apply epilogues in a block after the copy-out")
     return _rescoped(body, fragments)
 
 
-def _warp_op(head: For, accumulators: dict[int, Buffer]) -> Stmt:
+def _warp_op(head: For, fragments: dict[int, Buffer]) -> Stmt:
     """The warp's operation for the nest under ``head``, on its lanes."""
     loops, s = [head], head.body
     while isinstance(s, For):
@@ -67,22 +68,31 @@ def _warp_op(head: For, accumulators: dict[int, Buffer]) -> Stmt:
     zero, loop_vars, target, value = {l.var: const(0) for l in loops}, [l.var for l in loops], s.buffer, s.value
     rows, cols = _tile_vars(target, s.indices, loop_vars, where)
     operands: tuple[MatrixTile, ...] = ()
+    operands: list[MatrixTile] = []
+
+    def operand(read: TensorRead, along: tuple[Var, Var]) -> MatrixTile:  # an operand fragment, or an address
+        held = read.tensor.scope == "local"
+        fragments.update({id(read.tensor): read.tensor} if held else {})
+        return (_fragment if held else _tile)(read.tensor, read.indices, *along, zero, where)
+
     if len(loops) == 3:
         a, b = _product(value, target, s.indices, where)
         k = next(v for v in loop_vars if v not in (rows, cols))
         a, b = (b, a) if not _uses(a.indices, k) or _uses(a.indices, cols) else (a, b)
-        op, accumulator = "mma", TensorRead(target, s.indices)
-        operands = (_tile(a.tensor, a.indices, rows, k, zero, where), _tile(b.tensor, b.indices, k, cols, zero, where))
+        op, fragment, operands = "mma", TensorRead(target, s.indices), [operand(a, (rows, k)), operand(b, (k, cols))]
     elif isinstance(value, Const) and value.value == 0:
-        op, accumulator = "fill", TensorRead(target, s.indices)
+        op, fragment = "fill", TensorRead(target, s.indices)
+    elif target.scope == "local" and target.dtype == "float16" and isinstance(value, TensorRead):
+        op, fragment = "load", TensorRead(target, s.indices)  # A's or B's tile into registers, for several mma
+        operands = [_tile(value.tensor, value.indices, rows, cols, zero, where)]
     else:
-        accumulator = value.value if isinstance(value, Cast) else value
-        if not isinstance(accumulator, TensorRead) or target.dtype not in ("float32", "float16"):
+        fragment = value.value if isinstance(value, Cast) else value
+        if not isinstance(fragment, TensorRead) or target.dtype not in ("float32", "float16"):
             raise LoweringError(f"{where} stores {value} into {target.dtype}: a tensor-core store copies the "
                                 "accumulator as it is into float32 or float16; apply epilogues in a block after it")
-        op, operands = "store", (_tile(target, s.indices, rows, cols, zero, where),)
-    accumulators[id(accumulator.tensor)] = accumulator.tensor
-    tile = _accumulator(accumulator.tensor, accumulator.indices, rows, cols, zero, where)
+        op, operands = "store", [_tile(target, s.indices, rows, cols, zero, where)]
+    fragments[id(fragment.tensor)] = fragment.tensor
+    tile = _fragment(fragment.tensor, fragment.indices, rows, cols, zero, where)
     lane = Var("tc_lane")
     nest = For(head.var, head.extent, "serial", head.body)
     return For(lane, WARP, "threadIdx.x", WarpMatrix(op, (*operands, tile) if op == "store" else (tile, *operands),
@@ -114,15 +124,15 @@ def _tile_vars(buffer: Buffer, indices, loop_vars: list[Var], where: str) -> tup
     return (used[0], used[1]) if dims[0] < dims[1] else (used[1], used[0])
 
 
-def _accumulator(buffer: Buffer, indices, rows: Var, cols: Var, zero: dict, where: str) -> MatrixTile:
-    """The accumulator's tile: its rows and columns along its last two dimensions, its corner
-    on whole tiles (the fragment's registers are numbered by tile)."""
+def _fragment(buffer: Buffer, indices, rows: Var, cols: Var, zero: dict, where: str) -> MatrixTile:
+    """A fragment's tile: its rows and columns along its last two dimensions, its corner on
+    whole tiles (a fragment's registers are numbered by tile)."""
     tile = MatrixTile(buffer, _corner(indices, zero), _dim_of(buffer, indices, rows, where),
                       _dim_of(buffer, indices, cols, where))
     corner = [to_linear(i, {}) for i in tile.indices[-2:]] if buffer.ndim >= 2 else []
     if (tile.row_dim, tile.col_dim) != (buffer.ndim - 2, buffer.ndim - 1) or any(
             c.const % TILE or any(k % TILE for k in c.terms.values()) for c in corner):
-        raise LoweringError(f"{where}: the accumulator {buffer.name} {list(buffer.shape)} is read at {list(indices)}; "
+        raise LoweringError(f"{where}: the fragment {buffer.name} {list(buffer.shape)} is read at {list(indices)}; "
                             "its 16x16 tiles must lie along its last two dimensions, each on whole tiles")
     return tile
 
