@@ -130,6 +130,31 @@ def tensor_core_matmul_with_epilogue(sch: tc.Schedule) -> tc.Schedule:
     return sch
 
 
+def test_a_block_on_tensor_cores_is_one_warp_wide():
+    """A fetch spread over 64 threads along threadIdx.x would make two warps of each row."""
+    wide = tc.Schedule(example.half_matmul(64, 64, 64))
+    c = wide.get_block("C")
+    out = wide.cache_write(c, 0, "local")
+    i, j = wide.get_loops(out)
+    io, ii = wide.split(i, [None, 16])
+    jo, jj = wide.split(j, [None, 16])
+    wide.reorder(io, jo, ii, jj)
+    wide.bind(io, "blockIdx.x")
+    wide.bind(jo, "threadIdx.y")
+    wide.annotate(ii, "tensor_core", 1)
+    wide.compute_at(c, jo)
+    ci, cj, k = wide.get_loops(c)[-3:]
+    ko, ki = wide.split(k, [None, 16])
+    wide.reorder(ko, ci, cj, ki)
+    wide.annotate(ci, "tensor_core", 1)
+    cached = wide.cache_read(c, 0, "shared")
+    wide.compute_at(cached, ko)
+    _, tx = wide.split(wide.fuse(*wide.get_loops(cached)[-2:]), [None, 64])
+    wide.bind(tx, "threadIdx.x")
+    with pytest.raises(GpuLimitError, match="one warp \\(32 threads\\) wide along threadIdx.x"):
+        tc.emulate_gpu(wide, TARGET)
+
+
 def test_the_verifier_counts_a_fragment_as_spread_over_the_warp():
     """4x4 tiles a warp: 4,096 floats, 128 a lane, past the register budget of a 128-thread block."""
     with pytest.raises(GpuLimitError, match="C_local"):

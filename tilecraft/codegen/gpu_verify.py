@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import GpuLimitError
 from ..ir.kernels import split_kernels
-from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
+from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, WarpMatrix, walk_stmts
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, registers_a_thread, shared_offsets, vector_bytes
 
@@ -67,12 +67,16 @@ def _verify_kernel(func: LoweredFunc, target) -> Launch:
         raise GpuLimitError(f"a block of {' x '.join(map(str, launch.block))} = {launch.threads} threads exceeds the "
                             f"target's {target.max_threads_per_block} threads per block: "
                             f"{_loops_on(loops, 'threadIdx')}; split them smaller")
+    if launch.block[0] != 32 and any(isinstance(n, WarpMatrix) for n in walk_stmts(func.body)):
+        raise GpuLimitError(f"the kernel computes on tensor cores, so its blocks must be one warp (32 threads) wide "
+                            f"along threadIdx.x, their warps along threadIdx.y; threadIdx.x has {launch.block[0]}: "
+                            f"{_loops_on(loops, 'threadIdx.x')}; bind 32 threads of the other blocks to it")
     for loop in loops:
         if loop.kind.startswith("vthread") and loop.extent > target.max_vthread:
             raise GpuLimitError(f"loop {loop.var.name} bound to {loop.kind} has extent {loop.extent}, above the "
                                 f"limit of {target.max_vthread} virtual threads")
     shared = _shared_buffers(func.body)
-    used = shared_offsets(func.body)[None]  # as the code generator lays the tiles out, 16-byte aligned
+    used = shared_offsets(func.body)[None]  # as the code generator lays the tiles out, 32-byte aligned
     if used > target.max_shared_memory_per_block_optin:  # past 48 KB, dynamic shared memory the kernel opts in to
         listed = ", ".join(f"{b.name}{list(b.shape)}" for b in shared)
         raise GpuLimitError(f"the block uses {used} bytes of shared memory ({listed}), above the target's "
