@@ -19,7 +19,7 @@ class Buffer:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    scope: str  # arg | global | shared | local | fragment (a warp's tensor-core accumulator, ``WarpMatrix``)
+    scope: str  # arg | global | shared | local | fragment (a warp's tensor-core registers, ``WarpMatrix``)
 
     @property
     def ndim(self) -> int:
@@ -122,8 +122,8 @@ class WarpMatrix:
     """One warp's tensor-core operation on 16x16 tiles (PTX ``wmma``, m16n16k16): ``fill``
     zeroes an accumulator tile; ``mma`` adds to it the product of a float16 tile of A (rows by
     k) and one of B (k by columns); ``store`` writes it into a float32 or float16 tile; ``load``
-    reads a tile of A or B into registers that several mma then use. The
-    accumulator is held in registers spread over the warp's 32 lanes (``lane``, bound to
+    reads a tile of A or B into registers that several mma then use. The accumulator (and
+    such registers of A or B) is held spread over the warp's 32 lanes (``lane``, bound to
     ``threadIdx.x``) in an order the hardware keeps to itself, so only these operations touch
     it: its buffer's scope is ``fragment``. ``nest`` is the scalar loop nest the operation
     replaces, what it computes: the CPU emulation runs it in one lane of the warp."""

@@ -52,10 +52,9 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
         index = ", ".join(expr_to_str(i) for i in s.indices)
         lines.append(f"{pad}{s.buffer.name}[{index}] = allreduce_{s.combiner}({expr_to_str(s.value)}) over threadIdx.x")
     elif isinstance(s, WarpMatrix):
-        acc, *others = s.tiles if s.op != "store" else s.tiles[::-1]
-        line = {"fill": "{acc} = 0", "mma": "{acc} += {a} @ {b}", "store": "{b} = {acc}", "load": "{acc} = {b}"}[s.op]
-        tiles = dict(zip(("a", "b"), map(_tile, others))) if s.op == "mma" else {"b": _tile(others[0])} if others else {}
-        lines.append(f"{pad}{line.format(acc=_tile(acc), **tiles)}  # wmma.{s.op}, one warp, 16x16 tiles")
+        tiles = [_tile(t) for t in (s.tiles if s.op != "store" else s.tiles[::-1])]  # the fragment's first
+        line = {"fill": "{0} = 0", "mma": "{0} += {1} @ {2}", "store": "{1} = {0}", "load": "{0} = {1}"}[s.op]
+        lines.append(f"{pad}{line.format(*tiles)}  # wmma.{s.op}, one warp, 16x16 tiles")
 
 
 def _tile(tile: MatrixTile) -> str:

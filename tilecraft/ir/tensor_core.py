@@ -12,10 +12,10 @@ MetaSchedule's ``wmma_*_16x16x16`` intrinsics):
   that the mma of several tiles of C share one load of each operand tile.
 
 The accumulator (and each operand's local buffer) becomes a ``fragment``: registers spread
-over the warp, which only these operations touch. Each operation runs on the 32 lanes of ``threadIdx.x``, so a block is 32
-threads wide and its warps lie along ``threadIdx.y``. Tiles must start where the hardware can
-load them: a corner on 16 elements, rows a multiple of 8 elements apart. What does not fit
-raises ``LoweringError`` naming the nest and the fix.
+over the warp, which only these operations touch. Each operation runs on the 32 lanes of
+``threadIdx.x``, so a block is 32 threads wide and its warps lie along ``threadIdx.y``. Tiles
+in memory must start where the hardware can load them: on 32 bytes, their rows a multiple
+of 16 bytes apart. What does not fit raises ``LoweringError`` naming the nest and the fix.
 """
 
 from __future__ import annotations
@@ -67,13 +67,13 @@ def _warp_op(head: For, fragments: dict[int, Buffer]) -> Stmt:
                             f"{type(s).__name__}: split the block's loops by 16 and mark the outermost of them")
     zero, loop_vars, target, value = {l.var: const(0) for l in loops}, [l.var for l in loops], s.buffer, s.value
     rows, cols = _tile_vars(target, s.indices, loop_vars, where)
-    operands: tuple[MatrixTile, ...] = ()
     operands: list[MatrixTile] = []
 
-    def operand(read: TensorRead, along: tuple[Var, Var]) -> MatrixTile:  # an operand fragment, or an address
-        held = read.tensor.scope == "local"
-        fragments.update({id(read.tensor): read.tensor} if held else {})
-        return (_fragment if held else _tile)(read.tensor, read.indices, *along, zero, where)
+    def operand(read: TensorRead, along: tuple[Var, Var]) -> MatrixTile:  # a fragment that a load filled, or an address
+        if read.tensor.scope != "local":
+            return _tile(read.tensor, read.indices, *along, zero, where)
+        fragments[id(read.tensor)] = read.tensor
+        return _fragment(read.tensor, read.indices, *along, zero, where)
 
     if len(loops) == 3:
         a, b = _product(value, target, s.indices, where)
@@ -184,8 +184,10 @@ def _replace(s: Stmt, new) -> Stmt:
         return Seq(tuple(_replace(c, new) for c in s.stmts))
     if isinstance(s, IfThenElse):
         return IfThenElse(s.cond, _replace(s.then, new))
-    if isinstance(s, (Allocate, AsyncCopies)):
-        return type(s)(*([s.buffer] if isinstance(s, Allocate) else []), _replace(s.body, new))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _replace(s.body, new))
+    if isinstance(s, AsyncCopies):
+        return AsyncCopies(_replace(s.body, new))
     return s
 
 
