@@ -187,3 +187,52 @@ def test_a_batched_matmul_keeps_a_fragment_of_three_dimensions():
     sch.annotate(cii, "tensor_core", 1)
     assert "allocate C_local: float32[1, 32, 32] (fragment)" in str(tc.lower(sch))
     check(sch)
+
+
+def test_an_epilogue_reads_the_tiles_stored_into_shared_memory():
+    """relu(A @ B + bias): the warps store their fragments into the block's shared tile (two
+    cache_writes: local, then shared; the buffer keeps its scope), which the epilogue reads
+    after a barrier, every thread of the block an element."""
+    A = te.placeholder((128, 128), name="A", dtype="float16")
+    B = te.placeholder((128, 128), name="B", dtype="float16")
+    bias = te.placeholder((128,), name="bias")
+    k = te.reduce_axis((0, 128), name="k")
+    C = te.compute((128, 128), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")
+    D = te.compute((128, 128), lambda i, j: te.max(C[i, j] + bias[j], te.const(0.0)), name="D")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, bias, D]))
+    c = sch.get_block("C")
+    sch.compute_inline(sch.cache_write(c, 0, "shared"))  # D reads C_shared
+    stored = sch.cache_write(c, 0, "local")  # the fragments' copy into C_shared
+    bi, di = sch.split(sch.get_loops(sch.get_block("D"))[0], [None, 64])
+    bj, dj = sch.split(sch.get_loops(sch.get_block("D"))[-1], [None, 64])
+    sch.reorder(bi, bj, di, dj)
+    block = sch.fuse(bi, bj)
+    sch.bind(block, "blockIdx.x")
+    _, ty, tx = sch.split(sch.fuse(di, dj), [None, 4, 32])
+    sch.bind(ty, "threadIdx.y")
+    sch.bind(tx, "threadIdx.x")
+    sch.compute_at(stored, block)
+    si, sj = sch.get_loops(stored)[-2:]
+    wi, ti, ii = sch.split(si, [2, 2, 16])
+    wj, tj, jj = sch.split(sj, [2, 2, 16])
+    sch.reorder(wi, wj, ti, tj, ii, jj)
+    warp = sch.fuse(wi, wj)
+    sch.bind(warp, "threadIdx.y")
+    sch.annotate(ii, "tensor_core", 1)
+    sch.compute_at(c, warp)
+    ci, cj, ck = sch.get_loops(c)[-3:]
+    cti, cii = sch.split(ci, [None, 16])
+    ctj, cjj = sch.split(cj, [None, 16])
+    ko, ki = sch.split(ck, [None, 16])
+    sch.reorder(ko, cti, ctj, cii, cjj, ki)
+    sch.annotate(cii, "tensor_core", 1)
+    assert "allocate C_shared: float32[64, 64] (shared)" in str(tc.lower(sch))
+    a, b, bias_value = sch.dag.random_inputs(np.random.default_rng(0))
+    want = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias_value, 0)
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(a, b, bias_value), want, rtol=1e-4, atol=1e-4)
+    if shutil.which("nvcc"):
+        kernel = tc.build(sch, "cuda" if tc.cuda_available() else TARGET)
+        assert "tc_wmma_store_f32_row(&C_shared[" in kernel.source
+        if tc.cuda_available():
+            np.testing.assert_allclose(kernel(a, b, bias_value), want, rtol=1e-4, atol=1e-4)

@@ -838,7 +838,8 @@ class Schedule:
         axes = tuple(IterVar(Var(iv.name), iv.extent, "spatial") for iv in stage.op.axis)
         copy_op = ComputeOp(name, axes, TensorRead(cache, tuple(iv.var for iv in axes)), stage.op.dtype)
         state, first = self.state.new_ids(len(axes))
-        copy = replace(initial_stage(copy_op, stage.tensor, first[0], stage.is_output), name=name)
+        copy = replace(initial_stage(copy_op, stage.tensor, first[0], stage.is_output), name=name,
+                       scope=stage.scope)  # the buffer it writes keeps its scope (a second cache_write)
         computing = replace(stage, tensor=cache, scope=storage_scope, is_output=False)
         stages = []
         for s in state.stages:
