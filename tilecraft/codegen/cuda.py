@@ -24,7 +24,7 @@ from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Bu
                         MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
-from ..te.expr import TensorRead, binary, const, substitute
+from ..te.expr import TensorRead, binary, const, free_vars, substitute
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
@@ -310,7 +310,8 @@ class _CudaEmitter(_Emitter):
             return
         if s.kind == "vectorize" and self.vector_access(s):
             return
-        if s.kind in ("unroll", "vectorize") or s.kind.startswith("vthread") or (budget and _nest_size(s) <= budget):
+        if s.kind in ("unroll", "vectorize") or s.kind.startswith("vthread") or (budget and _nest_size(s) <= budget) \
+                or _picks_fragment_tiles(s):
             self.out.line("#pragma unroll")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
             self.stmt(s.body, budget)
@@ -398,6 +399,14 @@ def _ctype(dtype: str) -> str:
     """A buffer element's CUDA type: float16 as its bits (``unsigned short``), converted by
     ``tc_h2f`` and ``tc_f2h`` (PTX's ``cvt``: no header, so NVRTC and nvcc alike)."""
     return "unsigned short" if dtype == "float16" else C_TYPES[dtype]
+
+
+def _picks_fragment_tiles(loop: For) -> bool:
+    """Whether ``loop`` walks a fragment's tiles: it must unroll, or the registers, indexed by
+    its variable, would be local memory."""
+    return any(isinstance(n, WarpMatrix) and any(loop.var in free_vars(i) for t in n.tiles
+                                                 if t.buffer.scope == "fragment" for i in t.indices)
+               for n in walk_stmts(loop.body))
 
 
 def _layout(tile: MatrixTile) -> str:
