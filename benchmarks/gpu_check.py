@@ -4,8 +4,9 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
     python benchmarks/gpu_check.py [--out DIR] [--sizes 1024,2048,4096] [--no-sanitizer]
 
 1. ``pytest`` on the GPU tests: every test schedule runs as a kernel there and is compared
-   with NumPy (``tests/codegen/test_cuda.py``), the runtime's tests with a GPU, and
-   ``torch.compile(backend="tilecraft")`` on CUDA tensors against eager PyTorch.
+   with NumPy (``tests/codegen/test_cuda.py``), the runtime's tests with a GPU,
+   ``torch.compile(backend="tilecraft")`` on CUDA tensors against eager PyTorch, and the
+   tensor-core schedules (``tests/codegen/test_tensor_core.py``).
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
    matmul (``cp.async``), one with 64 KB of dynamic shared memory and a random-schedule
    sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
@@ -150,11 +151,11 @@ def main() -> None:
     report: dict = {"device": torch.cuda.get_device_name(0), "steps": []}
     print("device:", report["device"], flush=True)
     report["steps"].append(run("GPU tests", [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                                             "tests/codegen/test_cuda.py", "tests/codegen/test_tensor_core.py",
-                                             "tests/test_cuda_runtime.py",
+                                             "tests/codegen/test_cuda.py", "tests/test_cuda_runtime.py",
                                              "tests/tune/test_gpu_search.py", "tests/search/test_gpu_sketches.py",
                                              "tests/frontend/test_torch.py::test_on_a_gpu_torch_compile_and_from_torch_"
-                                             "run_the_model_there"], 150))
+                                             "run_the_model_there",
+                                             "tests/codegen/test_tensor_core.py"], 150))  # new, last: -x stops there
     if not options.no_sanitizer:
         for tool in ("memcheck", "racecheck"):
             report["steps"].append(run(f"compute-sanitizer {tool}", ["compute-sanitizer", "--tool", tool,
