@@ -38,7 +38,7 @@ import sys, numpy as np, tilecraft as tc
 sys.path.insert(0, "examples"); sys.path.insert(0, "tests/codegen"); sys.path.insert(0, "tests/ir")
 import cuda_matmul, tensor_core_matmul as tensor_core, test_cuda, test_pipeline
 schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1],  # double-buffered, cp.async
-             test_cuda.tiled_matmul(256, 256, 256, threads=(8, 8), tile=(16, 16), k_step=64),  # 64 KB: dynamic
+             test_cuda.tiled_matmul(256, 256, 256, threads=(16, 16), tile=(8, 8), k_step=64),  # 64 KB: dynamic
              test_cuda.split_k_matmul(64, 512, 48, parts=4)]  # blocks adding into a zeroed output
 schedules += [test_cuda.random_gpu_schedule(np.random.default_rng(s)) for s in range(3)]
 schedules += [tensor_core.schedule(tensor_core.half_matmul(128, 128, 128))]  # tensor cores (wmma), new: last
