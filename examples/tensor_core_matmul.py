@@ -10,7 +10,8 @@ At each reduction step of ``16 * k_tiles`` the block's threads copy the slices o
 into shared memory together, eight halves (16 bytes) a copy, the next stage's while the
 warps compute on this one's (double-buffered, ``cp.async``). With a GPU it runs the kernel
 and checks it against NumPy; without one it checks the schedule in the CPU emulation and
-prints the CUDA source.
+prints the CUDA source. ``design_space`` is the same structure with its sizes sampled, for
+``tc.tune_tir`` to search.
 """
 
 from __future__ import annotations
@@ -91,6 +92,38 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
                 outer, inner = sch.split(cols, [None, 16])
                 sch.reorder(outer, rows, inner)
             sch.annotate(inner if index == 0 else rows, "tensor_core", 1)
+    return sch
+
+
+def design_space(sch: tc.Schedule) -> tc.Schedule:
+    """The same structure with its sizes left to the search, for ``tc.tune_tir(dag, "cuda",
+    work_dir, trials, space=tc.ScheduleFn(design_space))``: the blocks', warps' and tiles'
+    shares of C's rows and columns, and the 16-steps of a stage, sampled; the shared tiles
+    fetched by the block's threads together (``meta_schedule.cooperative_fetch``)."""
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")
+    i, j = sch.get_loops(out)
+    io, ii = sch.split(i, [None, 16])
+    jo, jj = sch.split(j, [None, 16])
+    bi, wi, ti = sch.split(io, sch.sample_perfect_tile(io, n=3, max_innermost_factor=4))
+    bj, wj, tj = sch.split(jo, sch.sample_perfect_tile(jo, n=3, max_innermost_factor=4))
+    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
+    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
+    warp = sch.fuse(wi, wj)
+    sch.bind(warp, "threadIdx.y")
+    sch.annotate(ii, "tensor_core", 1)
+    sch.compute_at(c, warp)
+    ci, cj, k = sch.get_loops(c)[-3:]
+    cti, cii = sch.split(ci, [None, 16])
+    ctj, cjj = sch.split(cj, [None, 16])
+    steps, ki = sch.split(k, [None, 16])
+    ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=4))
+    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
+    sch.annotate(cii, "tensor_core", 1)
+    for index in (0, 1):
+        cached = sch.cache_read(c, index, "shared")
+        sch.compute_at(cached, ko)
+        sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
     return sch
 
 

@@ -52,6 +52,9 @@ def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
         loop = sch.state.stage_of_loop(loop_id).loop(loop_id)
         if loop.annotation.startswith("threadIdx"):
             threads[loop.annotation] = max(threads.get(loop.annotation, 1), loop.extent)
+    if "threadIdx.x" not in threads and any(dict(loop.pragmas).get("tensor_core") for st in sch.state.stages
+                                            for loop in st.loops):
+        threads["threadIdx.x"] = 32  # a warp's lanes, bound by its tensor-core operations (ir/tensor_core.py)
     axes = [axis for axis in ("threadIdx.z", "threadIdx.y", "threadIdx.x") if axis in threads]
     leaves = [_rv(leaf) for leaf in stage.leaves]
     fused = sch.fuse(*leaves) if len(leaves) > 1 else leaves[0]

@@ -37,6 +37,8 @@ from .register_tile import apply_register_tiles, find_register_tiles
 
 GPU_REDRAWS = 1024  # draws a GPU candidate may take to keep the target's limits
 GPU_REDRAW_BATCH = 32  # of them drawn at once for every candidate still over a limit
+WARP_LANES = 32
+FRAGMENT_BYTES = 4 / WARP_LANES  # an element of a tensor-core fragment: a 4-byte word spread over the warp's lanes
 
 
 @dataclass(frozen=True)
@@ -272,6 +274,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     shared_reads: dict[str, tuple] = {}  # cached block -> (its consumer, the reads of it there)
     shared_tiles: list = []
     local_tiles: list = []
+    local_owners: list[str] = []  # the stage whose buffer each local tile is
+    fragments: set[str] = set()  # stages computed on tensor cores: their buffers spread over a warp's lanes
     unformed = 0  # shared or local tiles whose footprint no form says
     gpu = getattr(target, "kind", None) == "cuda"
 
@@ -351,6 +355,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             stage = sch.state.stage_of_loop(kwargs["loop"].id)
             if kwargs["thread_axis"].startswith("threadIdx") and stage.loop(kwargs["loop"].id).kind != "spatial":
                 local_tiles.extend([(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # partial, result
+                local_owners.extend([stage.name] * 2)
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
                                 lambda loop_id: form_of(sch, loop_id))
@@ -365,12 +370,19 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
                                lambda loop_id: form_of(sch, loop_id))
             if tile is not None:
                 local_tiles.append(tile)
+                local_owners.append(kwargs["block"].name)
             unformed += tile is None
+        elif kind == "annotate" and kwargs["ann_key"] == "tensor_core":
+            fragments.add(sch.state.stage_of_loop(kwargs["block_or_loop"].id).name)
         elif kind == "annotate" and kwargs["ann_key"] == "meta_schedule.vectorize":
             block = kwargs["block_or_loop"].name
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
 
     trace.replay(dag, observe=observe)
+    if fragments:  # 8 registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
+        local_tiles = [(FRAGMENT_BYTES, dims) if owner in fragments else (size, dims)
+                       for (size, dims), owner in zip(local_tiles, local_owners)]
+        gpu_axes.setdefault("threadIdx.x", []).append(LogForm((), math.log2(WARP_LANES)))
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
                     gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
                     shared_tiles=tuple(shared_tiles), local_tiles=tuple(local_tiles))
