@@ -122,7 +122,20 @@ def conv_relu_long_k():
     return tc.ComputeDAG([X, W, te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")])
 
 
+def half_matmul(n, l, m, cast=False):
+    """float16 A @ B summed in float32 (each product cast), into float32, or rounded to float16
+    by a block after it (as ONNX's float16 MatMul imports)."""
+    A = te.placeholder((n, l), name="A", dtype="float16")
+    B = te.placeholder((l, m), name="B", dtype="float16")
+    k = te.reduce_axis((0, l), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")
+    out = te.compute((n, m), lambda i, j: C[i, j].astype("float16"), name="D") if cast else C
+    return tc.ComputeDAG([A, B, out])
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
+             "half_matmul": lambda: half_matmul(64, 48, 64),
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
@@ -251,6 +264,26 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
+def test_a_half_matmul_gets_a_sketch_on_tensor_cores_that_a_float32_or_an_epilogue_does_not():
+    """Besides the other tilings: float16 A and B summed in float32, sizes multiples of 16, the
+    copy-out rounding to float16 where a cast follows; not for float32, odd sizes or a ReLU."""
+    def names(dag):
+        return [s.name for s in generate_sketches(dag, target=TARGET)]
+
+    assert "gpu_tensor_core" in names(half_matmul(64, 48, 64)) and "gpu_tile" in names(half_matmul(64, 48, 64))
+    dag = half_matmul(64, 48, 64, cast=True)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
+    text = str(lower(sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)))
+    assert "# wmma.mma" in text and "D[" in text and "# wmma.store" in text  # rounded in the copy-out
+    assert "gpu_tensor_core" not in names(matmul(64, 48, 64)) and "gpu_tensor_core" not in names(half_matmul(40, 48, 64))
+    A, B = half_matmul(64, 48, 64).tensors[:2]
+    k = te.reduce_axis((0, 48), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")
+    relu = te.compute((64, 64), lambda i, j: te.max(C[i, j], te.const(0.0)), name="relu")
+    assert "gpu_tensor_core" not in names(tc.ComputeDAG([A, B, relu]))
+
+
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
     """Split-K: the reduction's first axis cut into parts (the outermost factor of its tile),
     each part's sum a block's along blockIdx.y, added into the zeroed output atomically;
@@ -329,8 +362,9 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
         assert words == local_words(_local_buffers(func.body))
         launch_or_error = _verify(sketch.trace_of(row).replay(dag))
         assert fit != isinstance(launch_or_error, GpuLimitError), launch_or_error
-        if fit:  # a launch's threads are its widest thread loop's, over all kernels
-            threads = 2 ** sketch.gpu_extents(row[None])["threadIdx.x"][0]
+        if fit:  # a launch's threads on an axis are its widest thread loop's, over all kernels
+            extents = sketch.gpu_extents(row[None])
+            threads = 2 ** sum(extents[axis][0] for axis in extents if axis.startswith("threadIdx"))
             assert max(math.prod(launch.block) for launch in launch_or_error) == round(threads)
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95
 

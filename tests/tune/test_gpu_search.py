@@ -170,3 +170,27 @@ def test_a_tensor_core_design_space_tunes_and_its_best_matches_numpy(tmp_path, s
     np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(a, b), a.astype(np.float32) @ b.astype(np.float32),
                                rtol=1e-4, atol=1e-3)
     assert "tc_wmma_mma_row_row(" in tc.build(sch, TARGET).source
+
+
+@pytest.mark.slow
+def test_a_half_matmul_tunes_with_a_sketch_on_tensor_cores_beside_the_others(tmp_path):
+    """Without a schedule function: the sketch rules offer the tensor-core tiling beside the
+    others, its candidates are built and measured, and the best of them matches NumPy."""
+    from tilecraft import te
+
+    A = te.placeholder((256, 128), name="A", dtype="float16")
+    B = te.placeholder((128, 256), name="B", dtype="float16")
+    k = te.reduce_axis((0, 128), name="k")
+    C = te.compute((256, 256), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
+                   name="C")
+    dag = tc.ComputeDAG([A, B, C])
+    tc.tune_tir(dag, TARGET, tmp_path / "work", max_trials_global=32, num_trials_per_iter=16,
+                runner=SimulatedGpuRunner(dag.flop_count()), verbose=0)
+    records = load_records(tmp_path / "work" / "records.json")
+    on_tensor_cores = [r for r in records if r.sketch == "gpu_tensor_core" and r.is_valid]
+    assert on_tensor_cores and {r.sketch for r in records} > {"gpu_tensor_core"}
+    best = min(on_tensor_cores, key=lambda r: r.mean_cost)
+    sch = tc.Trace.from_json(best.trace).replay(dag)
+    a, b = dag.random_inputs()
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(a, b), a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-4, atol=1e-3)

@@ -20,7 +20,8 @@ order and applies the epilogue (``ir/kernels.py``). Any other block at the root 
 and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
 block that reads a row reduction binds the rows to blocks); a reduction short of spatial
 parallelism, tiled or not (a matrix-vector product, its epilogue applied in the block),
-gets a second sketch whose reduction runs across a row of threads.
+gets a second sketch whose reduction runs across a row of threads. A float16 matmul also
+gets a sketch on tensor cores (``GpuTensorCoreTiling``).
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.
@@ -37,6 +38,7 @@ import numpy as np
 from ..ir.lower import ATOMIC_DTYPES
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
+from ..te.expr import Binary, Cast, TensorRead
 from .access import is_elementwise_reader, needs_multi_level_tiling
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
 
@@ -352,6 +354,87 @@ def _ends_epilogue(draft: Draft, block: str) -> bool:
     return False
 
 
+@dataclass
+class GpuTensorCoreTiling(SketchRule):
+    """A float16 matmul on tensor cores (MetaSchedule's MultiLevelTilingTensorCore, wmma):
+    C's 16x16 tiles shared out over blocks, warps (``threadIdx.y``) and each warp's tiles,
+    the 16-steps of a stage too, all sampled; the accumulator a fragment of its warp; A's and
+    B's tiles in shared memory, fetched by the block's threads together; the init, update and
+    copy-out on the warp's tensor cores (``ir/tensor_core.py``), an epilogue that casts to
+    float16 in the copy-out. Offered beside the other tilings, which the search weighs it
+    against; a block it cannot take (another epilogue, sizes that are no multiple of 16) has
+    only those. Its shared tiles' footprints are no form of the decisions (the accumulator is
+    split inside the warps' loops, not as ``multi_level_tile`` splits it), so the verifier in
+    the builder, not the decision matrix, refuses what breaks a limit; the default candidate
+    (one warp a block) fits. ``default_schedule`` does not take it until a GPU has measured it."""
+
+    name: str = "gpu_tensor_core"
+    max_innermost_factor: int = 2  # a warp's tiles along rows or columns (a 32x32 fragment: 32 registers a lane at
+    # most, so that the default candidate fits), and at most twice as many 16-steps a stage
+
+    def condition(self, draft: Draft, block: str) -> Condition:
+        epilogue = _epilogue(draft, block)
+        casts = epilogue is None or (is_elementwise_reader(draft.stage(epilogue).op, draft.stage(block).tensor)
+                                     and _casts_to_half(draft.stage(epilogue).op.body))
+        return Condition.APPLY if _needs_tiling(draft, block) and casts and _on_tensor_cores(draft.stage(block).op) \
+            else Condition.SKIP
+
+    def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
+        sch = draft.sch.copy()
+        c = sch.get_block(block)
+        out = sch.cache_write(c, 0, "local")
+        epilogue = _epilogue(draft, block)
+        if epilogue is not None:
+            sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to float16
+        i, j = sch.get_loops(out)
+        io, ii = sch.split(i, [None, 16])
+        jo, jj = sch.split(j, [None, 16])
+        bi, wi, ti = sch.split(io, sch.sample_perfect_tile(io, n=3, max_innermost_factor=self.max_innermost_factor))
+        bj, wj, tj = sch.split(jo, sch.sample_perfect_tile(jo, n=3, max_innermost_factor=self.max_innermost_factor))
+        sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
+        sch.bind(sch.fuse(bi, bj), "blockIdx.x")
+        warp = sch.fuse(wi, wj)
+        sch.bind(warp, "threadIdx.y")
+        sch.annotate(ii, "tensor_core", 1)
+        sch.compute_at(c, warp)
+        ci, cj, k = sch.get_loops(c)[-3:]
+        cti, cii = sch.split(ci, [None, 16])
+        ctj, cjj = sch.split(cj, [None, 16])
+        steps, ki = sch.split(k, [None, 16])
+        ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * self.max_innermost_factor))
+        sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
+        sch.annotate(cii, "tensor_core", 1)
+        first = None
+        for index in (0, 1):
+            cached = sch.cache_read(c, index, "shared")
+            sch.compute_at(cached, ko)
+            sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
+            first = first or cached.name
+        derived = draft.derive(sch, "gpu_tensor_core", tiled=block)
+        return [(derived, derived.index(first) - 1)]
+
+
+def _on_tensor_cores(op) -> bool:
+    """Whether ``op`` is C[i, j] = sum_k A[i, k] * B[k, j] (B's indices either way) of float16
+    A and B (each cast or the product), into float32 or float16, every extent a multiple of 16."""
+    body = op.body
+    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not hasattr(body, "combiner") or body.combiner != "sum" \
+            or op.dtype not in ("float32", "float16") or any(iv.extent % 16 for iv in (*op.axis, *op.reduce_axis)):
+        return False
+    product = body.source.value if isinstance(body.source, Cast) else body.source
+    if not (isinstance(product, Binary) and product.op == "mul"):
+        return False
+    reads = [r.value if isinstance(r, Cast) else r for r in (product.a, product.b)]
+    i, j, k = (iv.var for iv in (*op.axis, *op.reduce_axis))
+    indices = [tuple(r.indices) if isinstance(r, TensorRead) and r.tensor.dtype == "float16" else None for r in reads]
+    return sorted(map(str, indices)) == sorted(map(str, [(i, k), (k, j)])) or \
+        sorted(map(str, indices)) == sorted(map(str, [(i, k), (j, k)]))
+
+
+def _casts_to_half(body) -> bool:
+    return isinstance(body, Cast) and body.to == "float16" and isinstance(body.value, TensorRead)
+
+
 def _epilogue(draft: Draft, block: str) -> str | None:
     """The output stage whose element-wise chain starts at ``block``, if any (``_ends_epilogue``)."""
     stage = draft.stage(block)
@@ -377,8 +460,8 @@ def _host_kernel(draft: Draft, block: str) -> str | None:
     return roots.pop() if len(roots) == 1 and draft.stage(next(iter(roots))).op.axis else None
 
 
-GPU_SKETCH_RULES: list[SketchRule] = [GpuInline(), GpuMultiLevelTiling(), GpuAutoBind(), GpuComputeAtBlock(),
-                                      SkipStage()]
+GPU_SKETCH_RULES: list[SketchRule] = [GpuInline(), GpuTensorCoreTiling(), GpuMultiLevelTiling(), GpuAutoBind(),
+                                      GpuComputeAtBlock(), SkipStage()]
 
 
 def annotate_gpu(draft: Draft) -> Schedule:
