@@ -401,7 +401,8 @@ class GpuTensorCoreTiling(SketchRule):
         cti, cii = sch.split(ci, [None, 16])
         ctj, cjj = sch.split(cj, [None, 16])
         steps, ki = sch.split(k, [None, 16])
-        ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * self.max_innermost_factor))
+        per_stage = sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * self.max_innermost_factor)
+        ko, kt = sch.split(steps, per_stage)
         sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
         sch.annotate(cii, "tensor_core", 1)
         first = None
