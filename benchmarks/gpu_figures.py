@@ -18,7 +18,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``conv``: conv2d 3x3 at batch 1 against cuDNN;
 - ``pipeline``: double-buffered shared tiles against the same tiles without (``gpu_pipeline.py``);
 - ``bert``: the BERT layer compiled for the GPU, untuned and tuned (200 trials), against
-  PyTorch eager (``gpu_models.py``).
+  PyTorch eager (``gpu_models.py``);
+- ``tensor_cores``: a float16 matmul 4096³ tuned (its sketches include the tensor-core tiling)
+  against cuBLAS's float16 GEMM.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ STEPS = {
     "conv": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "conv2d_b1"],
     "pipeline": ["gpu_pipeline.py"],
     "bert": ["gpu_models.py", "--only", "bert_layer", "--trials", "200"],
+    "tensor_cores": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_fp16_4096"],
 }
 TAIL_LINES = 40
 

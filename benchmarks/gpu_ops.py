@@ -39,6 +39,8 @@ def _conv(n: int, channels: int = 64, side: int = 56):
 WORKLOADS = {
     **{f"matmul_{n}": ("matmul", (n, n, n), lambda F, a, b: a @ b, 2 * n**3) for n in (1024, 2048, 4096)},
     "matmul_256x16384x256": ("matmul", (256, 16384, 256), lambda F, a, b: a @ b, 2 * 256 * 16384 * 256),  # split-K's
+    # float16 in, summed in float32: tensor cores (the gpu_tensor_core sketch) against cuBLAS's float16 GEMM
+    **{f"matmul_fp16_{n}": ("matmul", (n, n, n, "float16"), lambda F, a, b: a @ b, 2 * n**3) for n in (2048, 4096)},
     "conv2d_b1": _conv(1),
     "conv2d_b32": _conv(32),
     "conv2d_512x7x7_b1": _conv(1, 512, 7),  # ResNet-50's last stage: few outputs, a long sum, a ReLU (split-K's)
@@ -77,7 +79,8 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
     import torch.nn.functional as F
 
     workload, args, torch_op, flop = WORKLOADS[name]
-    task = tc.SearchTask(func=workload, args=(*args, "float32"), target=target)
+    dtyped = isinstance(args[-1], str)  # a workload in another dtype names it last
+    task = tc.SearchTask(func=workload, args=args if dtyped else (*args, "float32"), target=target)
     log = log_dir / f"gpu_ops_{name}.json"
     log.unlink(missing_ok=True)
     started = time.perf_counter()
