@@ -363,10 +363,10 @@ class GpuTensorCoreTiling(SketchRule):
     copy-out on the warp's tensor cores (``ir/tensor_core.py``), an epilogue that casts to
     float16 in the copy-out. Offered beside the other tilings, which the search weighs it
     against; a block it cannot take (another epilogue, sizes that are no multiple of 16) has
-    only those. Its shared tiles' footprints are no form of the decisions (the accumulator is
-    split inside the warps' loops, not as ``multi_level_tile`` splits it), so the verifier in
-    the builder, not the decision matrix, refuses what breaks a limit; the default candidate
-    (one warp a block) fits. ``default_schedule`` does not take it until a GPU has measured it."""
+    only those. The accumulator's block is split as the copy-out is, so the decisions tell its
+    threads, shared tiles and fragments as the verifier finds them (``space.py``); the default
+    candidate (one warp a block) fits. ``default_schedule`` does not take it until a GPU has
+    measured it."""
 
     name: str = "gpu_tensor_core"
     max_innermost_factor: int = 2  # a warp's tiles along rows or columns (a 32x32 fragment: 32 registers a lane at
@@ -386,25 +386,22 @@ class GpuTensorCoreTiling(SketchRule):
         epilogue = _epilogue(draft, block)
         if epilogue is not None:
             sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to float16
-        i, j = sch.get_loops(out)
-        io, ii = sch.split(i, [None, 16])
-        jo, jj = sch.split(j, [None, 16])
-        bi, wi, ti = sch.split(io, sch.sample_perfect_tile(io, n=3, max_innermost_factor=self.max_innermost_factor))
-        bj, wj, tj = sch.split(jo, sch.sample_perfect_tile(jo, n=3, max_innermost_factor=self.max_innermost_factor))
-        sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
-        sch.bind(sch.fuse(bi, bj), "blockIdx.x")
-        warp = sch.fuse(wi, wj)
+        i, j, k = sch.get_loops(c)
+        (io, ii), (jo, jj), (steps, ki) = (sch.split(loop, [None, 16]) for loop in (i, j, k))
+        most = self.max_innermost_factor
+        shares = [sch.sample_perfect_tile(loop, n=3, max_innermost_factor=most) for loop in (io, jo)]  # blocks,
+        (bi, wi, ti), (bj, wj, tj) = (sch.split(loop, share) for loop, share in zip((io, jo), shares))  # warps, tiles
+        ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * most))
+        sch.reorder(bi, bj, wi, wj, ko, kt, ti, tj, ii, jj, ki)
+        sch.annotate(ii, "tensor_core", 1)  # the update, an mma a tile and 16-step; its init, a fill
+        pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(out)]  # the copy-out split alike
+        (obi, owi, oti), (obj, owj, otj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
+        sch.reorder(obi, obj, owi, owj, oti, otj, pieces[0][1], pieces[1][1])
+        sch.bind(sch.fuse(obi, obj), "blockIdx.x")
+        warp = sch.fuse(owi, owj)
         sch.bind(warp, "threadIdx.y")
-        sch.annotate(ii, "tensor_core", 1)
+        sch.annotate(pieces[0][1], "tensor_core", 1)  # a store a tile
         sch.compute_at(c, warp)
-        ci, cj, k = sch.get_loops(c)[-3:]
-        cti, cii = sch.split(ci, [None, 16])
-        ctj, cjj = sch.split(cj, [None, 16])
-        steps, ki = sch.split(k, [None, 16])
-        per_stage = sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * self.max_innermost_factor)
-        ko, kt = sch.split(steps, per_stage)
-        sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
-        sch.annotate(cii, "tensor_core", 1)
         first = None
         for index in (0, 1):
             cached = sch.cache_read(c, index, "shared")

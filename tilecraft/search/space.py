@@ -212,8 +212,10 @@ class Sketch:
             limit = self.gpu_limits.get(axis.split(".")[0])
             if limit is not None:
                 fits &= log_extent <= np.log2(limit) + 1e-9
+        threads_log = sum((e for axis, e in extents.items() if axis.startswith("threadIdx")), np.zeros(len(rows)))
+        fits &= threads_log <= np.log2(self.gpu_limits.get("threadIdx", np.inf)) + 1e-9  # a block's, over its axes
         if self.local_tiles and "registers_per_block" in self.gpu_limits:
-            threads = np.rint(np.exp2(sum(e for axis, e in extents.items() if axis.startswith("threadIdx"))))
+            threads = np.rint(np.exp2(threads_log))
             registers = registers_a_thread(threads.astype(int), self.gpu_limits["registers_per_block"],
                                            self.gpu_limits["registers_a_thread"])
             fits &= self.local_words(rows, logs) <= register_budget(registers)
@@ -401,22 +403,24 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
 def _shared_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
     """A shared tile's footprint as ``Sketch.shared_tiles`` holds it, where it is fetched at
     loop ``at``, the outermost piece of one of the consumer's reduction loops (the GPU
-    tiling's, ``gpu_rules.py``): every piece but the outermost of each split loop of the
-    consumer lies inside it (the outer spatial levels are bound to the block's threads,
-    over which the tile is shared), and a loop left whole counts one value where it lies
-    outside the fetch (split-K's part), all of itself where inside. None where it is fetched
-    elsewhere, or read in ways the forms do not say."""
-    splits = {r.parent: r.children for r in consumer.relations if isinstance(r, Split)}
-    reduction_roots = consumer.roots[len(consumer.op.axis):]
-    if len(reads) != 1 or not any(splits.get(root, (None,))[0] == at for root in reduction_roots):
+    tilings', ``gpu_rules.py``): every piece but the outermost of each split loop of the
+    consumer (split once or again) lies inside it (the outer spatial levels are bound to the
+    block's threads, over which the tile is shared), and a loop left whole counts one value
+    where it lies outside the fetch (split-K's part), all of itself where inside. None where
+    it is fetched elsewhere, a loop is fused, or it is read in ways the forms do not say."""
+    if len(reads) != 1 or any(not isinstance(r, Split) for r in consumer.relations):
         return None
+    root_of = {root: root for root in consumer.roots}
+    for relation in consumer.relations:
+        root_of.update((child, root_of[relation.parent]) for child in relation.children)
     leaves = list(consumer.leaves)
+    pieces = {root: [leaf for leaf in leaves if root_of[leaf] == root] for root in consumer.roots}
+    if not any(len(pieces[root]) > 1 and pieces[root][0] == at for root in consumer.roots[len(consumer.op.axis):]):
+        return None
     extents = {}
     for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots):
-        pieces = splits.get(root, (root,))
-        if not all(piece in leaves for piece in pieces):  # split again, or fused: no form says it
-            return None
-        inside = pieces[1:] if root in splits else pieces if leaves.index(root) > leaves.index(at) else ()
+        mine = pieces[root]
+        inside = mine[1:] if len(mine) > 1 else mine if leaves.index(root) > leaves.index(at) else ()
         extents[iv.var] = sum((form_of(piece) for piece in inside), LogForm((), 0.0))
     dimensions = _read_dimensions(consumer, reads[0], extents)
     return None if dimensions is None else (bytes_of(reads[0].tensor.dtype), dimensions)
