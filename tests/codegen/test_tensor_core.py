@@ -34,7 +34,6 @@ def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2
     return example.schedule(dag, warps, tiles, k_tiles, shared, vector, pipelined)
 
 
-
 def check(sch: tc.Schedule, seed: int = 0) -> str:
     """The emulated kernel against float32 NumPy, to float16's precision where C is float16;
     with nvcc the kernel's CUDA source, built for sm_90 (on a GPU machine it runs there too)."""
