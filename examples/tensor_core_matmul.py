@@ -52,23 +52,8 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
     of A and B into registers once (``cache_read(..., "local")``), which all its mma share,
     where each mma loaded its own."""
     sch = tc.Schedule(dag)
-    c = sch.get_block("C")
-    out = sch.cache_write(c, 0, "local")  # C's block now sums into the local buffer; ``out`` copies it out
-    i, j = sch.get_loops(out)
-    bi, wi, ti, ii = sch.split(i, [None, warps[0], tiles[0], 16])
-    bj, wj, tj, jj = sch.split(j, [None, warps[1], tiles[1], 16])
-    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
-    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
-    warp = sch.fuse(wi, wj)
-    sch.bind(warp, "threadIdx.y")
-    sch.annotate(ii, "tensor_core", 1)                # the copy-out: a store a tile
-    sch.compute_at(c, warp)                           # each warp sums its tiles
-    ci, cj, k = sch.get_loops(c)[-3:]
-    cti, cii = sch.split(ci, [None, 16])
-    ctj, cjj = sch.split(cj, [None, 16])
-    ko, kt, ki = sch.split(k, [None, k_tiles, 16])
-    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
-    sch.annotate(cii, "tensor_core", 1)               # the update (an mma a tile and step) and the init (a fill)
+    c, ko, kt = _on_warps(sch, lambda _: [None, warps[0], tiles[0]], lambda _: [None, warps[1], tiles[1]],
+                          lambda _: [None, k_tiles])
     if shared:
         for index in (0, 1):                          # A's and B's tiles in shared memory
             cached = sch.cache_read(c, index, "shared")
@@ -95,31 +80,43 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
     return sch
 
 
+def _on_warps(sch: tc.Schedule, row_shares, column_shares, step_shares):
+    """The structure of ``schedule`` and ``design_space``: C's 16x16 tiles over blocks (``blockIdx.x``), warps
+    (``threadIdx.y``) and each warp's tiles, by the factors ``row_shares`` and
+    ``column_shares`` give the loop of 16-tiles along C's rows and columns (three parts); the
+    copy-out a store a tile; C's block summing each warp's tiles in its fragment, an mma a tile
+    and 16-step, the 16-steps in stages by ``step_shares`` (two parts). Returns C's block, its
+    loop over the stages and its loop over a stage's 16-steps."""
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")  # C's block now sums into the local buffer; ``out`` copies it out
+    (io, ii), (jo, jj) = (sch.split(loop, [None, 16]) for loop in sch.get_loops(out))
+    bi, wi, ti = sch.split(io, row_shares(io))
+    bj, wj, tj = sch.split(jo, column_shares(jo))
+    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
+    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
+    warp = sch.fuse(wi, wj)
+    sch.bind(warp, "threadIdx.y")
+    sch.annotate(ii, "tensor_core", 1)                # the copy-out: a store a tile
+    sch.compute_at(c, warp)                           # each warp sums its tiles
+    ci, cj, k = sch.get_loops(c)[-3:]
+    cti, cii = sch.split(ci, [None, 16])
+    ctj, cjj = sch.split(cj, [None, 16])
+    steps, ki = sch.split(k, [None, 16])
+    ko, kt = sch.split(steps, step_shares(steps))
+    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
+    sch.annotate(cii, "tensor_core", 1)               # the update (an mma a tile and step) and the init (a fill)
+    return c, ko, kt
+
+
 def design_space(sch: tc.Schedule) -> tc.Schedule:
     """The same structure with its sizes left to the search, for ``tc.tune_tir(dag, "cuda",
     work_dir, trials, space=tc.ScheduleFn(design_space))``: the blocks', warps' and tiles'
     shares of C's rows and columns, and the 16-steps of a stage, sampled; the shared tiles
     fetched by the block's threads together (``meta_schedule.cooperative_fetch``)."""
-    c = sch.get_block("C")
-    out = sch.cache_write(c, 0, "local")
-    i, j = sch.get_loops(out)
-    io, ii = sch.split(i, [None, 16])
-    jo, jj = sch.split(j, [None, 16])
-    bi, wi, ti = sch.split(io, sch.sample_perfect_tile(io, n=3, max_innermost_factor=4))
-    bj, wj, tj = sch.split(jo, sch.sample_perfect_tile(jo, n=3, max_innermost_factor=4))
-    sch.reorder(bi, bj, wi, wj, ti, tj, ii, jj)
-    sch.bind(sch.fuse(bi, bj), "blockIdx.x")
-    warp = sch.fuse(wi, wj)
-    sch.bind(warp, "threadIdx.y")
-    sch.annotate(ii, "tensor_core", 1)
-    sch.compute_at(c, warp)
-    ci, cj, k = sch.get_loops(c)[-3:]
-    cti, cii = sch.split(ci, [None, 16])
-    ctj, cjj = sch.split(cj, [None, 16])
-    steps, ki = sch.split(k, [None, 16])
-    ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=4))
-    sch.reorder(ko, kt, cti, ctj, cii, cjj, ki)
-    sch.annotate(cii, "tensor_core", 1)
+    def sampled(parts):
+        return lambda loop: sch.sample_perfect_tile(loop, n=parts, max_innermost_factor=4)
+
+    c, ko, _ = _on_warps(sch, sampled(3), sampled(3), sampled(2))
     for index in (0, 1):
         cached = sch.cache_read(c, index, "shared")
         sch.compute_at(cached, ko)

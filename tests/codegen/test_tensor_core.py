@@ -160,20 +160,13 @@ def test_the_verifier_counts_a_fragment_as_spread_over_the_warp():
         tc.emulate_gpu(tensor_core_matmul(half_matmul(256, 64, 256), warps=(2, 2), tiles=(4, 4)), TARGET)
 
 
-def test_a_batched_matmul_keeps_a_fragment_of_three_dimensions():
-    """One block a batch, its tiles read from global memory: the accumulator (1, 32, 32) per warp."""
-    A = te.placeholder((3, 64, 64), name="A", dtype="float16")
-    B = te.placeholder((3, 64, 64), name="B", dtype="float16")
-    k = te.reduce_axis((0, 64), name="k")
-    C = te.compute((3, 64, 64), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
-    sch = tc.Schedule(tc.ComputeDAG([A, B, C]))
-    c = sch.get_block("C")
-    out = sch.cache_write(c, 0, "local")
-    b, i, j = sch.get_loops(out)
-    wi, ti, ii = sch.split(i, [2, 2, 16])
-    wj, tj, jj = sch.split(j, [2, 2, 16])
-    sch.reorder(b, wi, wj, ti, tj, ii, jj)
-    sch.bind(b, "blockIdx.x")
+def on_2x2_warps(sch: tc.Schedule, c, rows, columns) -> None:
+    """``rows`` and ``columns`` (the copy-out's loops of a 64x64 tile) over 2x2 warps along
+    threadIdx.y, 2x2 tiles each, a store a tile; ``c`` (the accumulator's block) summing each
+    warp's tiles in its fragment, an mma a tile and 16-step."""
+    wi, ti, ii = sch.split(rows, [2, 2, 16])
+    wj, tj, jj = sch.split(columns, [2, 2, 16])
+    sch.reorder(wi, wj, ti, tj, ii, jj)
     warp = sch.fuse(wi, wj)
     sch.bind(warp, "threadIdx.y")
     sch.annotate(ii, "tensor_core", 1)
@@ -184,6 +177,20 @@ def test_a_batched_matmul_keeps_a_fragment_of_three_dimensions():
     ko, ki = sch.split(ck, [None, 16])
     sch.reorder(ko, cti, ctj, cii, cjj, ki)
     sch.annotate(cii, "tensor_core", 1)
+
+
+def test_a_batched_matmul_keeps_a_fragment_of_three_dimensions():
+    """One block a batch, its tiles read from global memory: the accumulator (1, 32, 32) per warp."""
+    A = te.placeholder((3, 64, 64), name="A", dtype="float16")
+    B = te.placeholder((3, 64, 64), name="B", dtype="float16")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((3, 64, 64), lambda b, i, j: te.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, C]))
+    c = sch.get_block("C")
+    out = sch.cache_write(c, 0, "local")
+    b, i, j = sch.get_loops(out)
+    sch.bind(b, "blockIdx.x")
+    on_2x2_warps(sch, c, i, j)
     assert "allocate C_local: float32[1, 32, 32] (fragment)" in str(tc.lower(sch))
     check(sch)
 
@@ -212,20 +219,7 @@ def test_an_epilogue_reads_the_tiles_stored_into_shared_memory():
     sch.bind(ty, "threadIdx.y")
     sch.bind(tx, "threadIdx.x")
     sch.compute_at(stored, block)
-    si, sj = sch.get_loops(stored)[-2:]
-    wi, ti, ii = sch.split(si, [2, 2, 16])
-    wj, tj, jj = sch.split(sj, [2, 2, 16])
-    sch.reorder(wi, wj, ti, tj, ii, jj)
-    warp = sch.fuse(wi, wj)
-    sch.bind(warp, "threadIdx.y")
-    sch.annotate(ii, "tensor_core", 1)
-    sch.compute_at(c, warp)
-    ci, cj, ck = sch.get_loops(c)[-3:]
-    cti, cii = sch.split(ci, [None, 16])
-    ctj, cjj = sch.split(cj, [None, 16])
-    ko, ki = sch.split(ck, [None, 16])
-    sch.reorder(ko, cti, ctj, cii, cjj, ki)
-    sch.annotate(cii, "tensor_core", 1)
+    on_2x2_warps(sch, c, *sch.get_loops(stored)[-2:])
     assert "allocate C_shared: float32[64, 64] (shared)" in str(tc.lower(sch))
     a, b, bias_value = sch.dag.random_inputs(np.random.default_rng(0))
     want = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias_value, 0)

@@ -214,14 +214,14 @@ class _CudaEmitter(_Emitter):
         if s.op == "fill":
             self.out.line(f"for (int tc_e = 0; tc_e < 8; ++tc_e) {self._fragment_tile(s.tiles[0])}[tc_e] = 0.0f;")
         elif s.op == "store":
-            address, _, ldm = self._tile_address(s.tiles[0])  # a generic address, shared memory's too
+            address, ldm = self._tile_address(s.tiles[0])  # a generic address, shared memory's too
             kind = "f16" if s.tiles[0].buffer.dtype == "float16" else "f32"
             self.out.line(f"tc_wmma_store_{kind}_{_layout(s.tiles[0])}({address}, {self._fragment_tile(s.tiles[1])}, "
                           f"{ldm});")
         elif s.op == "load":
-            address, layout, ldm = self._tile_address(s.tiles[1])
+            address, ldm = self._tile_address(s.tiles[1])
             matrix = self.operand_fragments[id(s.tiles[0].buffer)]
-            self.out.line(f"{_load(matrix, layout)}({self._fragment_tile(s.tiles[0])}, {address}, {ldm});")
+            self.out.line(f"{_load(matrix, s.tiles[1])}({self._fragment_tile(s.tiles[0])}, {address}, {ldm});")
         else:
             with self.out.block(""):
                 operands = []
@@ -229,8 +229,8 @@ class _CudaEmitter(_Emitter):
                     if tile.buffer.scope == "fragment":
                         operands.append((self._fragment_tile(tile), self.fragment_layouts[id(tile.buffer)]))
                         continue
-                    address, layout, ldm = self._tile_address(tile)
-                    self.out.line(f"unsigned tc_{matrix}[8]; {_load(matrix, layout)}(tc_{matrix}, {address}, {ldm});")
+                    address, ldm = self._tile_address(tile)
+                    self.out.line(f"unsigned tc_{matrix}[8]; {_load(matrix, tile)}(tc_{matrix}, {address}, {ldm});")
                     operands.append((f"tc_{matrix}", _layout(tile)))
                 (a, a_layout), (b, b_layout) = operands
                 self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({self._fragment_tile(s.tiles[0])}, {a}, {b});")
@@ -242,15 +242,11 @@ class _CudaEmitter(_Emitter):
         number = self.flat_index(tiles, (*corner[:-2], *(binary("floordiv", i, const(16)) for i in corner[-2:])))
         return f"{self.buffer_name(tile.buffer)}[{self.expr(simplify(number, self.ranges))}]"
 
-    def _tile_address(self, tile: MatrixTile) -> tuple[str, str, int]:
-        """Where a tile starts, whether its rows are contiguous (``row``) or its columns (``col``;
-        ``shared_row``, ``shared_col`` in shared memory), and the elements between its rows (or
-        columns)."""
-        buffer, layout = tile.buffer, _layout(tile)
-        lead = tile.row_dim if layout == "row" else tile.col_dim
-        index = simplify(self.flat_index(buffer, tile.indices), self.ranges)
-        space = "shared_" if buffer.scope == "shared" else ""
-        return f"&{self.buffer_name(buffer)}[{self.expr(index)}]", space + layout, math.prod(buffer.shape[lead + 1:])
+    def _tile_address(self, tile: MatrixTile) -> tuple[str, int]:
+        """Where a tile starts, and the elements between its rows (row major) or its columns."""
+        lead = tile.row_dim if _layout(tile) == "row" else tile.col_dim
+        index = simplify(self.flat_index(tile.buffer, tile.indices), self.ranges)
+        return f"&{self.buffer_name(tile.buffer)}[{self.expr(index)}]", math.prod(tile.buffer.shape[lead + 1:])
 
     def lane_mask(self) -> str:
         """The lanes of this thread's warp that exist: all 32, but in the last warp of a block
@@ -414,10 +410,9 @@ def _layout(tile: MatrixTile) -> str:
     return "row" if tile.col_dim == tile.buffer.ndim - 1 else "col"
 
 
-def _load(matrix: str, layout: str) -> str:
-    """The wmma load of A's or B's tile (``layout`` as ``_tile_address`` gives it)."""
-    space, _, layout = layout.rpartition("_")
-    return f"tc_wmma_load_{space + '_' if space else ''}{matrix}_{layout}"
+def _load(matrix: str, tile: MatrixTile) -> str:
+    """The wmma load of A's or B's tile: from shared memory in its own state space (ldmatrix)."""
+    return f"tc_wmma_load_{'shared_' if tile.buffer.scope == 'shared' else ''}{matrix}_{_layout(tile)}"
 
 
 def _halvings(width: int) -> list[int]:
