@@ -106,7 +106,8 @@ def benchmark(sizes: list[int]) -> list[dict]:
 
 def tensor_core_row(n: int, a, b) -> dict:
     """The hand-scheduled float16 matmul on tensor cores (``examples/tensor_core_matmul.py``,
-    wmma, no pipelining yet) against cuBLAS's float16 matmul, timed the same way."""
+    wmma, double-buffered, its shared rows padded) against cuBLAS's float16 matmul, timed the
+    same way, beside variants of it."""
     import torch
 
     import tensor_core_matmul
@@ -116,6 +117,7 @@ def tensor_core_row(n: int, a, b) -> dict:
     dag = tensor_core_matmul.half_matmul(n, n, n)
     func = tc.build(tensor_core_matmul.schedule(dag), "cuda")
     variants = {"not double-buffered": dict(pipelined=False),
+                "shared rows not padded (bank conflicts)": dict(padded=False),
                 "fragments of A and B, 2x2 tiles a warp": dict(fragments=True, tiles=(2, 2)),
                 "fragments, 2x2 tiles, stages of 64": dict(fragments=True, tiles=(2, 2), k_tiles=4)}
     c = func(a, b)

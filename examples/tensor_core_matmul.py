@@ -8,10 +8,11 @@ update and copy-out are nests of 16-iteration loops marked ``tensor_core``, whic
 turns into one warp's operations, the accumulator into registers spread over the warp.
 At each reduction step of ``16 * k_tiles`` the block's threads copy the slices of A and B
 into shared memory together, eight halves (16 bytes) a copy, the next stage's while the
-warps compute on this one's (double-buffered, ``cp.async``). With a GPU it runs the kernel
-and checks it against NumPy; without one it checks the schedule in the CPU emulation and
-prints the CUDA source. ``design_space`` is the same structure with its sizes sampled, for
-``tc.tune_tir`` to search.
+warps compute on this one's (double-buffered, ``cp.async``); the tiles' rows are padded
+(``storage_align``) so that the rows a warp's ``ldmatrix`` reads at once lie in different
+banks of shared memory. With a GPU it runs the kernel and checks it against NumPy; without
+one it checks the schedule in the CPU emulation and prints the CUDA source.
+``design_space`` is the same structure with its sizes sampled, for ``tc.tune_tir`` to search.
 """
 
 from __future__ import annotations
@@ -43,14 +44,16 @@ def half_matmul(n: int, l: int, m: int, out: str = "float16", b_transposed: bool
 
 
 def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, shared: bool = True,
-             vector: int = 8, pipelined: bool = True, fragments: bool = False) -> tc.Schedule:
+             vector: int = 8, pipelined: bool = True, fragments: bool = False, padded: bool = True) -> tc.Schedule:
     """Blocks of ``warps`` warps, each summing ``tiles`` 16x16 tiles of C in its fragment (the
     default: a 128x128 block tile, 8 warps of 64x32); ``k_tiles`` steps of 16 a stage of A's
     and B's shared tiles, ``vector`` elements a copy (or the tiles read from global memory),
     double-buffered where ``pipelined``: the next stage's tiles copied (``cp.async``) while
     the warps compute on this one's. With ``fragments``, each step of 16 loads a warp's tiles
     of A and B into registers once (``cache_read(..., "local")``), which all its mma share,
-    where each mma loaded its own."""
+    where each mma loaded its own. ``padded`` puts the shared tiles' rows an odd number of 16
+    bytes apart (strides 8 halves past a multiple of 32), so an ``ldmatrix`` reads them without bank
+    conflicts."""
     sch = tc.Schedule(dag)
     c, ko, kt = _on_warps(sch, lambda _: [None, warps[0], tiles[0]], lambda _: [None, warps[1], tiles[1]],
                           lambda _: [None, k_tiles])
@@ -63,6 +66,8 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
             sch.vectorize(lanes)
+            if padded:
+                sch.storage_align(cached, 0, 0, 32, 8)  # rows an odd number of 16 bytes apart: no bank conflicts
         if pipelined:
             sch.annotate(ko, "software_pipeline", 2)
     if fragments:
@@ -121,6 +126,7 @@ def design_space(sch: tc.Schedule) -> tc.Schedule:
         cached = sch.cache_read(c, index, "shared")
         sch.compute_at(cached, ko)
         sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
+        sch.storage_align(cached, 0, 0, 32, 8)
     return sch
 
 

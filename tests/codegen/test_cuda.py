@@ -21,6 +21,7 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
 from tilecraft.ir.kernels import split_kernels
+from tilecraft.ir.nodes import Allocate, walk_stmts
 from tilecraft.ir.slices import into_slice
 from tilecraft.ops.nn import softmax
 
@@ -105,6 +106,48 @@ def test_elementwise_bound_to_blocks_and_threads():
 @pytest.mark.parametrize("shape", [(64, 32, 64), (40, 24, 36)])
 def test_tiled_matmul_with_shared_memory(shape):
     check(tiled_matmul(*shape))
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_shared_tiles_with_padded_rows_match_numpy(pipelined):
+    """``storage_align`` pads the rows of both shared tiles (A's 8 wide to 12 apart, B's 16
+    wide to 20): the kernel indexes and sizes them by the padded strides, double-buffered too."""
+    sch = tiled_matmul(64, 32, 64, threads=(4, 4), tile=(2, 4), k_step=8)
+    for name, offset in (("A_shared", 4), ("B_shared", 4)):
+        sch.storage_align(sch.get_block(name), 0, 0, 8, offset)
+    if pipelined:
+        sch.annotate(sch.get_loops(sch.get_block("C"))[-4], "software_pipeline", 2)  # ko
+    shared = {n.buffer.name: n.buffer for n in walk_stmts(tc.lower(sch).body) if isinstance(n, Allocate)}
+    slots = 2 if pipelined else 1
+    assert (shared["A_shared"].shape[-2:], shared["A_shared"].strides[-2:]) == ((8, 8), (12, 1))
+    assert (shared["B_shared"].shape[-2:], shared["B_shared"].strides[-2:]) == ((8, 16), (20, 1))
+    assert [shared[n].elements for n in ("A_shared", "B_shared")] == [slots * 8 * 12, slots * 8 * 20]
+    check(sch)
+    if shutil.which("nvcc"):
+        source = tc.build(sch, "cuda -arch=sm_90").source
+        assert f"B_shared[{slots * 160}]" in source and " * 20)" in source and " * 12)" in source
+
+
+def test_a_consumer_inside_the_loop_of_a_shared_tile_waits_for_every_thread_storing_it():
+    """B = A + 1 stored into shared memory by 64 threads, a column each, and C = 2B
+    reverse-computed in the same block, a row a thread: all but one of a row's elements other
+    threads stored, so C's nest runs after a barrier (the emulation, thread by thread, would
+    otherwise read them unset)."""
+    A = te.placeholder((64, 64), name="A")
+    B = te.compute((64, 64), lambda i, j: A[i, j] + 1.0, name="B")
+    sch = tc.Schedule(tc.ComputeDAG([A, te.compute((64, 64), lambda i, j: B[i, j] * 2.0, name="C")]))
+    b = sch.get_block("B")
+    sch.compute_inline(sch.cache_write(b, 0, "shared"))  # C reads B's shared buffer
+    i, j = sch.get_loops(b)
+    block, _ = sch.split(i, [1, None])
+    sch.bind(block, "blockIdx.x")
+    sch.bind(j, "threadIdx.x")
+    c = sch.get_block("C")
+    sch.reverse_compute_at(c, block)
+    sch.bind(sch.get_loops(c)[-2], "threadIdx.x")
+    text = str(tc.lower(sch))
+    assert text.count("barrier()") == 1 and text.index("B_shared[") < text.index("barrier()") < text.index("C[")
+    check(sch)
 
 
 def test_matmul_with_virtual_threads_and_registers_only():

@@ -122,20 +122,25 @@ def conv_relu_long_k():
     return tc.ComputeDAG([X, W, te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")])
 
 
-def half_matmul(n, l, m, cast=False):
+def half_matmul(n, l, m, cast=False, bias_relu=False):
     """float16 A @ B summed in float32 (each product cast), into float32, or rounded to float16
-    by a block after it (as ONNX's float16 MatMul imports)."""
+    by a block after it (as ONNX's float16 MatMul imports), or plus a bias, through a ReLU."""
     A = te.placeholder((n, l), name="A", dtype="float16")
     B = te.placeholder((l, m), name="B", dtype="float16")
     k = te.reduce_axis((0, l), name="k")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
                    name="C")
+    if bias_relu:
+        bias = te.placeholder((m,), name="bias")
+        return tc.ComputeDAG([A, B, bias, te.compute((n, m), lambda i, j: te.max(C[i, j] + bias[j], te.const(0.0)),
+                                                     name="D")])
     out = te.compute((n, m), lambda i, j: C[i, j].astype("float16"), name="D") if cast else C
     return tc.ComputeDAG([A, B, out])
 
 
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "half_matmul": lambda: half_matmul(64, 48, 64),
+             "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
@@ -264,25 +269,26 @@ def test_a_softmax_binds_its_rows_to_blocks_so_each_block_reduces_one_row():
         assert launch.grid == (5, 1, 1), sketch.name  # one block a row of the 5
 
 
-def test_a_half_matmul_gets_a_sketch_on_tensor_cores_that_a_float32_or_an_epilogue_does_not():
-    """Besides the other tilings: float16 A and B summed in float32, sizes multiples of 16, the
-    copy-out rounding to float16 where a cast follows; not for float32, odd sizes or a ReLU."""
+def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
+    """Besides the other tilings, single- and double-buffered: float16 A and B summed in
+    float32, sizes multiples of 16; the copy-out rounding to float16 where a cast follows,
+    storing the block's tile into shared memory (rows padded) where a bias and a ReLU follow,
+    which read it after a barrier. Not for float32 or odd sizes."""
     def names(dag):
         return [s.name for s in generate_sketches(dag, target=TARGET)]
 
-    assert "gpu_tensor_core" in names(half_matmul(64, 48, 64)) and "gpu_tile" in names(half_matmul(64, 48, 64))
+    assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile"} <= set(names(half_matmul(64, 48, 64)))
     dag = half_matmul(64, 48, 64, cast=True)
     sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
     text = str(lower(sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)))
     assert "# wmma.mma" in text and "D[" in text and "# wmma.store" in text  # rounded in the copy-out
     assert "gpu_tensor_core" not in names(matmul(64, 48, 64))
     assert "gpu_tensor_core" not in names(half_matmul(40, 48, 64))
-    A, B = half_matmul(64, 48, 64).tensors[:2]
-    k = te.reduce_axis((0, 48), name="k")
-    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
-                   name="C")
-    relu = te.compute((64, 64), lambda i, j: te.max(C[i, j], te.const(0.0)), name="relu")
-    assert "gpu_tensor_core" not in names(tc.ComputeDAG([A, B, relu]))
+    dag = half_matmul(64, 32, 48, bias_relu=True)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
+    text = str(lower(sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)))
+    stored, read = text.index("C_shared[("), text.index("D[(")
+    assert "(shared, strides [" in text and "# wmma.store" in text[stored:read] and "barrier()" in text[stored:read]
 
 
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
@@ -345,12 +351,14 @@ def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kern
     (lambda: matmul(512, 512, 512), "gpu_tile"), (conv_bias_relu, "gpu_tile"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"), te.placeholder((8, 8, 3, 3), name="W"))),
                             conv2d_nchw(*X, stride=2, padding=1)]), "gpu_tile"),
+    (lambda: matmul(512, 512, 512), "gpu_tile_pipelined"),
     (lambda: matmul(512, 512, 512), "gpu_split_k"), (lambda: half_matmul(512, 256, 512), "gpu_tensor_core"),
+    (lambda: half_matmul(512, 256, 256, bias_relu=True), "gpu_tensor_core_pipelined"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
      "gpu_split_k"), (conv_relu_long_k, "gpu_split_k_workspace")],
-    ids=["matmul", "conv", "conv_strided", "matmul_split_k", "half_matmul_tensor_cores", "conv_split_k",
-         "conv_split_k_workspace"])
+    ids=["matmul", "conv", "conv_strided", "matmul_pipelined", "matmul_split_k", "half_matmul_tensor_cores",
+         "half_matmul_bias_relu_pipelined", "conv_split_k", "conv_split_k_workspace"])
 def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""
@@ -360,7 +368,7 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
     fits, shared, registers = sketch.within_gpu_limits(rows), sketch.shared_bytes(rows), sketch.local_words(rows)
     for row, fit, shared_bytes, words in zip(rows, fits, shared, registers):
         func = lower(sketch.trace_of(row).replay(dag))
-        assert shared_bytes == sum(math.prod(b.shape) * bytes_of(b.dtype) for b in _shared_buffers(func.body))
+        assert shared_bytes == sum(b.elements * bytes_of(b.dtype) for b in _shared_buffers(func.body))
         assert words == local_words(_local_buffers(func.body))
         launch_or_error = _verify(sketch.trace_of(row).replay(dag))
         assert fit != isinstance(launch_or_error, GpuLimitError), launch_or_error

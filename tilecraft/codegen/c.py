@@ -188,7 +188,7 @@ class _Emitter:
     def allocate(self, s: Allocate, unroll_budget: int) -> None:
         b = s.buffer
         ctype = C_TYPES[b.dtype]
-        size = math.prod(b.shape)
+        size = b.elements
         name = self.buffer_name(b)
         if size * bytes_of(b.dtype) <= STACK_LIMIT_BYTES and b.scope == "local":
             self.out.line(f"{ctype} {name}[{size}] __attribute__((aligned(64)));")
@@ -338,7 +338,7 @@ class _Emitter:
             nonlocal safe
             if isinstance(node, TensorRead):
                 span = bounds(self.flat_index(node.tensor, node.indices), self.ranges)
-                safe = safe and span is not None and span[0] >= 0 and span[1] < math.prod(node.tensor.shape)
+                safe = safe and span is not None and span[0] >= 0 and span[1] < node.tensor.elements
             elif isinstance(node, Binary) and node.op in ("floordiv", "floormod") and not is_float(node.dtype):
                 safe = safe and isinstance(node.b, Const)
 
@@ -455,7 +455,7 @@ class _Emitter:
     def _with_heap(self, buffers, emit) -> None:
         for b in buffers:
             ctype = C_TYPES[b.dtype]
-            nbytes = -(-math.prod(b.shape) * bytes_of(b.dtype) // 64) * 64
+            nbytes = -(-b.elements * bytes_of(b.dtype) // 64) * 64
             self.out.line(f"{ctype}* restrict {self.buffer_name(b)} = ({ctype}*)aligned_alloc(64, {nbytes});")
         emit()
         for b in reversed(buffers):

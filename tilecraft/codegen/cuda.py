@@ -97,7 +97,7 @@ def shared_offsets(body: Stmt) -> dict:
     for node in walk_stmts(body):
         if isinstance(node, Allocate) and node.buffer.scope == "shared" and id(node.buffer) not in offsets:
             offsets[id(node.buffer)] = end
-            end += -(-math.prod(node.buffer.shape) * bytes_of(node.buffer.dtype) // 32) * 32
+            end += -(-node.buffer.elements * bytes_of(node.buffer.dtype) // 32) * 32
     return {**offsets, None: end}
 
 
@@ -246,7 +246,7 @@ class _CudaEmitter(_Emitter):
         """Where a tile starts, and the elements between its rows (row major) or its columns."""
         lead = tile.row_dim if _layout(tile) == "row" else tile.col_dim
         index = simplify(self.flat_index(tile.buffer, tile.indices), self.ranges)
-        return f"&{self.buffer_name(tile.buffer)}[{self.expr(index)}]", math.prod(tile.buffer.shape[lead + 1:])
+        return f"&{self.buffer_name(tile.buffer)}[{self.expr(index)}]", tile.buffer.strides[lead]
 
     def lane_mask(self) -> str:
         """The lanes of this thread's warp that exist: all 32, but in the last warp of a block
@@ -268,7 +268,7 @@ class _CudaEmitter(_Emitter):
 
     def allocate(self, s: Allocate, unroll_budget: int) -> None:
         b = s.buffer
-        size = math.prod(b.shape)
+        size = b.elements
         name = self.buffer_name(b)
         if b.scope == "shared" and self.launch.shared_bytes:  # a slice of the block's dynamic shared memory
             ctype = _ctype(b.dtype)

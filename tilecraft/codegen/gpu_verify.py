@@ -104,7 +104,7 @@ def register_budget(registers):
 def local_words(buffers) -> int:
     """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words; a
     tensor-core fragment takes 8 a lane for each 16x16 tile."""
-    return sum(math.prod(b.shape) // 32 if b.scope == "fragment" else -(-math.prod(b.shape) * bytes_of(b.dtype) // 4)
+    return sum(b.elements // 32 if b.scope == "fragment" else -(-b.elements * bytes_of(b.dtype) // 4)
                for b in buffers)
 
 

@@ -78,7 +78,7 @@ class _Emulation:
         if isinstance(s, For):  # every thread runs this loop alike, so its phases interleave per iteration
             return For(s.var, s.extent, "serial", self.phases(s.body))
         if isinstance(s, Allocate) and s.buffer.scope == "local":  # a per-thread array that lives across phases
-            expanded = Buffer(s.buffer.name, (self.count,) + s.buffer.shape, s.buffer.dtype, "local")
+            expanded = s.buffer.stacked(self.count, "local")
             return Allocate(expanded, self.phases(_expand(s.body, s.buffer, expanded, self.thread_id())))
         if isinstance(s, Allocate):  # shared memory: one array a block
             local = _as_local(s.buffer)
@@ -142,7 +142,7 @@ def _has_barrier(s: Stmt) -> bool:
 
 
 def _as_local(buffer: Buffer) -> Buffer:
-    return buffer if buffer.scope == "local" else Buffer(buffer.name, buffer.shape, buffer.dtype, "local")
+    return buffer if buffer.scope == "local" else buffer.in_scope("local")
 
 
 def _expand(s: Stmt, old: Buffer, new: Buffer, thread: Expr) -> Stmt:

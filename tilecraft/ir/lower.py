@@ -81,7 +81,7 @@ class _Lowering:
         scope = "shared" if stage.scope == "shared" else "local" if loop is not None else "global"
         # A thread's accumulator of a float16 sum (a register tile) holds float32; its copy-out rounds once.
         dtype = accumulates_in(tensor.dtype) if scope == "local" and stage.op.reduce_axis else tensor.dtype
-        buffer = Buffer(tensor.name, tuple(shape), dtype, scope)
+        buffer = Buffer(tensor.name, tuple(shape), dtype, scope, aligned_strides(tuple(shape), stage.align))
         self.buffers[tensor] = buffer
         self.offsets[tensor] = tuple(mins)
         self.alloc_at.setdefault(loop, []).append(buffer)
@@ -227,6 +227,12 @@ class _Lowering:
             loop = stage.loop(leaf)
             before = self._attached_nests(self._attached(stage, leaf, reverse=False))
             after = self._attached_nests(self._attached(stage, leaf, reverse=True))
+            if stage.scope == "shared" and any(stage.tensor in s.op.input_tensors
+                                               for s in self._attached(stage, leaf, reverse=True)):
+                # consumers of the tile this block's threads stored together wait for all of them; where the
+                # loop repeats within a block, the next step's stores wait for the reads too
+                again = [] if loop.annotation.startswith("blockIdx") else [Barrier()]
+                after = [Barrier(), *after, *again]
             inner = self._allocate(leaf, seq(before + [body] + after))
             pragmas, kind = dict(loop.pragmas), _for_kind(loop.annotation)
             if kind == "serial" and pragmas.get("software_pipeline", 0) >= 2:
@@ -439,3 +445,20 @@ def _simplify_condition(cond: Expr, ranges: dict) -> Expr:
         if span is not None and span[0] >= 0:
             return const(False)
     return simplify(cond, ranges)
+
+
+def aligned_strides(shape: tuple[int, ...], align) -> tuple[int, ...]:
+    """The strides of a buffer of ``shape`` whose dimensions' strides ``align`` pads
+    (``Schedule.storage_align``: (axis, factor, offset) each), innermost first as TVM pads
+    them; () where nothing is padded."""
+    if not align:
+        return ()
+    wanted = {axis: (factor, offset) for axis, factor, offset in align}
+    strides, stride = [], 1
+    for axis in reversed(range(len(shape))):
+        if axis in wanted:
+            factor, offset = wanted[axis]
+            stride += (offset - stride) % factor
+        strides.append(stride)
+        stride *= shape[axis]
+    return tuple(reversed(strides))

@@ -6,6 +6,7 @@ Statements are frozen dataclasses; expressions are the te expressions, where a l
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Union
 
@@ -20,10 +21,30 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: str
     scope: str  # arg | global | shared | local | fragment (a warp's tensor-core registers, ``WarpMatrix``)
+    padded: tuple[int, ...] = ()  # elements between consecutive indices of each dimension; () for row-major
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Elements between consecutive indices of each dimension: row-major unless a
+        schedule padded its rows (``Schedule.storage_align``)."""
+        return self.padded or tuple(math.prod(self.shape[d + 1:]) for d in range(self.ndim))
+
+    @property
+    def elements(self) -> int:
+        """The elements its memory holds, padding included."""
+        return self.shape[0] * self.strides[0] if self.shape else 1
+
+    def in_scope(self, scope: str) -> Buffer:
+        """The same memory layout in another scope."""
+        return Buffer(self.name, self.shape, self.dtype, scope, self.padded)
+
+    def stacked(self, count: int, scope: str) -> Buffer:
+        """``count`` copies of this buffer, one after another along a new first dimension."""
+        return Buffer(self.name, (count, *self.shape), self.dtype, scope, self.padded and (self.elements, *self.padded))
 
 
 @dataclass(frozen=True, slots=True)

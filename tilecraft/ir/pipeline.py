@@ -14,7 +14,6 @@ whose doubled tiles would outgrow the 227 KB a block may have on sm_90, stays se
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from ..te.dtype import bytes_of
@@ -78,7 +77,7 @@ def _double_buffered(loop: For, spare: int) -> Stmt | None:
     if not fills or not _written(fills) <= ids or _written(rest) & ids or any(
             isinstance(n, Barrier) for step in rest for n in walk_stmts(step)):
         return None
-    doubled = {b: Buffer(b.name, (2,) + b.shape, b.dtype, "shared") for b in tiles}
+    doubled = {b: b.stacked(2, "shared") for b in tiles}
 
     def in_slot(stmt: Stmt, slot: Expr) -> Stmt:
         return rebuffer(stmt, doubled, lambda buffer, indices: (slot,) + indices)
@@ -104,4 +103,4 @@ def _written(stmts) -> set[int]:
 
 
 def _bytes(buffer: Buffer) -> int:
-    return math.prod(buffer.shape) * bytes_of(buffer.dtype)
+    return buffer.elements * bytes_of(buffer.dtype)

@@ -39,7 +39,9 @@ def _print(s: Stmt, depth: int, lines: list[str]) -> None:
         lines.append(f"{pad}if {expr_to_str(s.cond)}:")
         _print(s.then, depth + 1, lines)
     elif isinstance(s, Allocate):
-        lines.append(f"{pad}allocate {s.buffer.name}: {s.buffer.dtype}{list(s.buffer.shape)} ({s.buffer.scope})")
+        b = s.buffer
+        padded = f", strides {list(b.strides)}" if b.padded else ""
+        lines.append(f"{pad}allocate {b.name}: {b.dtype}{list(b.shape)} ({b.scope}{padded})")
         _print(s.body, depth, lines)
     elif isinstance(s, Barrier):
         lines.append(f"{pad}barrier()  # every thread of the block waits here")

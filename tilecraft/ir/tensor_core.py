@@ -20,7 +20,6 @@ of 16 bytes apart. What does not fit raises ``LoweringError`` naming the nest an
 
 from __future__ import annotations
 
-import math
 
 from ..errors import LoweringError
 from ..te.arith import simplify, to_linear
@@ -39,7 +38,7 @@ def tensorize(body: Stmt) -> Stmt:
     on its 32 lanes, and the local buffers they share made fragments."""
     found: dict[int, Buffer] = {}
     body = _replace(body, lambda s: _warp_op(s, found) if isinstance(s, For) and s.kind == "tensor_core" else None)
-    fragments = {b: Buffer(b.name, b.shape, b.dtype, "fragment") for b in found.values()}
+    fragments = {b: b.in_scope("fragment") for b in found.values()}
     for buffer in fragments:
         if buffer.scope != "local" or any(e % TILE for e in buffer.shape[-2:]):
             raise LoweringError(f"the tensor-core fragment {buffer.name} {list(buffer.shape)} must be a local buffer "
@@ -145,7 +144,7 @@ def _tile(buffer: Buffer, indices, rows: Var, cols: Var, zero: dict, where: str)
         raise LoweringError(f"{where}: the tile of {buffer.name} runs along neither of its last dimension's elements; "
                             "a tensor-core tile has its rows or its columns contiguous")
     lead = col_dim if row_dim == buffer.ndim - 1 else row_dim  # the dimension whose stride is the leading one
-    strides = [math.prod(buffer.shape[d + 1:]) for d in range(buffer.ndim)]
+    strides = buffer.strides
     offset = to_linear(sum((binary("mul", i, const(n)) for i, n in zip(corner, strides)), const(0)), {})
     size = bytes_of(buffer.dtype)
     if strides[lead] * size % 16 or offset.const * size % 32 or any(c * size % 32 for c in offset.terms.values()):
@@ -207,7 +206,7 @@ def in_one_lane(s: Stmt) -> Stmt:
     """``s`` for the CPU emulation: each warp operation its scalar nest, run by lane 0 of the
     warp (the other lanes' share of it is already in that nest), and the fragments local
     buffers of that lane."""
-    fragments = {n.buffer: Buffer(n.buffer.name, n.buffer.shape, n.buffer.dtype, "local") for n in walk_stmts(s)
+    fragments = {n.buffer: n.buffer.in_scope("local") for n in walk_stmts(s)
                  if isinstance(n, Allocate) and n.buffer.scope == "fragment"}
     s = _replace(s, lambda node: IfThenElse(node.lane < 1, node.nest) if isinstance(node, WarpMatrix) else None)
     return _rescoped(s, fragments)

@@ -48,7 +48,7 @@ def _inject(body: Stmt) -> Stmt:
 def _interleave(s: Stmt, loop: For) -> Stmt:
     """``s``, the body of virtual thread loop ``loop``, with the loop around only what uses it."""
     if isinstance(s, Allocate) and s.buffer.scope == "local":  # a copy per virtual thread
-        own = Buffer(s.buffer.name, (loop.extent, *s.buffer.shape), s.buffer.dtype, "local")
+        own = s.buffer.stacked(loop.extent, "local")
         return Allocate(own, _interleave(rebuffer(s.body, {s.buffer: own}, lambda b, index: (loop.var, *index)), loop))
     if not _uses(s, loop.var) and _same_when_repeated(s):
         return s

@@ -909,6 +909,45 @@ class Schedule:
                                     "storage_scope": storage_scope}, [rv])
         return rv
 
+    def storage_align(self, block: BlockRV, buffer_index: int, axis: int, factor: int, offset: int) -> None:
+        """Pad the rows of the buffer a block writes: the elements between consecutive
+        indices of dimension ``axis`` become a number that leaves ``offset`` over a multiple
+        of ``factor``, as TVM's ``storage_align``. A GPU tile in shared memory whose rows are
+        a multiple of 128 bytes apart puts a column's elements in one bank, so threads (or an
+        ``ldmatrix``) reading down a column wait on each other; rows 16 bytes past such a
+        multiple spread them over the banks. Only the memory's layout changes, not what is
+        computed; the padding counts towards the block's shared memory.
+
+        Args:
+            block: The block, typically a copy into shared memory (``cache_read``).
+            buffer_index: Which buffer the block writes; must be 0 (a block writes one).
+            axis: The dimension whose stride to pad; not the last (its stride is 1).
+            factor: The stride is a multiple of this, plus ``offset``; positive.
+            offset: What the stride leaves over the multiple of ``factor``; 0 to ``factor - 1``.
+
+        Raises:
+            ScheduleError: If the block writes a tensor of the computation (its layout is the
+                caller's), or an argument is out of range.
+        """
+        stage = self._stage(block)
+        if buffer_index != 0:
+            raise ScheduleError(f"storage_align: block {stage.name} writes one buffer; buffer_index must be 0")
+        if stage.is_output or stage.tensor in self.dag.tensors:
+            raise ScheduleError(f"storage_align: block {stage.name} writes {stage.tensor.name}, a tensor of the "
+                                "computation whose layout the caller chose; align a cache of it instead "
+                                "(cache_read or cache_write)")
+        ndim = len(stage.op.axis)
+        if not 0 <= axis < ndim - 1:
+            raise ScheduleError(f"storage_align: axis {axis} of {stage.name}'s {ndim}-dimensional buffer must be one "
+                                f"of 0 to {ndim - 2}; the last dimension's elements are always adjacent")
+        if factor < 1 or not 0 <= offset < factor:
+            raise ScheduleError(f"storage_align: factor {factor} must be positive and offset {offset} between 0 and "
+                                f"factor - 1")
+        align = tuple(a for a in stage.align if a[0] != axis) + ((axis, factor, offset),)
+        self.state = self.state.with_stage(replace(stage, align=tuple(sorted(align))))
+        self._record("storage_align", {"block": block, "buffer_index": buffer_index, "axis": axis, "factor": factor,
+                                       "offset": offset})
+
     def transform_layout(self, block: BlockRV, buffer: Sequence, index_map: Callable | IndexMap) -> None:
         """Store a layout-free input in another layout, packed once outside the kernel.
 

@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.lower import ATOMIC_DTYPES
+from ..ir.tensor_core import WARP
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
+from ..te.dtype import bytes_of
 from ..te.expr import Binary, Cast, TensorRead
 from .access import is_elementwise_reader, needs_multi_level_tiling
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
@@ -354,37 +356,50 @@ def _ends_epilogue(draft: Draft, block: str) -> bool:
     return False
 
 
+# A tile's rows in shared memory an odd number of 16 bytes apart (their stride 16 bytes past a multiple of 64): the
+# 8 rows an ``ldmatrix`` (or a wmma store) touches at once lie in different banks, where rows a multiple of 128
+# bytes long would put them all in a few.
+ROW_PADDING_BYTES = (64, 16)
+
+
 @dataclass
 class GpuTensorCoreTiling(SketchRule):
     """A float16 matmul on tensor cores (MetaSchedule's MultiLevelTilingTensorCore, wmma):
     C's 16x16 tiles shared out over blocks, warps (``threadIdx.y``) and each warp's tiles,
     the 16-steps of a stage too, all sampled; the accumulator a fragment of its warp; A's and
-    B's tiles in shared memory, fetched by the block's threads together; the init, update and
-    copy-out on the warp's tensor cores (``ir/tensor_core.py``), an epilogue that casts to
-    float16 in the copy-out. Offered beside the other tilings, which the search weighs it
-    against; a block it cannot take (another epilogue, sizes that are no multiple of 16) has
-    only those. The accumulator's block is split as the copy-out is, so the decisions tell its
-    threads, shared tiles and fragments as the verifier finds them (``space.py``); the default
+    B's tiles in shared memory, fetched by the block's threads together, their rows padded
+    against bank conflicts (``ROW_PADDING_BYTES``); the init, update and copy-out on the
+    warp's tensor cores (``ir/tensor_core.py``). A second sketch double-buffers the shared
+    tiles (``software_pipeline``, ``cp.async``). An epilogue that only casts to float16 is
+    folded into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the
+    block's tile, which the warps store into shared memory, after a barrier, each warp's
+    32 lanes the elements of its own tiles. Offered beside the other tilings, which the
+    search weighs it against; a block of sizes that are no multiple of 16 has only those.
+    The copy-out is split as the accumulator's block is, so the decisions tell the threads,
+    shared tiles and fragments as the verifier finds them (``space.py``); the default
     candidate (one warp a block) fits. ``default_schedule`` does not take it until a GPU has
     measured it."""
 
     name: str = "gpu_tensor_core"
     max_innermost_factor: int = 2  # a warp's tiles along rows or columns (a 32x32 fragment: 32 registers a lane at
     # most, so that the default candidate fits), and at most twice as many 16-steps a stage
+    software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
 
     def condition(self, draft: Draft, block: str) -> Condition:
-        epilogue = _epilogue(draft, block)
-        casts = epilogue is None or (is_elementwise_reader(draft.stage(epilogue).op, draft.stage(block).tensor)
-                                     and _casts_to_half(draft.stage(epilogue).op.body))
-        return Condition.APPLY if _needs_tiling(draft, block) and casts and _on_tensor_cores(draft.stage(block).op) \
+        return Condition.APPLY if _needs_tiling(draft, block) and _on_tensor_cores(draft.stage(block).op) \
             else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
         c = sch.get_block(block)
-        out = sch.cache_write(c, 0, "local")
         epilogue = _epilogue(draft, block)
-        if epilogue is not None:
+        through_shared = epilogue is not None and not (
+            is_elementwise_reader(draft.stage(epilogue).op, draft.stage(block).tensor)
+            and _casts_to_half(draft.stage(epilogue).op.body))
+        if through_shared:  # the epilogue reads C's tile in shared memory, which the copy-out stores
+            sch.compute_inline(sch.cache_write(c, 0, "shared"))
+        out = sch.cache_write(c, 0, "local")
+        if epilogue is not None and not through_shared:
             sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to float16
         i, j, k = sch.get_loops(c)
         (io, ii), (jo, jj), (steps, ki) = (sch.split(loop, [None, 16]) for loop in (i, j, k))
@@ -394,22 +409,60 @@ class GpuTensorCoreTiling(SketchRule):
         ko, kt = sch.split(steps, sch.sample_perfect_tile(steps, n=2, max_innermost_factor=2 * most))
         sch.reorder(bi, bj, wi, wj, ko, kt, ti, tj, ii, jj, ki)
         sch.annotate(ii, "tensor_core", 1)  # the update, an mma a tile and 16-step; its init, a fill
-        pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(out)]  # the copy-out split alike
-        (obi, owi, oti), (obj, owj, otj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
-        sch.reorder(obi, obj, owi, owj, oti, otj, pieces[0][1], pieces[1][1])
-        sch.bind(sch.fuse(obi, obj), "blockIdx.x")
+        if through_shared:  # the epilogue over blocks and warps as C's tiles are; the copy-out in its block
+            tile = _on_the_warps(sch, sch.get_block(epilogue), shares)
+            sch.compute_at(out, tile)
+            rows, columns = sch.get_loops(out)[-2:]
+            (owi, oti, oii), (owj, otj, ojj) = (sch.split(loop, [share[1], share[2], 16])
+                                                for loop, share in zip((rows, columns), shares))
+            sch.storage_align(out, 0, 0, *_row_padding(draft.stage(block).op.dtype))
+            sch.reorder(owi, owj, oti, otj, oii, ojj)
+        else:
+            pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(out)]  # the copy-out split alike
+            (obi, owi, oti), (obj, owj, otj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
+            oii, ojj = pieces[0][1], pieces[1][1]
+            sch.reorder(obi, obj, owi, owj, oti, otj, oii, ojj)
+            sch.bind(sch.fuse(obi, obj), "blockIdx.x")
         warp = sch.fuse(owi, owj)
         sch.bind(warp, "threadIdx.y")
-        sch.annotate(pieces[0][1], "tensor_core", 1)  # a store a tile
+        sch.annotate(oii, "tensor_core", 1)  # a store a tile
         sch.compute_at(c, warp)
         first = None
         for index in (0, 1):
             cached = sch.cache_read(c, index, "shared")
             sch.compute_at(cached, ko)
             sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
+            sch.storage_align(cached, 0, 0, *_row_padding("float16"))
             first = first or cached.name
         derived = draft.derive(sch, "gpu_tensor_core", tiled=block)
-        return [(derived, derived.index(first) - 1)]
+        results = [(derived, derived.index(first) - 1)]
+        if self.software_pipeline:
+            piped = sch.copy()
+            piped.annotate(ko, "software_pipeline", 2)
+            results.append((draft.derive(piped, "gpu_tensor_core_pipelined", tiled=block), derived.index(first) - 1))
+        return results
+
+
+def _on_the_warps(sch: Schedule, epilogue, shares):
+    """The epilogue's rows and columns shared out over blocks (``blockIdx.x``), warps
+    (``threadIdx.y``) and 16x16 tiles as C's are by ``shares`` (three factors each of the
+    loops of 16-tiles), each warp's elements over its 32 lanes, a row's neighbours
+    neighbouring lanes. Returns its block loop."""
+    pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(epilogue)]
+    (bi, wi, ti), (bj, wj, tj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
+    sch.reorder(bi, bj, wi, wj, ti, tj, pieces[0][1], pieces[1][1])
+    tile = sch.fuse(bi, bj)
+    sch.bind(tile, "blockIdx.x")
+    sch.bind(sch.fuse(wi, wj), "threadIdx.y")
+    _, lanes = sch.split(sch.fuse(ti, tj, pieces[0][1], pieces[1][1]), [None, WARP])
+    sch.bind(lanes, "threadIdx.x")
+    return tile
+
+
+def _row_padding(dtype: str) -> tuple[int, int]:
+    """``storage_align``'s factor and offset, in elements of ``dtype``, for ``ROW_PADDING_BYTES``."""
+    factor, offset = ROW_PADDING_BYTES
+    return factor // bytes_of(dtype), offset // bytes_of(dtype)
 
 
 def _on_tensor_cores(op) -> bool:

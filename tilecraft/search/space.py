@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from ..codegen.cuda import registers_a_thread
 from ..codegen.gpu_verify import register_budget
+from ..ir.pipeline import SHARED_BYTES
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import INLINE, BlockRV, Schedule
-from ..schedule.state import Split
+from ..schedule.state import Fuse, Split
 from ..schedule.trace import SAMPLING_STEPS, Trace
 from ..target import Target
 from ..te.dag import ComputeDAG
@@ -76,6 +77,16 @@ class LogForm:
         return out
 
 
+class Footprint(NamedTuple):
+    """A shared or local tile as the decisions size it: element bytes, and per dimension
+    the (|coefficient|, extent form) of each variable its index steps with."""
+
+    element_bytes: float
+    dimensions: tuple[tuple[tuple[int, LogForm], ...], ...]
+    align: tuple[tuple[int, int, int], ...] = ()  # storage_align's (axis, factor, offset) on its strides
+    pipelined: LogForm | None = None  # the steps of the loop that fills it, where a software pipeline may double it
+
+
 @dataclass
 class Sketch:
     name: str
@@ -87,11 +98,8 @@ class Sketch:
     register_tiles: tuple = ()  # RegisterTile per block that accumulates in registers (needs a target)
     gpu_axes: dict[str, tuple[LogForm, ...]] = field(default_factory=dict)  # GPU axis -> the loops bound to it
     gpu_limits: dict[str, int] = field(default_factory=dict)  # GPU axis -> the most the target allows; SMs, registers
-    # per tile cached in shared memory: element bytes, and per dimension the (|coefficient|,
-    # extent form) of each variable its index steps with, inside the level it is fetched at
-    shared_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
-    # per buffer a thread keeps (its accumulator), its footprint in the same form
-    local_tiles: tuple[tuple[int, tuple[tuple[tuple[int, LogForm], ...], ...]], ...] = ()
+    shared_tiles: tuple[Footprint, ...] = ()  # per tile cached in shared memory, inside the level it is fetched at
+    local_tiles: tuple[Footprint, ...] = ()  # per buffer a thread keeps (its accumulator)
     # every limit that the decisions change is a form above (threads, vthreads, each shared
     # and local tile): what else the GPU verifier checks is the trace's structure, the same for all rows
     limits_in_decisions: bool = False
@@ -192,7 +200,13 @@ class Sketch:
         (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows). ``logs`` as for
         ``gpu_extents``."""
         logs = self.log_factors(rows) if logs is None else logs
-        return np.rint(sum((_tile_bytes(tile, logs) for tile in self.shared_tiles), np.zeros(len(rows))))
+        once = sum((_tile_bytes(tile, logs) for tile in self.shared_tiles), np.zeros(len(rows)))
+        piped = [tile for tile in self.shared_tiles if tile.pipelined is not None]
+        if piped:  # a second slot each, where the loop has two steps and they fit (ir/pipeline.py)
+            twice = sum(_tile_bytes(tile, logs) for tile in piped)
+            doubled = (piped[0].pipelined.evaluate(logs) > 0.5) & (once + twice <= SHARED_BYTES)
+            once = once + np.where(doubled, twice, 0.0)
+        return np.rint(once)
 
     def local_words(self, rows: np.ndarray, logs: np.ndarray | None = None) -> np.ndarray:
         """4-byte registers each candidate's thread keeps in its own buffers (the
@@ -245,14 +259,18 @@ class Sketch:
         return rows
 
 
-def _tile_bytes(tile, logs: np.ndarray) -> np.ndarray:
-    """Bytes of a shared or local tile (``Sketch.shared_tiles``) for each row of ``logs``: the
-    product over its dimensions of ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it."""
-    element_bytes, dimensions = tile
-    size = np.full(len(logs), float(element_bytes))
-    for terms in dimensions:
-        size *= 1 + sum(c * (np.exp2(form.evaluate(logs)) - 1) for c, form in terms)
-    return size
+def _tile_bytes(tile: Footprint, logs: np.ndarray) -> np.ndarray:
+    """Bytes of a shared or local tile for each row of ``logs``: per dimension,
+    ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it, strides padded as its
+    ``align`` says (``lower.aligned_strides``)."""
+    wanted = {axis: (factor, offset) for axis, factor, offset in tile.align}
+    size = np.ones(len(logs))
+    for axis in reversed(range(len(tile.dimensions))):
+        if axis in wanted:
+            factor, offset = wanted[axis]
+            size += np.mod(offset - size, factor)
+        size *= 1 + sum(c * (np.rint(np.exp2(form.evaluate(logs))) - 1) for c, form in tile.dimensions[axis])
+    return size * tile.element_bytes
 
 
 def _follows_either_way(tiles: Sequence[int], extent: int) -> bool:
@@ -274,7 +292,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     slot_of_symbol: dict[str, int] = {}
     gpu_axes: dict[str, list[LogForm]] = {}
     shared_reads: dict[str, tuple] = {}  # cached block -> (its consumer, the reads of it there)
-    shared_tiles: list = []
+    shared_tiles: list[tuple[str, int, Footprint]] = []  # the block, the loop it is fetched at, its footprint
+    written: list[tuple[str, int]] = []  # shared tiles that blocks computed at a loop store: the block, the loop
     local_tiles: list = []
     local_owners: list[str] = []  # the stage whose buffer each local tile is
     fragments: set[str] = set()  # stages computed on tensor cores: their buffers spread over a warp's lanes
@@ -356,14 +375,16 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             gpu_axes.setdefault(kwargs["thread_axis"], []).append(form_of(sch, kwargs["loop"].id))
             stage = sch.state.stage_of_loop(kwargs["loop"].id)
             if kwargs["thread_axis"].startswith("threadIdx") and stage.loop(kwargs["loop"].id).kind != "spatial":
-                local_tiles.extend([(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # partial, result
+                local_tiles.extend([Footprint(bytes_of(accumulates_in(stage.op.dtype)), ())] * 2)  # partial, result
                 local_owners.extend([stage.name] * 2)
         elif kind == "compute_at" and kwargs["block"].name in shared_reads:
             tile = _shared_tile(*shared_reads.pop(kwargs["block"].name), kwargs["loop"].id,
                                 lambda loop_id: form_of(sch, loop_id))
             if tile is not None:
-                shared_tiles.append(tile)
+                shared_tiles.append((kwargs["block"].name, kwargs["loop"].id, tile))
             unformed += tile is None
+        elif kind == "compute_at" and gpu and sch.state.stage(kwargs["block"].name).scope == "shared":
+            written.append((kwargs["block"].name, kwargs["loop"].id))  # a tile the block's threads store together
         elif kind == "compute_at" and gpu:  # the block's buffer is a thread's, at the loop it is computed at
             at = kwargs["loop"].id
             consumer = sch.state.stage_of_loop(at)
@@ -380,14 +401,22 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
             block = kwargs["block_or_loop"].name
             vector[block] = form_of(sch, sch.state.stage(block).leaves[-1])
 
-    trace.replay(dag, observe=observe)
+    final = trace.replay(dag, observe=observe)
+    for block, at in written:  # sized by the block's own loops, split once it was computed there
+        tile = _written_tile(final.state.stage(block), lambda loop_id: form_of(final, loop_id))
+        shared_tiles += [(block, at, tile)] if tile is not None else []
+        unformed += tile is None
+    for n, (block, at, tile) in enumerate(shared_tiles):  # rows padded; a second slot where a pipeline may add it
+        piped = dict(final.state.stage_of_loop(at).loop(at).pragmas).get("software_pipeline", 0) >= 2
+        shared_tiles[n] = (block, at, tile._replace(align=final.state.stage(block).align,
+                                                    pipelined=form_of(final, at) if piped else None))
     if fragments:  # 8 registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
-        local_tiles = [(FRAGMENT_BYTES, dims) if owner in fragments else (size, dims)
-                       for (size, dims), owner in zip(local_tiles, local_owners)]
+        local_tiles = [tile._replace(element_bytes=FRAGMENT_BYTES) if owner in fragments else tile
+                       for tile, owner in zip(local_tiles, local_owners)]
         gpu_axes.setdefault("threadIdx.x", []).append(LogForm((), math.log2(WARP_LANES)))
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
                     gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
-                    shared_tiles=tuple(shared_tiles), local_tiles=tuple(local_tiles))
+                    shared_tiles=tuple(tile for _, _, tile in shared_tiles), local_tiles=tuple(local_tiles))
     if gpu:
         sketch.gpu_limits = {"threadIdx": target.max_threads_per_block, "vthread": target.max_vthread,
                              "shared_bytes": target.max_shared_memory_per_block_optin, "sm_count": target.sm_count,
@@ -423,7 +452,30 @@ def _shared_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
         inside = mine[1:] if len(mine) > 1 else mine if leaves.index(root) > leaves.index(at) else ()
         extents[iv.var] = sum((form_of(piece) for piece in inside), LogForm((), 0.0))
     dimensions = _read_dimensions(consumer, reads[0], extents)
-    return None if dimensions is None else (bytes_of(reads[0].tensor.dtype), dimensions)
+    return None if dimensions is None else Footprint(bytes_of(reads[0].tensor.dtype), dimensions)
+
+
+def _written_tile(stage, form_of: Callable[[int], LogForm]):
+    """The tile that ``stage`` (a copy, computed at a loop of another, its buffer indexed by its
+    axes) writes, as ``Sketch.shared_tiles`` holds it: per axis, the sum of its pieces' extents,
+    a fused loop's parents each. None where a fused loop is split again."""
+    root_of = {root: root for root in stage.roots}
+    fused_of: dict[int, tuple[int, ...]] = {}
+    for relation in stage.relations:
+        if isinstance(relation, Fuse):
+            fused_of[relation.child] = relation.parents
+        elif relation.parent in root_of:
+            root_of.update((child, root_of[relation.parent]) for child in relation.children)
+        else:
+            return None
+
+    def pieces(loop: int) -> list[int]:
+        return [p for parent in fused_of[loop] for p in pieces(parent)] if loop in fused_of else [loop]
+
+    extents = {root: LogForm((), 0.0) for root in stage.roots}
+    for piece in (p for leaf in stage.leaves for p in pieces(leaf)):
+        extents[root_of[piece]] = extents[root_of[piece]] + form_of(piece)
+    return Footprint(bytes_of(stage.op.dtype), tuple(((1, extents[root]),) for root in stage.roots))
 
 
 def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
@@ -459,7 +511,7 @@ def _local_tile(consumer, reads, at: int, form_of: Callable[[int], LogForm]):
     of_var = {iv.var: extents[root] for iv, root in zip((*consumer.op.axis, *consumer.op.reduce_axis), consumer.roots)}
     dimensions = _read_dimensions(consumer, reads[0], of_var)
     held = accumulates_in(reads[0].tensor.dtype) if reads[0].tensor.op.reduce_axis else reads[0].tensor.dtype
-    return None if dimensions is None else (bytes_of(held), (((1, outside),), *dimensions))
+    return None if dimensions is None else Footprint(bytes_of(held), (((1, outside),), *dimensions))
 
 
 def _read_dimensions(consumer, read, extents: dict) -> tuple | None:
