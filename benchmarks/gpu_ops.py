@@ -41,6 +41,10 @@ WORKLOADS = {
     "matmul_256x16384x256": ("matmul", (256, 16384, 256), lambda F, a, b: a @ b, 2 * 256 * 16384 * 256),  # split-K's
     # float16 in, summed in float32: tensor cores (the gpu_tensor_core sketch) against cuBLAS's float16 GEMM
     **{f"matmul_fp16_{n}": ("matmul", (n, n, n, "float16"), lambda F, a, b: a @ b, 2 * n**3) for n in (2048, 4096)},
+    # an epilogue through the block's tile in shared memory, and a batch (BERT's attention scores, 48 heads of 512)
+    "matmul_add_fp16_2048": ("matmul_add", (2048, 2048, 2048, "float16"), lambda F, a, b, c: a @ b + c, 2 * 2048**3),
+    "batch_matmul_fp16_48x512": ("batch_matmul", (48, 512, 64, 512, "float16"), lambda F, a, b: a @ b,
+                                 2 * 48 * 512 * 64 * 512),
     "conv2d_b1": _conv(1),
     "conv2d_b32": _conv(32),
     "conv2d_512x7x7_b1": _conv(1, 512, 7),  # ResNet-50's last stage: few outputs, a long sum, a ReLU (split-K's)

@@ -18,7 +18,7 @@ from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.lower import lower
 from tilecraft.ir.nodes import For, walk_stmts
 from tilecraft.ops.conv import conv2d_nchw
-from tilecraft.ops.linalg import dense
+from tilecraft.ops.linalg import batch_matmul, dense
 from tilecraft.ops.nn import global_avg_pool2d, layer_norm, softmax
 from tilecraft.search.default import default_row, default_schedule
 from tilecraft.search.features import FeatureSpace
@@ -138,9 +138,20 @@ def half_matmul(n, l, m, cast=False, bias_relu=False):
     return tc.ComputeDAG([A, B, out])
 
 
+def half_attention_scores(transpose_a=False):
+    """An attention's scores in float16: a batch of 3 matrices times one broadcast (``batch_matmul``,
+    B transposed), scaled by 1/8; A transposed too where asked."""
+    A = te.placeholder((3, 32, 64) if transpose_a else (3, 64, 32), name="A", dtype="float16")
+    B = te.placeholder((1, 48, 32), name="B", dtype="float16")
+    C = batch_matmul(A, B, transpose_a=transpose_a, transpose_b=True)
+    return tc.ComputeDAG([A, B, te.compute(C.shape, lambda b, i, j: C[b, i, j] * te.const(0.125, "float16"),
+                                           name="S")])
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "half_matmul": lambda: half_matmul(64, 48, 64),
              "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
+             "half_attention_scores": half_attention_scores,
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
@@ -273,7 +284,8 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
     """Besides the other tilings, single- and double-buffered: float16 A and B summed in
     float32, sizes multiples of 16; the copy-out rounding to float16 where a cast follows,
     storing the block's tile into shared memory (rows padded) where a bias and a ReLU follow,
-    which read it after a barrier. Not for float32 or odd sizes."""
+    which read it after a barrier; batched products too, A and B stored either way. Not for
+    float32 or odd sizes."""
     def names(dag):
         return [s.name for s in generate_sketches(dag, target=TARGET)]
 
@@ -282,6 +294,7 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
     sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
     text = str(lower(sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)))
     assert "# wmma.mma" in text and "D[" in text and "# wmma.store" in text  # rounded in the copy-out
+    assert "A_shared_local: float16" in text and "B_shared_local: float16" in text  # fragments loaded once a step
     assert "gpu_tensor_core" not in names(matmul(64, 48, 64))
     assert "gpu_tensor_core" not in names(half_matmul(40, 48, 64))
     dag = half_matmul(64, 32, 48, bias_relu=True)
@@ -289,6 +302,14 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
     text = str(lower(sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)))
     stored, read = text.index("C_shared[("), text.index("D[(")
     assert "(shared, strides [" in text and "# wmma.store" in text[stored:read] and "barrier()" in text[stored:read]
+    assert "gpu_tensor_core" in names(half_attention_scores())  # batched, one operand broadcast
+    dag = half_attention_scores(transpose_a=True)  # A's tiles column major
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
+    sch = sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs).astype(np.float32),
+                               dag.evaluate_numpy(inputs)[0].astype(np.float32), rtol=2e-3, atol=2e-2)
+    assert not shutil.which("nvcc") or "tc_wmma_mma_col_col(" in tc.build(sch, TARGET).source
 
 
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
@@ -354,11 +375,12 @@ def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kern
     (lambda: matmul(512, 512, 512), "gpu_tile_pipelined"),
     (lambda: matmul(512, 512, 512), "gpu_split_k"), (lambda: half_matmul(512, 256, 512), "gpu_tensor_core"),
     (lambda: half_matmul(512, 256, 256, bias_relu=True), "gpu_tensor_core_pipelined"),
+    (half_attention_scores, "gpu_tensor_core"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
      "gpu_split_k"), (conv_relu_long_k, "gpu_split_k_workspace")],
     ids=["matmul", "conv", "conv_strided", "matmul_pipelined", "matmul_split_k", "half_matmul_tensor_cores",
-         "half_matmul_bias_relu_pipelined", "conv_split_k", "conv_split_k_workspace"])
+         "half_matmul_bias_relu_pipelined", "half_attention_scores", "conv_split_k", "conv_split_k_workspace"])
 def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""

@@ -40,8 +40,8 @@ from ..ir.tensor_core import WARP
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
 from ..te.dtype import bytes_of
-from ..te.expr import Binary, Cast, TensorRead
-from .access import is_elementwise_reader, needs_multi_level_tiling
+from ..te.expr import Binary, Cast, Const, TensorRead
+from .access import is_elementwise_reader, needs_multi_level_tiling, reads_of
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
 
 if TYPE_CHECKING:  # space.py imports these rules
@@ -368,17 +368,18 @@ class GpuTensorCoreTiling(SketchRule):
     C's 16x16 tiles shared out over blocks, warps (``threadIdx.y``) and each warp's tiles,
     the 16-steps of a stage too, all sampled; the accumulator a fragment of its warp; A's and
     B's tiles in shared memory, fetched by the block's threads together, their rows padded
-    against bank conflicts (``ROW_PADDING_BYTES``); the init, update and copy-out on the
-    warp's tensor cores (``ir/tensor_core.py``). A second sketch double-buffers the shared
-    tiles (``software_pipeline``, ``cp.async``). An epilogue that only casts to float16 is
-    folded into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the
-    block's tile, which the warps store into shared memory, after a barrier, each warp's
-    32 lanes the elements of its own tiles. Offered beside the other tilings, which the
-    search weighs it against; a block of sizes that are no multiple of 16 has only those.
-    The copy-out is split as the accumulator's block is, so the decisions tell the threads,
-    shared tiles and fragments as the verifier finds them (``space.py``); the default
-    candidate (one warp a block) fits. ``default_schedule`` does not take it until a GPU has
-    measured it."""
+    against bank conflicts (``ROW_PADDING_BYTES``), and loaded from there into fragments once
+    a 16-step, which a warp's mma share (where stored row major); the init, update and
+    copy-out on the warp's tensor cores (``ir/tensor_core.py``). A batched product's leading
+    axes go to the blocks. A second sketch double-buffers the shared tiles
+    (``software_pipeline``, ``cp.async``). An epilogue that only casts to float16 is folded
+    into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the block's
+    tile, which the warps store into shared memory, after a barrier, each warp's 32 lanes the
+    elements of its own tiles. Offered beside the other tilings, which the search weighs it
+    against; a block of sizes that are no multiple of 16 has only those. The copy-out is
+    split as the accumulator's block is, so the decisions tell the threads, shared tiles and
+    fragments as the verifier finds them (``space.py``); the default candidate (one warp a
+    block) fits. ``default_schedule`` does not take it until a GPU has measured it."""
 
     name: str = "gpu_tensor_core"
     max_innermost_factor: int = 2  # a warp's tiles along rows or columns (a 32x32 fragment: 32 registers a lane at
@@ -401,7 +402,7 @@ class GpuTensorCoreTiling(SketchRule):
         out = sch.cache_write(c, 0, "local")
         if epilogue is not None and not through_shared:
             sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to float16
-        i, j, k = sch.get_loops(c)
+        i, j, k = sch.get_loops(c)[-3:]  # after a batched product's leading axes
         (io, ii), (jo, jj), (steps, ki) = (sch.split(loop, [None, 16]) for loop in (i, j, k))
         most = self.max_innermost_factor
         shares = [sch.sample_perfect_tile(loop, n=3, max_innermost_factor=most) for loop in (io, jo)]  # blocks,
@@ -415,25 +416,41 @@ class GpuTensorCoreTiling(SketchRule):
             rows, columns = sch.get_loops(out)[-2:]
             (owi, oti, oii), (owj, otj, ojj) = (sch.split(loop, [share[1], share[2], 16])
                                                 for loop, share in zip((rows, columns), shares))
-            sch.storage_align(out, 0, 0, *_row_padding(draft.stage(block).op.dtype))
+            op = draft.stage(block).op
+            sch.storage_align(out, 0, len(op.axis) - 2, *_row_padding(op.dtype))
             sch.reorder(owi, owj, oti, otj, oii, ojj)
         else:
-            pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(out)]  # the copy-out split alike
+            *batch, rows, columns = sch.get_loops(out)
+            pieces = [sch.split(loop, [None, 16]) for loop in (rows, columns)]  # the copy-out split alike
             (obi, owi, oti), (obj, owj, otj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
             oii, ojj = pieces[0][1], pieces[1][1]
             sch.reorder(obi, obj, owi, owj, oti, otj, oii, ojj)
-            sch.bind(sch.fuse(obi, obj), "blockIdx.x")
+            sch.bind(sch.fuse(*batch, obi, obj), "blockIdx.x")
         warp = sch.fuse(owi, owj)
         sch.bind(warp, "threadIdx.y")
         sch.annotate(oii, "tensor_core", 1)  # a store a tile
         sch.compute_at(c, warp)
         first = None
-        for index in (0, 1):
+        for index, operand in enumerate(draft.stage(block).op.input_tensors):
             cached = sch.cache_read(c, index, "shared")
             sch.compute_at(cached, ko)
             sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
-            sch.storage_align(cached, 0, 0, *_row_padding("float16"))
+            sch.storage_align(cached, 0, len(operand.shape) - 2, *_row_padding("float16"))
             first = first or cached.name
+        for index, operand in enumerate(draft.stage(block).op.input_tensors):  # each warp's tiles of A and B,
+            role = _row_major_operand(draft.stage(block).op, operand)  # loaded once a 16-step into fragments that
+            if role is None:  # its mma share (a column-major one each mma loads from shared memory)
+                continue
+            loaded = sch.cache_read(c, index, "local")
+            sch.compute_at(loaded, kt)
+            rows, columns = sch.get_loops(loaded)[-2:]
+            if role == "A":  # (i, k): A's tiles down its rows
+                outer, inner = sch.split(rows, [None, 16])
+                sch.annotate(inner, "tensor_core", 1)
+            else:  # (k, j): B's tiles along its columns
+                outer, inner = sch.split(columns, [None, 16])
+                sch.reorder(outer, rows, inner)
+                sch.annotate(rows, "tensor_core", 1)
         derived = draft.derive(sch, "gpu_tensor_core", tiled=block)
         results = [(derived, derived.index(first) - 1)]
         if self.software_pipeline:
@@ -448,15 +465,26 @@ def _on_the_warps(sch: Schedule, epilogue, shares):
     (``threadIdx.y``) and 16x16 tiles as C's are by ``shares`` (three factors each of the
     loops of 16-tiles), each warp's elements over its 32 lanes, a row's neighbours
     neighbouring lanes. Returns its block loop."""
-    pieces = [sch.split(loop, [None, 16]) for loop in sch.get_loops(epilogue)]
+    *batch, rows, columns = sch.get_loops(epilogue)
+    pieces = [sch.split(loop, [None, 16]) for loop in (rows, columns)]
     (bi, wi, ti), (bj, wj, tj) = (sch.split(p[0], share) for p, share in zip(pieces, shares))
     sch.reorder(bi, bj, wi, wj, ti, tj, pieces[0][1], pieces[1][1])
-    tile = sch.fuse(bi, bj)
+    tile = sch.fuse(*batch, bi, bj)
     sch.bind(tile, "blockIdx.x")
     sch.bind(sch.fuse(wi, wj), "threadIdx.y")
     _, lanes = sch.split(sch.fuse(ti, tj, pieces[0][1], pieces[1][1]), [None, WARP])
     sch.bind(lanes, "threadIdx.x")
     return tile
+
+
+def _row_major_operand(op, operand) -> str | None:
+    """"A" or "B", where ``operand`` of ``op`` (a product ``_on_tensor_cores`` takes) is that
+    factor stored row major, A as (i, k) and B as (k, j); None where it is stored transposed."""
+    read = next(r for r in reads_of(op) if r.tensor is operand)
+    k = op.reduce_axis[0].var
+    if any(index is op.axis[-2].var for index in read.indices[-2:]):
+        return "A" if read.indices[-1] is k else None
+    return "B" if read.indices[-2] is k else None
 
 
 def _row_padding(dtype: str) -> tuple[int, int]:
@@ -466,20 +494,27 @@ def _row_padding(dtype: str) -> tuple[int, int]:
 
 
 def _on_tensor_cores(op) -> bool:
-    """Whether ``op`` is C[i, j] = sum_k A[i, k] * B[k, j] (B's indices either way) of float16
-    A and B (each cast or the product), into float32 or float16, every extent a multiple of 16."""
+    """Whether ``op`` is C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (each operand's
+    indices either way: its tiles row or column major) of float16 A and B (each cast or the
+    product), into float32 or float16, the rows, columns and reduction multiples of 16; a
+    batched product's leading axes index both operands alike, or an operand of one matrix by
+    0 (``batch_matmul``'s broadcast)."""
     body = op.body
-    if len(op.axis) != 2 or len(op.reduce_axis) != 1 or not hasattr(body, "combiner") or body.combiner != "sum" \
-            or op.dtype not in ("float32", "float16") or any(iv.extent % 16 for iv in (*op.axis, *op.reduce_axis)):
+    if len(op.axis) < 2 or len(op.reduce_axis) != 1 or not hasattr(body, "combiner") or body.combiner != "sum" \
+            or op.dtype not in ("float32", "float16") or any(iv.extent % 16 for iv in (*op.axis[-2:], *op.reduce_axis)):
         return False
     product = body.source.value if isinstance(body.source, Cast) else body.source
     if not (isinstance(product, Binary) and product.op == "mul"):
         return False
     reads = [r.value if isinstance(r, Cast) else r for r in (product.a, product.b)]
-    i, j, k = (iv.var for iv in (*op.axis, *op.reduce_axis))
-    indices = [tuple(r.indices) if isinstance(r, TensorRead) and r.tensor.dtype == "float16" else None for r in reads]
-    return sorted(map(str, indices)) == sorted(map(str, [(i, k), (k, j)])) or \
-        sorted(map(str, indices)) == sorted(map(str, [(i, k), (j, k)]))
+    *batch, i, j = (iv.var for iv in op.axis)
+    k = op.reduce_axis[0].var
+    if not all(isinstance(r, TensorRead) and r.tensor.dtype == "float16" and len(r.indices) == len(op.axis)
+               and all(x is v or isinstance(x, Const) and x.value == 0 for x, v in zip(r.indices, batch))
+               for r in reads):
+        return False
+    tails = sorted(str(tuple(r.indices[-2:])) for r in reads)
+    return any(tails == sorted(map(str, (a, b))) for a in ((i, k), (k, i)) for b in ((k, j), (j, k)))
 
 
 def _casts_to_half(body) -> bool:
