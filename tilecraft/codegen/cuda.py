@@ -115,10 +115,14 @@ class _CudaEmitter(_Emitter):
         self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
         self.uses_wmma = False
-        # which operand of the mma each fragment of A or B is, and the layout its loads read
+        # which operand of the mma each fragment of A or B is, and the layout its loads read: the source's,
+        # or the other where the mma reads the fragment transposed (a tile of B, (k, j), held as (j, k))
         warp_ops = [n for n in walk_stmts(func.body) if isinstance(n, WarpMatrix)]
         self.operand_fragments = {id(t.buffer): m for n in warp_ops if n.op == "mma" for m, t in zip("ab", n.tiles[1:])}
-        self.fragment_layouts = {id(n.tiles[0].buffer): _layout(n.tiles[1]) for n in warp_ops if n.op == "load"}
+        transposed = {id(t.buffer) for n in warp_ops if n.op == "mma" for t in n.tiles[1:]
+                      if t.buffer.scope == "fragment" and t.row_dim > t.col_dim}
+        self.fragment_layouts = {id(n.tiles[0].buffer): _layout(n.tiles[1], id(n.tiles[0].buffer) in transposed)
+                                 for n in warp_ops if n.op == "load"}
         self.copying_async = False  # inside AsyncCopies, on a GPU with cp.async
 
     def stmt(self, s: Stmt, unroll_budget: int = 0) -> None:
@@ -220,8 +224,9 @@ class _CudaEmitter(_Emitter):
                           f"{ldm});")
         elif s.op == "load":
             address, ldm = self._tile_address(s.tiles[1])
-            matrix = self.operand_fragments[id(s.tiles[0].buffer)]
-            self.out.line(f"{_load(matrix, s.tiles[1])}({self._fragment_tile(s.tiles[0])}, {address}, {ldm});")
+            fragment = id(s.tiles[0].buffer)
+            load = _load(self.operand_fragments[fragment], s.tiles[1], self.fragment_layouts[fragment])
+            self.out.line(f"{load}({self._fragment_tile(s.tiles[0])}, {address}, {ldm});")
         else:
             with self.out.block(""):
                 operands = []
@@ -405,14 +410,15 @@ def _picks_fragment_tiles(loop: For) -> bool:
                for n in walk_stmts(loop.body))
 
 
-def _layout(tile: MatrixTile) -> str:
-    """``row`` where a tile's rows are contiguous, else ``col``."""
-    return "row" if tile.col_dim == tile.buffer.ndim - 1 else "col"
+def _layout(tile: MatrixTile, transposed: bool = False) -> str:
+    """``row`` where a tile's rows are contiguous (its columns, ``transposed``), else ``col``."""
+    return "row" if (tile.col_dim == tile.buffer.ndim - 1) != transposed else "col"
 
 
-def _load(matrix: str, tile: MatrixTile) -> str:
-    """The wmma load of A's or B's tile: from shared memory in its own state space (ldmatrix)."""
-    return f"tc_wmma_load_{'shared_' if tile.buffer.scope == 'shared' else ''}{matrix}_{_layout(tile)}"
+def _load(matrix: str, tile: MatrixTile, layout: str | None = None) -> str:
+    """The wmma load of A's or B's tile, row or column major (the tile's own ``layout`` by
+    default): from shared memory in its own state space (ldmatrix)."""
+    return f"tc_wmma_load_{'shared_' if tile.buffer.scope == 'shared' else ''}{matrix}_{layout or _layout(tile)}"
 
 
 def _halvings(width: int) -> list[int]:

@@ -124,12 +124,13 @@ def _tile_vars(buffer: Buffer, indices, loop_vars: list[Var], where: str) -> tup
 
 
 def _fragment(buffer: Buffer, indices, rows: Var, cols: Var, zero: dict, where: str) -> MatrixTile:
-    """A fragment's tile: its rows and columns along its last two dimensions, its corner on
-    whole tiles (a fragment's registers are numbered by tile)."""
+    """A fragment's tile: its rows and columns along its last two dimensions (either way: a
+    tile of B that an mma reads as (k, j) may be held as (j, k), loaded column major), its
+    corner on whole tiles (a fragment's registers are numbered by tile)."""
     tile = MatrixTile(buffer, _corner(indices, zero), _dim_of(buffer, indices, rows, where),
                       _dim_of(buffer, indices, cols, where))
     corner = [to_linear(i, {}) for i in tile.indices[-2:]] if buffer.ndim >= 2 else []
-    if (tile.row_dim, tile.col_dim) != (buffer.ndim - 2, buffer.ndim - 1) or any(
+    if {tile.row_dim, tile.col_dim} != {buffer.ndim - 2, buffer.ndim - 1} or any(
             c.const % TILE or any(k % TILE for k in c.terms.values()) for c in corner):
         raise LoweringError(f"{where}: the fragment {buffer.name} {list(buffer.shape)} is read at {list(indices)}; "
                             "its 16x16 tiles must lie along its last two dimensions, each on whole tiles")

@@ -369,9 +369,9 @@ class GpuTensorCoreTiling(SketchRule):
     the 16-steps of a stage too, all sampled; the accumulator a fragment of its warp; A's and
     B's tiles in shared memory, fetched by the block's threads together, their rows padded
     against bank conflicts (``ROW_PADDING_BYTES``), and loaded from there into fragments once
-    a 16-step, which a warp's mma share (where stored row major); the init, update and
-    copy-out on the warp's tensor cores (``ir/tensor_core.py``). A batched product's leading
-    axes go to the blocks. A second sketch double-buffers the shared tiles
+    a 16-step, which a warp's mma share (column major where stored transposed); the init,
+    update and copy-out on the warp's tensor cores (``ir/tensor_core.py``). A batched
+    product's leading axes go to the blocks. A second sketch double-buffers the shared tiles
     (``software_pipeline``, ``cp.async``). An epilogue that only casts to float16 is folded
     into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the block's
     tile, which the warps store into shared memory, after a barrier, each warp's 32 lanes the
@@ -438,16 +438,13 @@ class GpuTensorCoreTiling(SketchRule):
             sch.storage_align(cached, 0, len(operand.shape) - 2, *_row_padding("float16"))
             first = first or cached.name
         for index, operand in enumerate(draft.stage(block).op.input_tensors):  # each warp's tiles of A and B,
-            role = _row_major_operand(draft.stage(block).op, operand)  # loaded once a 16-step into fragments that
-            if role is None:  # its mma share (a column-major one each mma loads from shared memory)
-                continue
-            loaded = sch.cache_read(c, index, "local")
+            loaded = sch.cache_read(c, index, "local")  # loaded once a 16-step into fragments its mma share
             sch.compute_at(loaded, kt)
             rows, columns = sch.get_loops(loaded)[-2:]
-            if role == "A":  # (i, k): A's tiles down its rows
+            if _summed_along(draft.stage(block).op, operand) == -1:  # A as (i, k), B as (j, k): tiles down the rows
                 outer, inner = sch.split(rows, [None, 16])
                 sch.annotate(inner, "tensor_core", 1)
-            else:  # (k, j): B's tiles along its columns
+            else:  # along the columns
                 outer, inner = sch.split(columns, [None, 16])
                 sch.reorder(outer, rows, inner)
                 sch.annotate(rows, "tensor_core", 1)
@@ -477,14 +474,11 @@ def _on_the_warps(sch: Schedule, epilogue, shares):
     return tile
 
 
-def _row_major_operand(op, operand) -> str | None:
-    """"A" or "B", where ``operand`` of ``op`` (a product ``_on_tensor_cores`` takes) is that
-    factor stored row major, A as (i, k) and B as (k, j); None where it is stored transposed."""
+def _summed_along(op, operand) -> int:
+    """Which of its last two dimensions ``op`` (a product ``_on_tensor_cores`` takes) sums
+    ``operand`` along: -1 or -2."""
     read = next(r for r in reads_of(op) if r.tensor is operand)
-    k = op.reduce_axis[0].var
-    if any(index is op.axis[-2].var for index in read.indices[-2:]):
-        return "A" if read.indices[-1] is k else None
-    return "B" if read.indices[-2] is k else None
+    return -1 if read.indices[-1] is op.reduce_axis[0].var else -2
 
 
 def _row_padding(dtype: str) -> tuple[int, int]:
