@@ -44,14 +44,16 @@ def half_matmul(n: int, l: int, m: int, out: str = "float16", b_transposed: bool
 
 
 def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, shared: bool = True,
-             vector: int = 8, pipelined: bool = True, fragments: bool = False, padded: bool = True) -> tc.Schedule:
+             vector: int = 8, pipelined: bool = True, fragments: bool = False, padded: bool = True,
+             b_transposed: bool = False) -> tc.Schedule:
     """Blocks of ``warps`` warps, each summing ``tiles`` 16x16 tiles of C in its fragment (the
     default: a 128x128 block tile, 8 warps of 64x32); ``k_tiles`` steps of 16 a stage of A's
     and B's shared tiles, ``vector`` elements a copy (or the tiles read from global memory),
     double-buffered where ``pipelined``: the next stage's tiles copied (``cp.async``) while
     the warps compute on this one's. With ``fragments``, each step of 16 loads a warp's tiles
     of A and B into registers once (``cache_read(..., "local")``), which all its mma share,
-    where each mma loaded its own. ``padded`` puts the shared tiles' rows an odd number of 16
+    where each mma loaded its own (B's held as stored, (j, k) where ``b_transposed``: loaded
+    column major). ``padded`` puts the shared tiles' rows an odd number of 16
     bytes apart (strides 8 halves past a multiple of 32), so an ``ldmatrix`` reads them without bank
     conflicts."""
     sch = tc.Schedule(dag)
@@ -71,17 +73,17 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
         if pipelined:
             sch.annotate(ko, "software_pipeline", 2)
     if fragments:
-        for index in (0, 1):                          # A's rows (i, k) and B's (k, j), a 16x16 tile a load
+        for index in (0, 1):                          # A's rows (i, k) and B's (k, j) or (j, k), a 16x16 tile a load
             loaded = sch.cache_read(c, index, "local")
             sch.compute_at(loaded, kt)
             rows, cols = sch.get_loops(loaded)[-2:]
-            if index == 0:
+            if index == 0 or b_transposed:            # its tiles down the rows
                 outer, inner = sch.split(rows, [None, 16])
                 sch.reorder(outer, inner, cols)
             else:
                 outer, inner = sch.split(cols, [None, 16])
                 sch.reorder(outer, rows, inner)
-            sch.annotate(inner if index == 0 else rows, "tensor_core", 1)
+            sch.annotate(inner if index == 0 or b_transposed else rows, "tensor_core", 1)
     return sch
 
 

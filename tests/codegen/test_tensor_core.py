@@ -72,17 +72,21 @@ def test_the_example_double_buffers_its_tiles_with_asynchronous_copies():
         assert source.count("cp.async.cg.shared.global") == 4 and "tc_wmma_mma_row_row(" in source
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_a_warps_tiles_of_a_and_b_loaded_once_a_step_into_fragments(shared):
-    sch = example.schedule(example.half_matmul(128, 64, 128), warps=(2, 2), tiles=(2, 2), shared=shared,
-                           fragments=True)
+@pytest.mark.parametrize("shared, b_transposed", [(True, False), (False, False), (True, True)])
+def test_a_warps_tiles_of_a_and_b_loaded_once_a_step_into_fragments(shared, b_transposed):
+    """B stored (j, k), a dense layer's weight, is held so in its fragment and loaded column major."""
+    sch = example.schedule(example.half_matmul(128, 64, 128, b_transposed=b_transposed), warps=(2, 2), tiles=(2, 2),
+                           shared=shared, fragments=True, b_transposed=b_transposed)
     text = str(tc.lower(sch))
     assert "allocate A_shared_local: float16[32, 16] (fragment)" in text if shared else "A_local" in text
+    assert "allocate B_shared_local: float16[32, 16] (fragment)" in text if b_transposed else True
     assert text.count("# wmma.load") == 2
     source = check(sch)
     if source:
         assert "unsigned A_shared_local[2][8];" in source if shared else "unsigned A_local[2][8];" in source
         assert "unsigned tc_a[8]" not in source  # the mma take their operands from the fragments
+        layout = "col" if b_transposed else "row"
+        assert f"_b_{layout}(B" in source and f"tc_wmma_mma_row_{layout}(" in source
 
 
 def test_tiles_read_straight_from_global_memory():
