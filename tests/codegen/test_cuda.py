@@ -128,6 +128,25 @@ def test_shared_tiles_with_padded_rows_match_numpy(pipelined):
         assert f"B_shared[{slots * 160}]" in source and " * 20)" in source and " * 12)" in source
 
 
+def test_a_shared_tile_laid_out_column_major_is_filled_by_wide_loads_and_read_as_vectors():
+    """A's tile stored (k, i), its rows padded: the fetch loads 4 floats along k at once and
+    stores them a lane at a time; a thread's 4 rows of A lie side by side."""
+    sch = tiled_matmul(64, 32, 64, threads=(4, 4), tile=(4, 4), k_step=8, shared=False)
+    c = sch.get_block("C")
+    cached = sch.cache_read(c, 0, "shared")
+    sch.compute_at(cached, sch.get_loops(c)[-4])  # ko
+    sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
+    sch.transform_layout(cached, ("write", 0), lambda i, k: (k, i))
+    sch.storage_align(cached, 0, 0, 16, 4)
+    (a_shared,) = [n.buffer for n in walk_stmts(tc.lower(sch).body) if isinstance(n, Allocate)
+                   and n.buffer.scope == "shared"]
+    assert (a_shared.shape, a_shared.strides) == ((16, 8), (1, 20))
+    check(sch)
+    if shutil.which("nvcc"):
+        source = tc.build(sch, "cuda -arch=sm_90").source
+        assert "const float4 tc_v = *(const float4*)&A[" in source and "] = tc_v.w;" in source
+
+
 def test_a_consumer_inside_the_loop_of_a_shared_tile_waits_for_every_thread_storing_it():
     """B = A + 1 stored into shared memory by 64 threads, a column each, and C = 2B
     reverse-computed in the same block, a row a thread: all but one of a row's elements other

@@ -319,7 +319,8 @@ class _CudaEmitter(_Emitter):
 
     def vector_access(self, s: For) -> bool:
         """A vectorized copy of contiguous, aligned elements as one wide load and store: 2 or 4
-        of 32 or 64 bits, or 4, 8 or 16 bytes of narrower ones (float16's 8 lanes, a ``uint4``)."""
+        of 32 or 64 bits, or 4, 8 or 16 bytes of narrower ones (float16's 8 lanes, a ``uint4``);
+        into a shared tile whose layout puts the lanes apart, one wide load and a store a lane."""
         body = s.body
         if not (isinstance(body, Store) and isinstance(body.value, TensorRead)):
             return False
@@ -331,13 +332,22 @@ class _CudaEmitter(_Emitter):
             return False
         store_index = self.flat_index(body.buffer, body.indices)
         load_index = self.flat_index(source.tensor, source.indices)
-        if body.buffer.scope == "local" or not all(
-                _stride(i, s.var, self.ranges) == 1 and self._aligned(i, s.var, s.extent)
-                for i in (store_index, load_index)):
+        contiguous = [_stride(i, s.var, self.ranges) == 1 and self._aligned(i, s.var, s.extent)
+                      for i in (store_index, load_index)]
+        if body.buffer.scope == "local" or not contiguous[1] or not contiguous[0] and (
+                body.buffer.scope != "shared" or (body.buffer.dtype, s.extent) not in _VECTOR_TYPES):
             return False
 
         def at(index, lane: int) -> str:
             return self.expr(simplify(substitute(index, {s.var: const(lane)}), self.ranges))
+
+        if not contiguous[0]:  # into a shared tile laid out across the copy: one wide load, a store a lane
+            with self.out.block(""):
+                self.out.line(f"const {vtype} tc_v = *(const {vtype}*)&{self.buffer_name(source.tensor)}"
+                              f"[{at(load_index, 0)}];")
+                for lane, field in zip(range(s.extent), "xyzw"):
+                    self.out.line(f"{self.buffer_name(body.buffer)}[{at(store_index, lane)}] = tc_v.{field};")
+            return True
 
         if self.copying_async and self._copies_global(body, s.extent):
             self._copy_async(body.buffer, simplify(substitute(store_index, {s.var: const(0)}), self.ranges), source,

@@ -81,7 +81,7 @@ class _Lowering:
         scope = "shared" if stage.scope == "shared" else "local" if loop is not None else "global"
         # A thread's accumulator of a float16 sum (a register tile) holds float32; its copy-out rounds once.
         dtype = accumulates_in(tensor.dtype) if scope == "local" and stage.op.reduce_axis else tensor.dtype
-        buffer = Buffer(tensor.name, tuple(shape), dtype, scope, aligned_strides(tuple(shape), stage.align))
+        buffer = Buffer(tensor.name, tuple(shape), dtype, scope, laid_out(tuple(shape), stage.align, stage.order))
         self.buffers[tensor] = buffer
         self.offsets[tensor] = tuple(mins)
         self.alloc_at.setdefault(loop, []).append(buffer)
@@ -447,18 +447,20 @@ def _simplify_condition(cond: Expr, ranges: dict) -> Expr:
     return simplify(cond, ranges)
 
 
-def aligned_strides(shape: tuple[int, ...], align) -> tuple[int, ...]:
-    """The strides of a buffer of ``shape`` whose dimensions' strides ``align`` pads
-    (``Schedule.storage_align``: (axis, factor, offset) each), innermost first as TVM pads
-    them; () where nothing is padded."""
-    if not align:
+def laid_out(shape: tuple[int, ...], align=(), order=()) -> tuple[int, ...]:
+    """The strides of a buffer of ``shape`` whose dimensions lie in memory in ``order``
+    (outermost first; ``Schedule.transform_layout`` on a write) and whose strides ``align``
+    pads (``Schedule.storage_align``: (axis, factor, offset) each, an axis of that order),
+    innermost first as TVM pads them; () for row major."""
+    order = tuple(order) or tuple(range(len(shape)))
+    if not align and order == tuple(range(len(shape))):
         return ()
     wanted = {axis: (factor, offset) for axis, factor, offset in align}
-    strides, stride = [], 1
-    for axis in reversed(range(len(shape))):
-        if axis in wanted:
-            factor, offset = wanted[axis]
+    strides, stride = [0] * len(shape), 1
+    for position in reversed(range(len(shape))):
+        if position in wanted:
+            factor, offset = wanted[position]
             stride += (offset - stride) % factor
-        strides.append(stride)
-        stride *= shape[axis]
-    return tuple(reversed(strides))
+        strides[order[position]] = stride
+        stride *= shape[order[position]]
+    return tuple(strides)

@@ -21,7 +21,7 @@ class Buffer:
     shape: tuple[int, ...]
     dtype: str
     scope: str  # arg | global | shared | local | fragment (a warp's tensor-core registers, ``WarpMatrix``)
-    padded: tuple[int, ...] = ()  # elements between consecutive indices of each dimension; () for row-major
+    padded: tuple[int, ...] = ()  # elements between consecutive indices of each dimension; () for row major
 
     @property
     def ndim(self) -> int:
@@ -29,14 +29,15 @@ class Buffer:
 
     @property
     def strides(self) -> tuple[int, ...]:
-        """Elements between consecutive indices of each dimension: row-major unless a
-        schedule padded its rows (``Schedule.storage_align``)."""
+        """Elements between consecutive indices of each dimension: row major unless a
+        schedule padded its rows (``Schedule.storage_align``) or reordered its dimensions
+        (``Schedule.transform_layout`` on a write)."""
         return self.padded or tuple(math.prod(self.shape[d + 1:]) for d in range(self.ndim))
 
     @property
     def elements(self) -> int:
         """The elements its memory holds, padding included."""
-        return self.shape[0] * self.strides[0] if self.shape else 1
+        return max((n * stride for n, stride in zip(self.shape, self.strides)), default=1)
 
     def in_scope(self, scope: str) -> Buffer:
         """The same memory layout in another scope."""

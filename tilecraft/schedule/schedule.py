@@ -921,7 +921,8 @@ class Schedule:
         Args:
             block: The block, typically a copy into shared memory (``cache_read``).
             buffer_index: Which buffer the block writes; must be 0 (a block writes one).
-            axis: The dimension whose stride to pad; not the last (its stride is 1).
+            axis: The dimension whose stride to pad, of the buffer as laid out (after
+                ``transform_layout``); not the last (its stride is 1).
             factor: The stride is a multiple of this, plus ``offset``; positive.
             offset: What the stride leaves over the multiple of ``factor``; 0 to ``factor - 1``.
 
@@ -932,10 +933,7 @@ class Schedule:
         stage = self._stage(block)
         if buffer_index != 0:
             raise ScheduleError(f"storage_align: block {stage.name} writes one buffer; buffer_index must be 0")
-        if stage.is_output or stage.tensor in self.dag.tensors:
-            raise ScheduleError(f"storage_align: block {stage.name} writes {stage.tensor.name}, a tensor of the "
-                                "computation whose layout the caller chose; align a cache of it instead "
-                                "(cache_read or cache_write)")
+        self._check_own_buffer(stage, "storage_align")
         ndim = len(stage.op.axis)
         if not 0 <= axis < ndim - 1:
             raise ScheduleError(f"storage_align: axis {axis} of {stage.name}'s {ndim}-dimensional buffer must be one "
@@ -949,31 +947,66 @@ class Schedule:
                                        "offset": offset})
 
     def transform_layout(self, block: BlockRV, buffer: Sequence, index_map: Callable | IndexMap) -> None:
-        """Store a layout-free input in another layout, packed once outside the kernel.
+        """Store a layout-free input in another layout, packed once outside the kernel; or
+        lay out the buffer a block writes with its dimensions in another order.
 
-        The kernel reads a packed buffer whose element ``index_map(*indices)`` holds the
-        input's element ``indices``. ``build`` emits a pack function beside the kernel;
-        ``Module`` packs the input at every call, or once with ``bind_weights``, and
+        On a read, the kernel reads a packed buffer whose element ``index_map(*indices)``
+        holds the input's element ``indices``. ``build`` emits a pack function beside the
+        kernel; ``Module`` packs the input at every call, or once with ``bind_weights``, and
         ``time_evaluator`` packs it before timing. Only an input its compute marks as
         layout-free (``attrs={"layout_free_placeholders": [B]}``: a weight) may be packed.
+        On a write (a cache's buffer, ``("write", 0)``), the map permutes the dimensions:
+        ``lambda i, k: (k, i)`` stores a GPU block's shared tile of A column major, so that a
+        thread's rows of it are adjacent and read as vectors. Only where it lies in memory
+        changes; its indices stay the same.
 
         Args:
-            block: A block that reads the input.
-            buffer: ``("read", i)``: the block's ``i``-th input, in order of first read.
+            block: A block that reads the input, or writes the buffer.
+            buffer: ``("read", i)``: the block's ``i``-th input, in order of first read;
+                ``("write", 0)``: the buffer the block writes.
             index_map: A function of one index per input dimension returning the packed
                 indices, built from ``+ - * // %`` and never negative, e.g.
-                ``lambda k, j: (j // 16, k, j % 16)``; or an ``IndexMap``.
+                ``lambda k, j: (j // 16, k, j % 16)``; or an ``IndexMap``. On a write, the
+                indices themselves, reordered.
 
         Raises:
-            ScheduleError: If ``buffer`` is not such a read, the input is not a layout-free
-                placeholder or was transformed already, the map takes the wrong number of
-                indices, or its indices can be negative.
+            ScheduleError: If ``buffer`` is not such a read or write, the input is not a
+                layout-free placeholder or was transformed already, the block writes a tensor
+                of the computation, the map takes the wrong number of indices, its indices
+                can be negative, or a write's map is no permutation.
         """
         stage = self._stage(block)
+        if tuple(buffer[:1]) == ("write",):
+            index_map = self._permute_layout(stage, buffer, index_map)
+            self._record("transform_layout", {"block": block, "buffer": list(buffer), "index_map": index_map})
+            return
         source = self._layout_free_read(stage, buffer, "transform_layout")
         index_map = _as_index_map(index_map, source)
         self._pack(source, index_map)
         self._record("transform_layout", {"block": block, "buffer": list(buffer), "index_map": index_map})
+
+    def _permute_layout(self, stage: Stage, buffer: Sequence, index_map: Callable | IndexMap) -> IndexMap:
+        """``transform_layout`` on a write: the order of the written buffer's dimensions in memory."""
+        if tuple(buffer) != ("write", 0):
+            raise ScheduleError(f"transform_layout: block {stage.name} writes one buffer; use ('write', 0), got "
+                                f"{tuple(buffer)}")
+        self._check_own_buffer(stage, "transform_layout")
+        index_map = _as_index_map(index_map, stage.tensor)
+        variables = [Var(name) for name in index_map.params]
+        targets = index_map(*variables)
+        order = tuple(next((n for n, v in enumerate(variables) if v is t), -1) for t in targets)
+        if sorted(order) != list(range(len(variables))):
+            raise ScheduleError(f"transform_layout: the map {index_map.to_python()} of {stage.tensor.name}, a buffer "
+                                "the block computes, must reorder its indices, each once (lambda i, k: (k, i))")
+        self.state = self.state.with_stage(replace(stage, order=order))
+        return index_map
+
+    def _check_own_buffer(self, stage: Stage, primitive: str) -> None:
+        """Refuse to lay out a tensor of the computation, whose layout is the caller's."""
+        if stage.is_output or stage.tensor in self.dag.tensors:
+            raise ScheduleError(f"{primitive}: block {stage.name} writes {stage.tensor.name}, a tensor of the "
+                                "computation whose layout the caller chose; lay out a cache of it instead "
+                                "(cache_read or cache_write)")
 
     def rewrite_layout(self, block: BlockRV, buffer: Sequence) -> None:
         """Pack a layout-free input in the order the block's loops read it (see ``layout.py``);

@@ -72,7 +72,8 @@ class Stage:
     init_loop: int | None = None  # decompose_reduction: the loop the init is placed before
     is_output: bool = False
     annotations: tuple[tuple[str, int], ...] = ()  # block intents realized at lowering (postproc.py)
-    align: tuple[tuple[int, int, int], ...] = ()  # storage_align: (axis, factor, offset) of its buffer's strides
+    order: tuple[int, ...] = ()  # transform_layout on its write: its buffer's dimensions in memory, outermost first
+    align: tuple[tuple[int, int, int], ...] = ()  # storage_align: (axis of that order, factor, offset) of its strides
 
     def loop(self, loop_id: int) -> Loop:
         for loop in self.loops:

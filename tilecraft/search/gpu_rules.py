@@ -7,21 +7,23 @@ outer spatial levels, fused across the axes, are bound to ``blockIdx.x``, ``vthr
 input is cached in shared memory at the first reduction level and fetched by the block's
 threads together (``meta_schedule.cooperative_fetch``, realized at lowering once the thread
 extents are known); a second sketch double-buffers those tiles across the reduction's steps
-(``software_pipeline``, with ``cp.async`` copies on sm_80 and newer). Its element-wise
-epilogue (a bias and a ReLU after a convolution) is folded into the copy-out, so the
-result leaves the registers once, finished. Where the outputs are too few to fill the SMs
-and nothing reads them in the kernel, a third sketch splits the reduction's first axis into
-parts (split-K): the partial sums, factored out (``rfactor``) and tiled as the accumulator
-is, are each a block's along ``blockIdx.y``, and the blocks add them into the output
-atomically, the output zeroed before the kernel; an epilogue that only adds to the sum (a
-bias, a residual) is added by the first part. Where atomics cannot finish the sum (a ReLU
-after it), the parts' sums go to a workspace instead, and a second kernel adds them up in
-order and applies the epilogue (``ir/kernels.py``). Any other block at the root has its loops fused
-and split over blocks and threads (auto-binding, with the thread count a sampled decision; a
-block that reads a row reduction binds the rows to blocks); a reduction short of spatial
-parallelism, tiled or not (a matrix-vector product, its epilogue applied in the block),
-gets a second sketch whose reduction runs across a row of threads. A float16 matmul also
-gets a sketch on tensor cores (``GpuTensorCoreTiling``).
+(``software_pipeline``, with ``cp.async`` copies on sm_80 and newer), a third lays a tile
+out along the rows a thread reads of it (A's of a matmul: i contiguous, read as vectors,
+where its rows of k were read one float at a time; ``transform_layout`` on the write).
+Its element-wise epilogue (a bias and a ReLU after a convolution) is folded into the
+copy-out, so the result leaves the registers once, finished. Where the outputs are too few
+to fill the SMs and nothing reads them in the kernel, another sketch splits the reduction's
+first axis into parts (split-K): the partial sums, factored out (``rfactor``) and tiled as
+the accumulator is, are each a block's along ``blockIdx.y``, and the blocks add them into
+the output atomically, the output zeroed before the kernel; an epilogue that only adds to
+the sum (a bias, a residual) is added by the first part. Where atomics cannot finish the sum
+(a ReLU after it), the parts' sums go to a workspace instead, and a second kernel adds them
+up in order and applies the epilogue (``ir/kernels.py``). Any other block at the root has
+its loops fused and split over blocks and threads (auto-binding, with the thread count a
+sampled decision; a block that reads a row reduction binds the rows to blocks); a reduction
+short of spatial parallelism, tiled or not (a matrix-vector product, its epilogue applied
+in the block), gets a sketch whose reduction runs across a row of threads. A float16 matmul
+also gets sketches on tensor cores (``GpuTensorCoreTiling``).
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.
@@ -37,10 +39,12 @@ import numpy as np
 
 from ..ir.lower import ATOMIC_DTYPES
 from ..ir.tensor_core import WARP
+from ..schedule.index_expr import index_expr_to_json
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
+from ..schedule.trace import IndexMap
 from ..te.dtype import bytes_of
-from ..te.expr import Binary, Cast, Const, TensorRead
+from ..te.expr import Binary, Cast, Const, TensorRead, Var, free_vars
 from .access import is_elementwise_reader, needs_multi_level_tiling, reads_of
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
 
@@ -67,6 +71,7 @@ class GpuMultiLevelTiling(SketchRule):
     max_innermost_factor: int = 64
     fetch_lanes: int = 4  # 4-byte words a thread a copy step: a float4, or 8 float16 (postproc)
     software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
+    transposed_tiles: bool = True  # also a sketch whose shared tiles lie along the register tile's rows
     split_k: bool = True  # also split-K where it pays
     atomic_split_k: bool = True  # its parts added atomically where they can be; False: by a second kernel, in
     # order, so that the sums' bits repeat from run to run
@@ -88,6 +93,10 @@ class GpuMultiLevelTiling(SketchRule):
             piped = sch.copy()
             piped.annotate(first_reduction_level, "software_pipeline", 2)
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
+        if first is not None and self.transposed_tiles:  # a thread's rows of A read as vectors
+            laid = sch.copy()
+            if _along_register_rows(laid, draft.stage(block).op):
+                results.append((draft.derive(laid, "gpu_tile_transposed", tiled=block), derived.index(first) - 1))
         if _short_of_rows(draft, block):  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block, epilogue), draft.index(block) - 1))
         if self.split_k and _pays_to_split(draft, block):
@@ -479,6 +488,31 @@ def _summed_along(op, operand) -> int:
     ``operand`` along: -1 or -2."""
     read = next(r for r in reads_of(op) if r.tensor is operand)
     return -1 if read.indices[-1] is op.reduce_axis[0].var else -2
+
+
+def _along_register_rows(sch: Schedule, op) -> bool:
+    """Lay out each shared tile of ``op``'s inputs with the dimension its innermost register
+    loop steps along last (``transform_layout`` on the cache's write), its rows padded
+    (``ROW_PADDING_BYTES``): A's tile of a matmul is read by a thread down its rows (i),
+    scalars a row of k apart, and as vectors once i is contiguous; B's already is. The copies
+    into it load along k and store a lane at a time, the padding spreading a warp's stores
+    over the banks. Whether any tile changed."""
+    changed = False
+    for tensor in op.input_tensors:
+        read = next(r for r in reads_of(op) if r.tensor is tensor)
+        stepping = [d for iv in op.axis for d, index in enumerate(read.indices) if iv.var in free_vars(index)]
+        if not stepping or stepping[-1] == tensor.ndim - 1:
+            continue
+        inner = stepping[-1]
+        names = [f"d{n}" for n in range(tensor.ndim)]
+        variables = {Var(name): name for name in names}
+        order = [d for d in range(tensor.ndim) if d != inner] + [inner]
+        cached = sch.get_block(f"{tensor.name}_shared")
+        sch.transform_layout(cached, ("write", 0), IndexMap(tuple(names), tuple(
+            index_expr_to_json(list(variables)[d], variables) for d in order)))
+        sch.storage_align(cached, 0, tensor.ndim - 2, *_row_padding(tensor.dtype))
+        changed = True
+    return changed
 
 
 def _row_padding(dtype: str) -> tuple[int, int]:

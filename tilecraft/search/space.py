@@ -83,7 +83,8 @@ class Footprint(NamedTuple):
 
     element_bytes: float
     dimensions: tuple[tuple[tuple[int, LogForm], ...], ...]
-    align: tuple[tuple[int, int, int], ...] = ()  # storage_align's (axis, factor, offset) on its strides
+    order: tuple[int, ...] = ()  # its dimensions in memory, outermost first (transform_layout on a write)
+    align: tuple[tuple[int, int, int], ...] = ()  # storage_align's (axis of that order, factor, offset)
     pipelined: LogForm | None = None  # the steps of the loop that fills it, where a software pipeline may double it
 
 
@@ -261,15 +262,16 @@ class Sketch:
 
 def _tile_bytes(tile: Footprint, logs: np.ndarray) -> np.ndarray:
     """Bytes of a shared or local tile for each row of ``logs``: per dimension,
-    ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it, strides padded as its
-    ``align`` says (``lower.aligned_strides``)."""
+    ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it, laid out in its
+    ``order``, strides padded as its ``align`` says (``lower.laid_out``)."""
     wanted = {axis: (factor, offset) for axis, factor, offset in tile.align}
+    order = tile.order or range(len(tile.dimensions))
     size = np.ones(len(logs))
-    for axis in reversed(range(len(tile.dimensions))):
-        if axis in wanted:
-            factor, offset = wanted[axis]
+    for position in reversed(range(len(tile.dimensions))):
+        if position in wanted:
+            factor, offset = wanted[position]
             size += np.mod(offset - size, factor)
-        size *= 1 + sum(c * (np.rint(np.exp2(form.evaluate(logs))) - 1) for c, form in tile.dimensions[axis])
+        size *= 1 + sum(c * (np.rint(np.exp2(form.evaluate(logs))) - 1) for c, form in tile.dimensions[order[position]])
     return size * tile.element_bytes
 
 
@@ -408,7 +410,8 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
         unformed += tile is None
     for n, (block, at, tile) in enumerate(shared_tiles):  # rows padded; a second slot where a pipeline may add it
         piped = dict(final.state.stage_of_loop(at).loop(at).pragmas).get("software_pipeline", 0) >= 2
-        shared_tiles[n] = (block, at, tile._replace(align=final.state.stage(block).align,
+        stage = final.state.stage(block)
+        shared_tiles[n] = (block, at, tile._replace(align=stage.align, order=stage.order,
                                                     pipelined=form_of(final, at) if piped else None))
     if fragments:  # 8 registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
         local_tiles = [tile._replace(element_bytes=FRAGMENT_BYTES) if owner in fragments else tile
