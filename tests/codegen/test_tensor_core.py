@@ -89,6 +89,17 @@ def test_a_warps_tiles_of_a_and_b_loaded_once_a_step_into_fragments(shared, b_tr
         assert f"_b_{layout}(B" in source and f"tc_wmma_mma_row_{layout}(" in source
 
 
+def test_a_shared_tile_laid_out_column_major_is_loaded_column_major():
+    """A's tile stored (k, i) by transform_layout: its wmma loads read it column major, the
+    elements between its columns (k) the leading dimension."""
+    sch = tensor_core_matmul(half_matmul(64, 64, 64), warps=(2, 2), tiles=(1, 1), k_tiles=2)
+    sch.transform_layout(sch.get_block("A_shared"), ("write", 0), lambda i, k: (k, i))
+    source = check(sch)
+    if source:
+        assert "tc_wmma_load_shared_a_col(" in source and "tc_wmma_mma_col_row(" in source
+        assert ", 40);" in source  # A_shared (k, i): 32 rows of the block's 32 i, padded to 40
+
+
 def test_tiles_read_straight_from_global_memory():
     check(tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 2), tiles=(1, 1), k_tiles=1, shared=False))
 

@@ -422,7 +422,7 @@ def _picks_fragment_tiles(loop: For) -> bool:
 
 def _layout(tile: MatrixTile, transposed: bool = False) -> str:
     """``row`` where a tile's rows are contiguous (its columns, ``transposed``), else ``col``."""
-    return "row" if (tile.col_dim == tile.buffer.ndim - 1) != transposed else "col"
+    return "row" if (tile.buffer.strides[tile.col_dim] == 1) != transposed else "col"
 
 
 def _load(matrix: str, tile: MatrixTile, layout: str | None = None) -> str:

@@ -141,11 +141,11 @@ def _tile(buffer: Buffer, indices, rows: Var, cols: Var, zero: dict, where: str)
     """A tile of A, B or the destination, which the tensor cores load or store by address."""
     row_dim, col_dim = _dim_of(buffer, indices, rows, where), _dim_of(buffer, indices, cols, where)
     corner = _corner(indices, zero)
-    if buffer.ndim - 1 not in (row_dim, col_dim):
-        raise LoweringError(f"{where}: the tile of {buffer.name} runs along neither of its last dimension's elements; "
-                            "a tensor-core tile has its rows or its columns contiguous")
-    lead = col_dim if row_dim == buffer.ndim - 1 else row_dim  # the dimension whose stride is the leading one
     strides = buffer.strides
+    if 1 not in (strides[row_dim], strides[col_dim]):
+        raise LoweringError(f"{where}: the tile of {buffer.name} runs along neither of its contiguous dimension's "
+                            "elements; a tensor-core tile has its rows or its columns contiguous")
+    lead = col_dim if strides[row_dim] == 1 else row_dim  # the dimension whose stride is the leading one
     offset = to_linear(sum((binary("mul", i, const(n)) for i, n in zip(corner, strides)), const(0)), {})
     size = bytes_of(buffer.dtype)
     if strides[lead] * size % 16 or offset.const * size % 32 or any(c * size % 32 for c in offset.terms.values()):

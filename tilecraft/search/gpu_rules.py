@@ -503,13 +503,12 @@ def _along_register_rows(sch: Schedule, op) -> bool:
         stepping = [d for iv in op.axis for d, index in enumerate(read.indices) if iv.var in free_vars(index)]
         if not stepping or stepping[-1] == tensor.ndim - 1:
             continue
-        inner = stepping[-1]
-        names = [f"d{n}" for n in range(tensor.ndim)]
-        variables = {Var(name): name for name in names}
-        order = [d for d in range(tensor.ndim) if d != inner] + [inner]
+        order = [d for d in range(tensor.ndim) if d != stepping[-1]] + [stepping[-1]]
+        names = tuple(f"d{n}" for n in range(tensor.ndim))
+        variables = [Var(name) for name in names]
         cached = sch.get_block(f"{tensor.name}_shared")
-        sch.transform_layout(cached, ("write", 0), IndexMap(tuple(names), tuple(
-            index_expr_to_json(list(variables)[d], variables) for d in order)))
+        sch.transform_layout(cached, ("write", 0), IndexMap(names, tuple(
+            index_expr_to_json(variables[d], dict(zip(variables, names))) for d in order)))
         sch.storage_align(cached, 0, tensor.ndim - 2, *_row_padding(tensor.dtype))
         changed = True
     return changed
