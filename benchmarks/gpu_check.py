@@ -8,8 +8,10 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
    ``torch.compile(backend="tilecraft")`` on CUDA tensors against eager PyTorch, and the
    tensor-core schedules (``tests/codegen/test_tensor_core.py``).
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
-   matmul (``cp.async``), one with 64 KB of dynamic shared memory and a random-schedule
-   sample: what the CPU emulation cannot see (races, out-of-bounds or misaligned accesses).
+   matmul (``cp.async``), one with 64 KB of dynamic shared memory, a random-schedule sample,
+   the tensor-core example and sketch candidates (A's tile laid out along i; an epilogue
+   through shared memory; fragments loaded column major): what the CPU emulation cannot see
+   (races, out-of-bounds or misaligned accesses).
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a
@@ -42,6 +44,19 @@ schedules = [cuda_matmul.schedule(256), test_pipeline.pipelined_matmul()[1],  # 
              test_cuda.split_k_matmul(64, 512, 48, parts=4)]  # blocks adding into a zeroed output
 schedules += [test_cuda.random_gpu_schedule(np.random.default_rng(s)) for s in range(3)]
 schedules += [tensor_core.schedule(tensor_core.half_matmul(128, 128, 128))]  # tensor cores (wmma), new: last
+sys.path.insert(0, "tests/search")
+from test_gpu_sketches import half_attention_scores, half_matmul
+from tilecraft.search.space import generate_sketches
+
+
+def candidate(dag, name):  # a sketch's candidate: barriers and layouts the rules place, not a hand's
+    sketch = next(s for s in generate_sketches(dag, target=tc.Target("cuda")) if name in s.name.split())
+    return sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)
+
+
+schedules += [candidate(tc.SearchTask(func="matmul", args=(256, 256, 256)).compute_dag, "gpu_tile_transposed"),
+              candidate(half_matmul(128, 64, 128, bias_relu=True), "gpu_tensor_core_pipelined"),  # epilogue, shared
+              candidate(half_attention_scores(transpose_a=True), "gpu_tensor_core")]  # fragments column major
 for sch in schedules:
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
     want = sch.dag.evaluate_numpy(inputs)[0]
