@@ -7,11 +7,13 @@ Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, com
 ``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with
 ``--trials N``, tuned on this GPU for N trials shared by its tasks (TaskScheduler) and
 compiled again from the log. Each compiled model's output is checked against onnxruntime
-on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed once
-per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with the
-input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
+on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed
+once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
+the input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
 tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
-(``GpuModel.capture``; a model does that by itself from its second call). Needs a
+(``GpuModel.capture``; a model does that by itself from its second call). PyTorch's
+profiler then times each kernel of eager PyTorch and of the untuned model (``kernel_ms``:
+the slowest printed, all in the results file): which kernels to fix first. Needs a
 GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime. With ``--emulate``, each model
 is compiled for sm_90 and its kernels emulated on the CPU (``GpuModel.emulate``), checked
 against onnxruntime: what the GPU will compute, on a machine without one.
@@ -92,7 +94,30 @@ def bench(name: str, trials: int, directory: Path) -> dict:
                        tilecraft_tuned_graph=lambda: tuned_graph(input=tensor))
     with torch.no_grad():
         row.update({f"{system}_ms": ms for system, ms in latency_ms(systems).items()})
+        try:  # a diagnosis: the latencies above stand without it
+            row["kernel_ms"] = {system: kernel_ms(systems[system]) for system in ("pytorch_eager", "tilecraft_untuned")}
+        except Exception as error:  # noqa: BLE001  (a profiler this PyTorch build lacks, CUPTI refused)
+            row["kernel_ms_error"] = f"{type(error).__name__}: {error}"
+    for system, kernels in row.get("kernel_ms", {}).items():
+        print(f"{name}, {system}: " + ", ".join(f"{kernel} {ms:.3f}" for kernel, ms in list(kernels.items())[:8]))
     return row
+
+
+def kernel_ms(call, calls: int = 10) -> dict[str, float]:
+    """The GPU time of each kernel a call launches, milliseconds a call, slowest first
+    (PyTorch's profiler sees every launch in the process, tilecraft's through the driver too):
+    which of a model's kernels to tune or fix first."""
+    call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        for _ in range(calls):
+            call()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for event in profile.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            times[event.name] = times.get(event.name, 0.0) + event.time_range.elapsed_us() / 1e3 / calls
+    return dict(sorted(times.items(), key=lambda item: -item[1]))
 
 
 def _captured(path: str, log: str | None, tensor):
