@@ -169,3 +169,24 @@ def test_rfactor_sketches_run_the_new_axis_in_parallel_or_as_vector_lanes():
     assert set(inner.vector_loops) == {"total_rf"}
     row = inner.sample(np.random.default_rng(0), 1, 64)[0]
     assert "vectorize" in str(tc.lower(inner.trace_of(row).replay(dag)))
+
+
+def test_a_tiles_bytes_in_the_decisions_are_its_buffers_as_lowering_lays_it_out():
+    """Any order of the dimensions and any padding of the layout's rows: the decision
+    matrix's size of a shared tile (``Footprint``) is the elements lowering allocates."""
+    import math
+
+    from tilecraft.ir.lower import laid_out
+    from tilecraft.ir.nodes import Buffer
+    from tilecraft.search.space import Footprint, LogForm, _tile_bytes
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        shape = tuple(int(n) for n in rng.integers(1, 40, rng.integers(2, 4)))
+        order = tuple(int(d) for d in rng.permutation(len(shape)))
+        align = tuple((position, factor, int(rng.integers(factor)))
+                      for position in range(len(shape) - 1) if rng.random() < 0.6
+                      for factor in [int(rng.choice([4, 8, 16, 32]))])
+        tile = Footprint(4, tuple(((1, LogForm((), math.log2(n))),) for n in shape), order=order, align=align)
+        buffer = Buffer("t", shape, "float32", "shared", laid_out(shape, align, order))
+        assert _tile_bytes(tile, np.zeros((1, 0)))[0] == buffer.elements * 4, (shape, order, align)
