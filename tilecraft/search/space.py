@@ -198,8 +198,8 @@ class Sketch:
     def shared_bytes(self, rows: np.ndarray, logs: np.ndarray | None = None) -> np.ndarray:
         """Bytes of shared memory each candidate's block uses: per cached tile, the product
         over its dimensions of ``sum(|c| * (extent - 1)) + 1`` over the variables indexing it
-        (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows). ``logs`` as for
-        ``gpu_extents``."""
+        (a convolution's window, ``y + ry``, spans ``Ty + Try - 1`` rows), its rows padded as
+        laid out, twice where a software pipeline doubles it. ``logs`` as for ``gpu_extents``."""
         logs = self.log_factors(rows) if logs is None else logs
         once = sum((_tile_bytes(tile, logs) for tile in self.shared_tiles), np.zeros(len(rows)))
         piped = [tile for tile in self.shared_tiles if tile.pipelined is not None]
