@@ -35,6 +35,13 @@ def _conv(n: int, channels: int = 64, side: int = 56):
             lambda F, x, w, b: F.relu(F.conv2d(x, w, b, padding=1)), 2 * n * channels * side * side * channels * 9)
 
 
+def _nhwc_conv(F, x, w, b):
+    """conv2d_nhwc_gemm in PyTorch: NHWC data and an HWIO kernel as channels-last views, the
+    output's pixels as rows."""
+    out = F.relu(F.conv2d(x.permute(0, 3, 1, 2), w.permute(3, 2, 0, 1), b, padding=1))
+    return out.permute(0, 2, 3, 1).reshape(-1, w.shape[3])
+
+
 # name -> (workload, arguments, the operator in PyTorch, FLOPs of one call)
 WORKLOADS = {
     **{f"matmul_{n}": ("matmul", (n, n, n), lambda F, a, b: a @ b, 2 * n**3) for n in (1024, 2048, 4096)},
@@ -45,6 +52,9 @@ WORKLOADS = {
     "matmul_add_fp16_2048": ("matmul_add", (2048, 2048, 2048, "float16"), lambda F, a, b, c: a @ b + c, 2 * 2048**3),
     "batch_matmul_fp16_48x512": ("batch_matmul", (48, 512, 64, 512, "float16"), lambda F, a, b: a @ b,
                                  2 * 48 * 512 * 64 * 512),
+    # ResNet-50's 3x3 64->64 at 56x56 in float16 as one matrix product (implicit GEMM), against cuDNN's NHWC
+    **{f"conv2d_fp16_gemm_b{n}": ("conv2d_nhwc_gemm", (n, 56, 56, 64, 64, 3, 3, 1, 1, "float16"), _nhwc_conv,
+                                  2 * n * 64 * 56 * 56 * 64 * 9) for n in (1, 32)},
     "conv2d_b1": _conv(1),
     "conv2d_b32": _conv(32),
     "conv2d_512x7x7_b1": _conv(1, 512, 7),  # ResNet-50's last stage: few outputs, a long sum, a ReLU (split-K's)

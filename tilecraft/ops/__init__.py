@@ -11,7 +11,8 @@ ComputeDAG requires.
 """
 
 from .algebra import einsum
-from .conv import conv2d_nchw, conv2d_nhwc, conv2d_transpose_nchw, depthwise_conv2d_nchw, depthwise_conv2d_nhwc
+from .conv import (conv2d_nchw, conv2d_nhwc, conv2d_nhwc_gemm, conv2d_transpose_nchw, depthwise_conv2d_nchw,
+                   depthwise_conv2d_nhwc)
 from .deform import col2im, deform_conv2d
 from .elementwise import (
     BINARY_FUNCTIONS, UNARY_FUNCTIONS, abs, add, binary, cast, clip, divide, erf, exp, gelu, log, multiply, negative,
@@ -25,7 +26,8 @@ from .scatter import scatter_elements
 from .transform import broadcast_to, concat, gather_elements, pad, reshape, strided_slice, take, transpose, trilu
 
 __all__ = [
-    "conv2d_nchw", "conv2d_nhwc", "conv2d_transpose_nchw", "depthwise_conv2d_nchw", "depthwise_conv2d_nhwc",
+    "conv2d_nchw", "conv2d_nhwc", "conv2d_nhwc_gemm", "conv2d_transpose_nchw", "depthwise_conv2d_nchw",
+    "depthwise_conv2d_nhwc",
     "col2im", "deform_conv2d",
     "abs", "add", "cast", "clip", "divide", "erf", "exp", "gelu", "log", "multiply", "negative", "power", "relu",
     "sigmoid", "silu", "sqrt", "subtract", "tanh", "truncate_divide", "BINARY_FUNCTIONS", "UNARY_FUNCTIONS", "binary",

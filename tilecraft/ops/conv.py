@@ -98,6 +98,31 @@ def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
     return te.compute((N, OH, OW, F), body, name=name, attrs=layout_free(kernel))
 
 
+def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
+                     name: str = "conv2d") -> Tensor:
+    """``conv2d_nhwc`` as one matrix product (implicit GEMM): data [N, H, W, C], kernel
+    [KH, KW, C, F] (HWIO) -> [N*OH*OW, F], the NHWC output's memory, rows of pixels. The
+    pixels' windows (``{name}_im2col``, [N*OH*OW, KH*KW*C]) and the kernel as a [KH*KW*C, F]
+    matrix (``{name}_weights``) are stages that a schedule inlines into the tiles it fetches:
+    a GPU's tensor cores take the product as they take a matmul's (``GpuTensorCoreTiling``),
+    where the output's rows, channels and the reduction are multiples of 16."""
+    _operands(data, kernel, "conv2d_nhwc_gemm")
+    N, H, W, C = data.shape
+    KH, KW, CG, F = kernel.shape
+    _check_groups(C, F, CG, 1, data, kernel, "conv2d_nhwc_gemm")
+    padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, "conv2d_nhwc", name)
+    pixels, depth = N * OH * OW, KH * KW * C
+
+    def window_of(m, k):  # pixel m's window at k = (ky * KW + kx) * C + c
+        return padded[m // (OH * OW), window(m // OW % OH, sh, k // (KW * C), dh),
+                      window(m % OW, sw, k // C % KW, dw), k % C]
+
+    rows = te.compute((pixels, depth), window_of, name=f"{name}_im2col")
+    weights = te.compute((depth, F), lambda k, f: kernel[k // (KW * C), k // C % KW, k % C, f], name=f"{name}_weights")
+    r = te.reduce_axis((0, depth), "rk")
+    return te.compute((pixels, F), lambda m, f: te.sum(rows[m, r] * weights[r, f], axis=r), name=name)
+
+
 def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,
                           dilation: Pair = 1, name: str = "depthwise_conv2d") -> Tensor:
     """data [N, C, H, W], kernel [C, M, KH, KW] (M: channel multiplier) -> [N, C*M, OH, OW].
