@@ -10,8 +10,9 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
    matmul (``cp.async``), one with 64 KB of dynamic shared memory, a random-schedule sample,
    the tensor-core example and sketch candidates (A's tile laid out along i; an epilogue
-   through shared memory; fragments loaded column major): what the CPU emulation cannot see
-   (races, out-of-bounds or misaligned accesses).
+   through shared memory; fragments loaded column major; a convolution's padded windows,
+   zeros filled by ``cp.async``): what the CPU emulation cannot see (races, out-of-bounds or
+   misaligned accesses).
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a
@@ -56,7 +57,9 @@ def candidate(dag, name):  # a sketch's candidate: barriers and layouts the rule
 
 schedules += [candidate(tc.SearchTask(func="matmul", args=(256, 256, 256)).compute_dag, "gpu_tile_transposed"),
               candidate(half_matmul(128, 64, 128, bias_relu=True), "gpu_tensor_core_pipelined"),  # epilogue, shared
-              candidate(half_attention_scores(transpose_a=True), "gpu_tensor_core")]  # fragments column major
+              candidate(half_attention_scores(transpose_a=True), "gpu_tensor_core"),  # fragments column major
+              candidate(tc.SearchTask(func="conv2d_nhwc_gemm", args=(1, 8, 8, 16, 32, 3, 3, 1, 1, "float16"))
+                        .compute_dag, "gpu_tensor_core_pipelined")]  # a padded window: cp.async filling zeros
 for sch in schedules:
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
     want = sch.dag.evaluate_numpy(inputs)[0]

@@ -24,7 +24,7 @@ from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Bu
                         MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, bytes_of
-from ..te.expr import TensorRead, binary, const, free_vars, substitute
+from ..te.expr import Const, Select, TensorRead, binary, const, free_vars, substitute
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
@@ -150,28 +150,29 @@ class _CudaEmitter(_Emitter):
                 self.out.line(f'asm volatile("cp.async.commit_group;\\n" ::: "memory"); '
                               f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");')
             return
-        if isinstance(s, Store) and self.copying_async and self._copies_global(s, 1):
+        if isinstance(s, Store) and self.copying_async and isinstance(s.value, TensorRead) \
+                and self._copies_global(s.buffer, s.value, 1):
             self._copy_async(s.buffer, self.flat_index(s.buffer, s.indices), s.value, self.flat_index(
                 s.value.tensor, s.value.indices), 1)
             return
         super().stmt(s, unroll_budget)
 
-    def _copies_global(self, store: Store, lanes: int) -> bool:
-        """Whether ``store`` copies global memory into shared memory as it is, ``lanes`` elements
-        (4, 8 or 16 bytes: what ``cp.async`` moves)."""
-        value = store.value
-        return (store.buffer.scope == "shared" and isinstance(value, TensorRead) and value.tensor.scope == "arg"
-                and value.tensor.dtype == store.buffer.dtype and bytes_of(store.buffer.dtype) * lanes in (4, 8, 16))
+    def _copies_global(self, buffer: Buffer, source: TensorRead, lanes: int) -> bool:
+        """Whether ``source`` is global memory copied into ``buffer`` in shared memory as it is,
+        ``lanes`` elements (4, 8 or 16 bytes: what ``cp.async`` moves)."""
+        return (buffer.scope == "shared" and source.tensor.scope == "arg" and source.tensor.dtype == buffer.dtype
+                and bytes_of(buffer.dtype) * lanes in (4, 8, 16))
 
-    def _copy_async(self, buffer, index, source: TensorRead, source_index, lanes: int) -> None:
+    def _copy_async(self, buffer, index, source: TensorRead, source_index, lanes: int, guard=None) -> None:
         """One ``cp.async`` of ``lanes`` elements from ``source`` into ``buffer`` (through L2 alone
-        for 16 bytes, as cuBLAS's tiles go)."""
+        for 16 bytes, as cuBLAS's tiles go); where ``guard`` is false, zeros (it reads no byte)."""
         nbytes = bytes_of(buffer.dtype) * lanes
         dst = f"&{self.buffer_name(buffer)}[{self.expr(index)}]"
         src = f"&{self.buffer_name(source.tensor)}[{self.expr(source_index)}]"
         level = "cg" if nbytes == 16 else "ca"
-        self.out.line(f'asm volatile("cp.async.{level}.shared.global [%0], [%1], {nbytes};\\n" '
-                      f':: "r"((uint32_t)__cvta_generic_to_shared({dst})), "l"({src}) : "memory");')
+        read = "" if guard is None else f', "r"(({self.expr(guard)}) ? {nbytes} : 0)'
+        self.out.line(f'asm volatile("cp.async.{level}.shared.global [%0], [%1], {nbytes}{", %2" if read else ""};\\n" '
+                      f':: "r"((uint32_t)__cvta_generic_to_shared({dst})), "l"({src}){read} : "memory");')
 
     def all_reduce(self, s: ThreadAllReduce) -> None:
         """Warp shuffles within a warp's share of a row; across warps (a row of 64 to 1024
@@ -320,11 +321,18 @@ class _CudaEmitter(_Emitter):
     def vector_access(self, s: For) -> bool:
         """A vectorized copy of contiguous, aligned elements as one wide load and store: 2 or 4
         of 32 or 64 bits, or 4, 8 or 16 bytes of narrower ones (float16's 8 lanes, a ``uint4``);
-        into a shared tile whose layout puts the lanes apart, one wide load and a store a lane."""
+        into a shared tile whose layout puts the lanes apart, one wide load and a store a lane. A
+        copy of a padded window whose lanes are in or out of the padding together (a channel's
+        vector of an NHWC pixel) copies or zeroes them all at once."""
         body = s.body
-        if not (isinstance(body, Store) and isinstance(body.value, TensorRead)):
+        if not isinstance(body, Store):
             return False
-        source = body.value
+        source, guard = body.value, None
+        if isinstance(source, Select) and isinstance(source.false_value, Const) and source.false_value.value == 0 \
+                and isinstance(source.true_value, TensorRead) and s.var not in free_vars(source.cond):
+            source, guard = source.true_value, source.cond
+        if not isinstance(source, TensorRead):
+            return False
         vtype = _VECTOR_TYPES.get((body.buffer.dtype, s.extent))
         if bytes_of(body.buffer.dtype) < 4 and source.tensor.scope != "local":
             vtype = _BITS_TYPES.get(bytes_of(body.buffer.dtype) * s.extent)
@@ -334,14 +342,15 @@ class _CudaEmitter(_Emitter):
         load_index = self.flat_index(source.tensor, source.indices)
         contiguous = [_stride(i, s.var, self.ranges) == 1 and self._aligned(i, s.var, s.extent)
                       for i in (store_index, load_index)]
-        if body.buffer.scope == "local" or not contiguous[1] or not contiguous[0] and (
-                body.buffer.scope != "shared" or (body.buffer.dtype, s.extent) not in _VECTOR_TYPES):
+        across = not contiguous[0]  # into a shared tile laid out across the lanes: a store a lane, unguarded
+        by_lane = guard is None and body.buffer.scope == "shared" and (body.buffer.dtype, s.extent) in _VECTOR_TYPES
+        if body.buffer.scope == "local" or not contiguous[1] or across and not by_lane:
             return False
 
         def at(index, lane: int) -> str:
             return self.expr(simplify(substitute(index, {s.var: const(lane)}), self.ranges))
 
-        if not contiguous[0]:  # into a shared tile laid out across the copy: one wide load, a store a lane
+        if across:  # one wide load, a store a lane
             with self.out.block(""):
                 self.out.line(f"const {vtype} tc_v = *(const {vtype}*)&{self.buffer_name(source.tensor)}"
                               f"[{at(load_index, 0)}];")
@@ -349,17 +358,25 @@ class _CudaEmitter(_Emitter):
                     self.out.line(f"{self.buffer_name(body.buffer)}[{at(store_index, lane)}] = tc_v.{field};")
             return True
 
-        if self.copying_async and self._copies_global(body, s.extent):
+        if self.copying_async and self._copies_global(body.buffer, source, s.extent):
             self._copy_async(body.buffer, simplify(substitute(store_index, {s.var: const(0)}), self.ranges), source,
-                             simplify(substitute(load_index, {s.var: const(0)}), self.ranges), s.extent)
+                             simplify(substitute(load_index, {s.var: const(0)}), self.ranges), s.extent, guard)
             return True
         dst = f"{self.buffer_name(body.buffer)}[{at(store_index, 0)}]"
         src = self.buffer_name(source.tensor)
         if source.tensor.scope == "local":  # registers have no address: gather the lanes
+            if guard is not None:
+                return False
             value = f"make_{vtype}({', '.join(f'{src}[{at(load_index, n)}]' for n in range(s.extent))})"
         else:
             value = f"*(const {vtype}*)&{src}[{at(load_index, 0)}]"
-        self.out.line(f"*({vtype}*)&{dst} = {value};")
+        if guard is None:
+            self.out.line(f"*({vtype}*)&{dst} = {value};")
+            return True
+        with self.out.block(f"if ({self.expr(guard)})"):
+            self.out.line(f"*({vtype}*)&{dst} = {value};")
+        with self.out.block("else"):
+            self.out.line(f"{vtype} tc_zero = {{}}; *({vtype}*)&{dst} = tc_zero;")
         return True
 
     def _aligned(self, index, var, lanes: int) -> bool:
