@@ -53,8 +53,8 @@ def schedule(dag: tc.ComputeDAG, warps=(2, 4), tiles=(4, 2), k_tiles: int = 2, s
     the warps compute on this one's. With ``fragments``, each step of 16 loads a warp's tiles
     of A and B into registers once (``cache_read(..., "local")``), which all its mma share,
     where each mma loaded its own (B's held as stored, (j, k) where ``b_transposed``: loaded
-    column major). ``padded`` puts the shared tiles' rows an odd number of 16
-    bytes apart (strides 8 halves past a multiple of 32), so an ``ldmatrix`` reads them without bank
+    column major). ``padded`` puts the shared tiles' rows an odd number of 16 bytes apart
+    (strides 8 halves past a multiple of 32), so an ``ldmatrix`` reads them without bank
     conflicts."""
     sch = tc.Schedule(dag)
     c, ko, kt = _on_warps(sch, lambda _: [None, warps[0], tiles[0]], lambda _: [None, warps[1], tiles[1]],
