@@ -226,9 +226,9 @@ class _Lowering:
         for leaf in reversed(leaves):
             loop = stage.loop(leaf)
             before = self._attached_nests(self._attached(stage, leaf, reverse=False))
-            after = self._attached_nests(self._attached(stage, leaf, reverse=True))
-            if stage.scope == "shared" and any(stage.tensor in s.op.input_tensors
-                                               for s in self._attached(stage, leaf, reverse=True)):
+            consumers = self._attached(stage, leaf, reverse=True)
+            after = self._attached_nests(consumers)
+            if stage.scope == "shared" and any(stage.tensor in s.op.input_tensors for s in consumers):
                 # consumers of the tile this block's threads stored together wait for all of them; where the
                 # loop repeats within a block, the next step's stores wait for the reads too
                 again = [] if loop.annotation.startswith("blockIdx") else [Barrier()]

@@ -23,6 +23,7 @@ import numpy as np
 from ..codegen.cuda import registers_a_thread
 from ..codegen.gpu_verify import register_budget
 from ..ir.pipeline import SHARED_BYTES
+from ..ir.tensor_core import WARP
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
 from ..schedule.schedule import INLINE, BlockRV, Schedule
 from ..schedule.state import Fuse, Split
@@ -38,8 +39,7 @@ from .register_tile import apply_register_tiles, find_register_tiles
 
 GPU_REDRAWS = 1024  # draws a GPU candidate may take to keep the target's limits
 GPU_REDRAW_BATCH = 32  # of them drawn at once for every candidate still over a limit
-WARP_LANES = 32
-FRAGMENT_BYTES = 4 / WARP_LANES  # an element of a tensor-core fragment: a 4-byte word spread over the warp's lanes
+FRAGMENT_BYTES = 4 / WARP  # an element of a tensor-core fragment: a 4-byte word spread over the warp's lanes
 
 
 @dataclass(frozen=True)
@@ -416,7 +416,7 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
     if fragments:  # 8 registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
         local_tiles = [tile._replace(element_bytes=FRAGMENT_BYTES) if owner in fragments else tile
                        for tile, owner in zip(local_tiles, local_owners)]
-        gpu_axes.setdefault("threadIdx.x", []).append(LogForm((), math.log2(WARP_LANES)))
+        gpu_axes.setdefault("threadIdx.x", []).append(LogForm((), math.log2(WARP)))
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
                     gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
                     shared_tiles=tuple(tile for _, _, tile in shared_tiles), local_tiles=tuple(local_tiles))
