@@ -9,10 +9,10 @@ hand-scheduled matmul of examples/cuda_matmul.py against cuBLAS, in one run.
    tensor-core schedules (``tests/codegen/test_tensor_core.py``).
 2. compute-sanitizer, memcheck and racecheck, on the example's kernel, a double-buffered
    matmul (``cp.async``), one with 64 KB of dynamic shared memory, a random-schedule sample,
-   the tensor-core example and sketch candidates (A's tile laid out along i; an epilogue
-   through shared memory; fragments loaded column major; a convolution's padded windows,
-   zeros filled by ``cp.async``): what the CPU emulation cannot see (races, out-of-bounds or
-   misaligned accesses).
+   the tensor-core example and sketch candidates (A's tile laid out along i, and that
+   double-buffered, a cp.async a float; an epilogue through shared memory; fragments loaded
+   column major; a convolution's padded windows, zeros filled by ``cp.async``): what the CPU
+   emulation cannot see (races, out-of-bounds or misaligned accesses).
 3. The example's matmul at each size, checked against NumPy (at 1024) and timed with CUDA
    events after an L2 flush (``CudaModule.time_evaluator``), beside ``torch.matmul`` (cuBLAS,
    TF32 off) timed the same way in the same process, and two neighbouring schedules (a
@@ -56,6 +56,8 @@ def candidate(dag, name):  # a sketch's candidate: barriers and layouts the rule
 
 
 schedules += [candidate(tc.SearchTask(func="matmul", args=(256, 256, 256)).compute_dag, "gpu_tile_transposed"),
+              candidate(tc.SearchTask(func="matmul", args=(256, 256, 256)).compute_dag,
+                        "gpu_tile_transposed_pipelined"),  # 4-byte cp.async into a padded, transposed tile
               candidate(half_matmul(128, 64, 128, bias_relu=True), "gpu_tensor_core_pipelined"),  # epilogue, shared
               candidate(half_attention_scores(transpose_a=True), "gpu_tensor_core"),  # fragments column major
               candidate(tc.SearchTask(func="conv2d_nhwc_gemm", args=(1, 8, 8, 16, 32, 3, 3, 1, 1, "float16"))

@@ -8,7 +8,9 @@ For each size, the fastest ``gpu_tile`` schedule of the kept H100 matmul log
 shared memory is built as it is, as the ``gpu_tile_pipelined`` sketch's candidate of the
 same decisions (its shared tiles double-buffered across the reduction's steps, copied by
 ``cp.async``, ``ir/pipeline.py``), and as the ``gpu_tile_transposed`` sketch's (A's tile
-stored with i contiguous, its rows padded: a thread's rows of A read 16 bytes at a time).
+stored with i contiguous, its rows padded: a thread's rows of A read 16 bytes at a time),
+and as the ``gpu_tile_transposed_pipelined`` sketch's (that, double-buffered, A's tile copied
+by a 4-byte ``cp.async`` a float).
 Each is checked against ``torch.matmul`` and timed with CUDA events after an L2 flush,
 beside ``torch.matmul`` itself (cuBLAS, TF32 off), timed the same way. Needs a GPU.
 """
@@ -34,10 +36,10 @@ from archive import restore  # noqa: E402
 from gpu_ops import time_torch  # noqa: E402  (each call after an L2 flush, as ours)
 
 
-def same_tiles(n: int, target) -> tuple[int, object, object, object]:
+def same_tiles(n: int, target) -> tuple[int, object, object, object, object]:
     """The kept log's best gpu_tile schedule of matmul n^3 whose tiles fit twice in a block's
-    shared memory (a larger one stays serial), as it is, pipelined and with A's tile along i,
-    with its rank among the log's schedules."""
+    shared memory (a larger one stays serial), as it is, pipelined, with A's tile along i and
+    both, with its rank among the log's schedules."""
     dag = tc.SearchTask(func="matmul", args=(n, n, n), target=target).compute_dag
     sketches = {s.name: s for s in generate_sketches(dag, target=target)}
     log = Path(tempfile.mkdtemp()) / "matmul.json"
@@ -47,7 +49,8 @@ def same_tiles(n: int, target) -> tuple[int, object, object, object]:
         row = sketches["gpu_tile"].row_of(trace) if record.sketch == "gpu_tile" else None
         piped = None if row is None else sketches["gpu_tile_pipelined"].trace_of(row).replay(dag)
         if piped is not None and any(isinstance(s, AsyncWait) for s in walk_stmts(tc.lower(piped).body)):
-            return rank, trace.replay(dag), piped, sketches["gpu_tile_transposed"].trace_of(row).replay(dag)
+            return rank, trace.replay(dag), piped, *(sketches[name].trace_of(row).replay(dag) for name in (
+                "gpu_tile_transposed", "gpu_tile_transposed_pipelined"))
     raise SystemExit(f"no gpu_tile record for matmul {n}^3 in benchmarks/records whose tiles fit twice; tune it "
                      f"first: python benchmarks/gpu_ops.py --only matmul_{n}")
 
@@ -62,24 +65,24 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     target = tc.CudaTarget.device()
     rows = []
-    print(f"{'n':>6} {'as tuned':>10} {'pipelined':>10} {'A along i':>10} {'cuBLAS':>10}   TFLOPS; each / as tuned",
-          flush=True)
+    names = ("as_tuned", "pipelined", "a_along_i", "a_along_i_pipelined")
+    print(f"{'n':>6} {'as tuned':>10} {'pipelined':>10} {'A along i':>10} {'both':>10} {'cuBLAS':>10}   TFLOPS; "
+          f"each / as tuned", flush=True)
     for n in (int(s) for s in options.sizes.split(",")):
-        rank, plain, piped, laid = same_tiles(n, target)
+        rank, *schedules = same_tiles(n, target)
         rng = np.random.default_rng(0)
         a, b = (torch.from_numpy(rng.standard_normal((n, n), dtype=np.float32)).cuda() for _ in range(2))
         expected = torch.matmul(a, b)
         row = {"n": n, "record_rank": rank}
-        for name, sch in (("as_tuned", plain), ("pipelined", piped), ("a_along_i", laid)):
+        for name, sch in zip(names, schedules):
             kernel = tc.build(sch, target)
             error = float((kernel(a, b) - expected).abs().max() / expected.abs().max())
             if error > 1e-4:
                 raise SystemExit(f"matmul {n}^3 {name}: relative error {error:.1e}")
             row[name] = 2 * n**3 / kernel.time_evaluator(number=10, repeat=5, flush_l2=True)(a, b).median / 1e12
         row["cublas"] = 2 * n**3 / time_torch(torch.matmul, (a, b), 10, 5) / 1e12
-        print(f"{n:>6} {row['as_tuned']:>10.1f} {row['pipelined']:>10.1f} {row['a_along_i']:>10.1f} "
-              f"{row['cublas']:>10.1f}   {row['pipelined'] / row['as_tuned']:.2f}x, "
-              f"{row['a_along_i'] / row['as_tuned']:.2f}x (the log's schedule {rank + 1})", flush=True)
+        print(f"{n:>6} " + " ".join(f"{row[name]:>10.1f}" for name in (*names, "cublas")) + "   " + ", ".join(
+            f"{row[name] / row['as_tuned']:.2f}x" for name in names[1:]) + f" (the log's schedule {rank + 1})", flush=True)
         rows.append(row)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=1))

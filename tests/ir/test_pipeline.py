@@ -53,6 +53,26 @@ def test_the_copies_are_cp_async_from_sm_80_on_and_plain_before(arch, asynchrono
         tc.build(sch, target, cache_dir=kernel_cache)
 
 
+def test_a_tile_laid_out_along_i_is_double_buffered_a_cp_async_a_float(kernel_cache):
+    """A's tile stored i-contiguous (its copies load along k): pipelined, each thread copies
+    one float a step, a 4-byte cp.async, where a float4 would be stored a lane at a time
+    through registers; B's tile still moves 16 bytes a copy; the values are NumPy's."""
+    A, B = te.placeholder((128, 96), name="A"), te.placeholder((96, 128), name="B")
+    k = te.reduce_axis((0, 96), name="k")
+    dag = tc.ComputeDAG([A, B, te.compute((128, 128), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")])
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tile_transposed_pipelined")
+    sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+    source, _ = generate_cuda(tc.lower(sch), TARGET)
+    copies = [line for line in source.splitlines() if "cp.async." in line and "shared.global" in line]
+    assert {("A_shared" in line, "], 4;" in line) for line in copies} == {(True, True), (False, False)}, source
+    assert all("], 16;" in line for line in copies if "B_shared" in line)
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET, cache_dir=kernel_cache)(*inputs),
+                               dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+    if shutil.which("nvcc"):
+        tc.build(sch, TARGET, cache_dir=kernel_cache)
+
+
 def step_loop(tile_floats: int, first_barrier: bool = True) -> For:
     """for k in range(4) pipeline: [barrier] tile[i] = src[k, i]; barrier; out[k] = tile[0]"""
     k, i = Var("k"), Var("i")

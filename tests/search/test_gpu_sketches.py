@@ -169,9 +169,10 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
     sketches = {sketch.name: sketch for sketch in generate_sketches(matmul(64, 48, 64), target=TARGET)}
     # 64 x 64 outputs fill no H100: also across threads; the tiles double-buffered, or A's laid out along i
-    assert set(sketches) == {"gpu_tile", "gpu_tile_pipelined", "gpu_tile_transposed", "cross_thread(C)"}
+    assert set(sketches) == {"gpu_tile", "gpu_tile_pipelined", "gpu_tile_transposed", "gpu_tile_transposed_pipelined",
+                             "cross_thread(C)"}
     assert [s.name for s in generate_sketches(matmul(256, 64, 256), target=TARGET)] == [
-        "gpu_tile", "gpu_tile_pipelined", "gpu_tile_transposed"]
+        "gpu_tile", "gpu_tile_pipelined", "gpu_tile_transposed", "gpu_tile_transposed_pipelined"]
     laid = [(dict(step.args)["block"].symbol, dict(step.args)["index_map"].to_python())
             for step in sketches["gpu_tile_transposed"].trace.steps if step.kind == "transform_layout"]
     assert [m for _, m in laid] == ["lambda d0, d1: (d1, d0)"]  # A's tile only: B's j is last already
@@ -271,7 +272,7 @@ def test_an_element_wise_epilogue_is_folded_into_the_tiled_block_copy_out():
     """A convolution's bias and ReLU: one kernel whose register tile is written out finished,
     not a second block at the root (which the verifier refuses)."""
     dag = conv_bias_relu()
-    sketch, pipelined, _, across = generate_sketches(dag, target=TARGET)  # 1,600 outputs: also across threads
+    sketch, pipelined, _, _, across = generate_sketches(dag, target=TARGET)  # 1,600 outputs: also across threads
     assert across.name == "inline(bias_add) cross_thread(conv2d) inline(conv2d_pad)"
     assert default_schedule(dag, TARGET).trace.steps == sketch.trace_of(default_row(sketch, 1)).steps  # a product
     assert sketch.name == "inline(bias_add) gpu_tile inline(conv2d_pad)"
@@ -392,13 +393,15 @@ def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kern
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 8, 17, 17), name="X"), te.placeholder((8, 8, 3, 3), name="W"))),
                             conv2d_nchw(*X, stride=2, padding=1)]), "gpu_tile"),
     (lambda: matmul(512, 512, 512), "gpu_tile_pipelined"), (conv_bias_relu, "gpu_tile_transposed"),
+    (lambda: matmul(512, 512, 512), "gpu_tile_transposed_pipelined"),
     (lambda: matmul(512, 512, 512), "gpu_split_k"), (lambda: half_matmul(512, 256, 512), "gpu_tensor_core"),
     (lambda: half_matmul(512, 256, 256, bias_relu=True), "gpu_tensor_core_pipelined"),
     (half_attention_scores, "gpu_tensor_core"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
      "gpu_split_k"), (conv_relu_long_k, "gpu_split_k_workspace")],
-    ids=["matmul", "conv", "conv_strided", "matmul_pipelined", "conv_transposed_tiles", "matmul_split_k",
+    ids=["matmul", "conv", "conv_strided", "matmul_pipelined", "conv_transposed_tiles", "matmul_transposed_pipelined",
+         "matmul_split_k",
          "half_matmul_tensor_cores", "half_matmul_bias_relu_pipelined", "half_attention_scores", "conv_split_k", "conv_split_k_workspace"])
 def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only

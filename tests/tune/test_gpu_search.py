@@ -119,8 +119,8 @@ def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(mo
     lowered = []
     monkeypatch.setattr("tilecraft.search.policy.lower", lambda sch: lowered.append(sch) or lower(sch))
     batch = policy.next_batch(32)
-    assert all(s.limits_in_decisions for s in policy.sketches) and len(policy.sketches) == 5  # split-K too
-    assert len(batch) == 32 and len(lowered) == 5 and policy.rejected == 0
+    assert all(s.limits_in_decisions for s in policy.sketches) and len(policy.sketches) == 6  # split-K too
+    assert len(batch) == 32 and len(lowered) == 6 and policy.rejected == 0
     for candidate in batch:
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)
 

@@ -9,7 +9,8 @@ threads together (``meta_schedule.cooperative_fetch``, realized at lowering once
 extents are known); a second sketch double-buffers those tiles across the reduction's steps
 (``software_pipeline``, with ``cp.async`` copies on sm_80 and newer), a third lays a tile
 out along the rows a thread reads of it (A's of a matmul: i contiguous, read as vectors,
-where its rows of k were read one float at a time; ``transform_layout`` on the write).
+where its rows of k were read one float at a time; ``transform_layout`` on the write), and
+a fourth double-buffers that.
 Its element-wise epilogue (a bias and a ReLU after a convolution) is folded into the
 copy-out, so the result leaves the registers once, finished. Where the outputs are too few
 to fill the SMs and nothing reads them in the kernel, another sketch splits the reduction's
@@ -94,15 +95,30 @@ class GpuMultiLevelTiling(SketchRule):
             piped.annotate(first_reduction_level, "software_pipeline", 2)
             results.append((draft.derive(piped, "gpu_tile_pipelined", tiled=block), derived.index(first) - 1))
         if first is not None and self.transposed_tiles:  # a thread's rows of A read as vectors
-            laid = sch.copy()
-            if _along_register_rows(laid, draft.stage(block).op):
-                results.append((draft.derive(laid, "gpu_tile_transposed", tiled=block), derived.index(first) - 1))
+            results += self._transposed(draft, sch.copy(), block, first_reduction_level, derived.index(first) - 1)
         if _short_of_rows(draft, block):  # a matrix-vector product: threads along the reduction
             results.append((threads_over_reduction(draft, block, epilogue), draft.index(block) - 1))
         if self.split_k and _pays_to_split(draft, block):
             atomic = self.atomic_split_k and _adds_atomically(draft, block, epilogue)
             results.append(self._split_k(draft, block, epilogue) if atomic
                            else self._split_k_in_workspace(draft, block, epilogue))
+        return results
+
+    def _transposed(self, draft: Draft, sch: Schedule, block: str, first_reduction_level, at: int) -> list:
+        """The tiled ``sch`` with A's shared tile along i (``_along_register_rows``), and that
+        double-buffered: its copy a float a thread a step, so that each is a ``cp.async`` (a
+        float4 would store its lanes rows apart, through registers, and stall the step on the
+        load), a warp's 32 floats whole sectors of A's rows."""
+        along = _along_register_rows(sch, draft.stage(block).op)
+        if not along:
+            return []
+        results = [(draft.derive(sch, "gpu_tile_transposed", tiled=block), at)]
+        if self.software_pipeline:
+            piped = sch.copy()
+            for name in along:
+                piped.annotate(piped.get_block(name), "meta_schedule.cooperative_fetch", 1)
+            piped.annotate(first_reduction_level, "software_pipeline", 2)
+            results.append((draft.derive(piped, "gpu_tile_transposed_pipelined", tiled=block), at))
         return results
 
     def _split_k(self, draft: Draft, block: str, epilogue: str | None) -> tuple[Draft, int]:
@@ -490,14 +506,14 @@ def _summed_along(op, operand) -> int:
     return -1 if read.indices[-1] is op.reduce_axis[0].var else -2
 
 
-def _along_register_rows(sch: Schedule, op) -> bool:
+def _along_register_rows(sch: Schedule, op) -> list[str]:
     """Lay out each shared tile of ``op``'s inputs with the dimension its innermost register
     loop steps along last (``transform_layout`` on the cache's write), its rows padded
     (``ROW_PADDING_BYTES``): A's tile of a matmul is read by a thread down its rows (i),
     scalars a row of k apart, and as vectors once i is contiguous; B's already is. The copies
     into it load along k and store a lane at a time, the padding spreading a warp's stores
-    over the banks. Whether any tile changed."""
-    changed = False
+    over the banks. Returns the tiles' caches that changed."""
+    changed = []
     for tensor in op.input_tensors:
         read = next(r for r in reads_of(op) if r.tensor is tensor)
         stepping = [d for iv in op.axis for d, index in enumerate(read.indices) if iv.var in free_vars(index)]
@@ -510,7 +526,7 @@ def _along_register_rows(sch: Schedule, op) -> bool:
         sch.transform_layout(cached, ("write", 0), IndexMap(names, tuple(
             index_expr_to_json(variables[d], dict(zip(variables, names))) for d in order)))
         sch.storage_align(cached, 0, tensor.ndim - 2, *_row_padding(tensor.dtype))
-        changed = True
+        changed.append(cached.name)
     return changed
 
 
