@@ -615,7 +615,7 @@ def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tm
                 driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
                                                + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
 
-        def time_evaluator(self, number=10, repeat=3, flush_l2=True):
+        def time_evaluator(self, number=10, repeat=3, flush_l2=True, warmup=True):
             return lambda *arrays: ProfileResult((1e-5,) * repeat)
 
     monkeypatch.setattr(cuda_runtime, "CudaModule", AddOnGpu)
@@ -634,6 +634,40 @@ def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tm
     assert replies[0] == replies[2] == {"error_kind": "none", "costs": [1e-5] * 3}
     assert replies[1]["error_kind"] == "wrong_answer" and "got nan" in replies[1]["error_msg"]
     assert (driver.uploads, driver.downloads) == (3, 3)
+
+
+@pytest.mark.parametrize("seconds, launches", [(1e-4, ["checked", "timed 1", "timed 10 x 3"]),
+                                               (3e-4, ["checked", "timed 1"])], ids=["fast", "slow"])
+def test_a_gpu_candidate_is_warmed_up_by_its_checking_call_and_a_slow_one_timed_once(monkeypatch, tmp_path,
+                                                                                     seconds, launches):
+    """The checking call warms the kernel up for the first timed call, and that one for the
+    rest; a candidate twice the fastest (``slow_call_secs``) is timed by that call alone."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    calls = []
+
+    class Timed(CudaModule):
+        def __call__(self, a, b, c):
+            calls.append("checked")
+            driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
+                                           + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
+
+        def time_evaluator(self, number=10, repeat=3, flush_l2=True, warmup=True):
+            calls.extend(["warm-up"] * warmup + [f"timed {number}" + f" x {repeat}" * (repeat > 1)])
+            return lambda *arrays: ProfileResult((seconds,) * repeat)
+
+    monkeypatch.setattr(cuda_runtime, "CudaModule", Timed)
+    a, b = host_inputs()
+    np.savez(tmp_path / "reference.npz", a=a, b=b, c=a + b)
+    (tmp_path / "kernel.cubin").write_bytes(b"cubin")
+    request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
+               "launch": launch_json([LaunchSpec((4, 1, 1), (256, 1, 1))]), "lib_path": str(tmp_path / "kernel.cubin"),
+               "entry_name": "vector_add", "reference": str(tmp_path / "reference.npz"), "number": 10, "repeat": 3,
+               "min_repeat_ms": 0, "slow_call_secs": 2e-4}
+    reply = worker.measure(request, collections.OrderedDict())
+    assert calls == launches
+    assert reply == {"error_kind": "none", "costs": [seconds] * (3 if seconds < 2e-4 else 1)}
 
 
 def device_arch() -> str:

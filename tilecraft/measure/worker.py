@@ -118,7 +118,9 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
     workload's data there (``Reference.on_gpu``), checked after one call (the outputs copied
     back), then timed on the same buffers with CUDA events after an L2 flush before every
     launch (Triton's ``do_bench``). Its first call loads the cubin, so it neither stops nor
-    times a slow candidate as a CPU kernel's first call does."""
+    times a slow candidate as a CPU kernel's first call does; it warms the kernel up for the
+    first timed call, which tells a slow candidate and warms it up for the rest: 2 launches a
+    slow candidate, ``2 + number x repeat`` another."""
     from pathlib import Path
 
     from ..runtime.cuda import CudaModule, DeviceArray
@@ -137,11 +139,11 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
                 return {"error_kind": "wrong_answer", "error_msg": message}
         reached("checked")
         stage = "timing the kernel"
-        first = module.time_evaluator(1, 1, flush_l2=True)(*buffers.values()).results[0]
+        first = module.time_evaluator(1, 1, flush_l2=True, warmup=False)(*buffers.values()).results[0]
         if request.get("slow_call_secs") is not None and first >= request["slow_call_secs"]:
             return {"error_kind": "none", "costs": [first]}  # far slower than the fastest: enough, as on CPUs
         number = 1 if first * 1e3 >= max(request["min_repeat_ms"], 1.0) else request["number"]
-        timer = module.time_evaluator(number, request["repeat"], flush_l2=True)
+        timer = module.time_evaluator(number, request["repeat"], flush_l2=True, warmup=False)
         return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
     except Exception as error:  # noqa: BLE001 - a launch failure is the candidate's reply, not the worker's end
         return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}

@@ -333,12 +333,13 @@ class CudaModule:
             with self._kernel.current():
                 self._kernel.synchronize(0)
 
-    def time_evaluator(self, number: int = 10, repeat: int = 3, flush_l2: bool = True):
+    def time_evaluator(self, number: int = 10, repeat: int = 3, flush_l2: bool = True, warmup: bool = True):
         """A function that times the kernel with CUDA events.
 
         ``f(*arrays, out=None)`` takes arrays as a call does (NumPy arrays are copied to the
         GPU once) and returns a ``ProfileResult`` of seconds per launch, one entry per
-        repeat, each the mean of ``number`` launches, after one untimed warm-up launch.
+        repeat, each the mean of ``number`` launches, after one untimed warm-up launch
+        (``warmup=False`` leaves it out, where the caller has just launched the kernel).
         With ``flush_l2``, a 256 MiB buffer is zeroed before each launch, outside the timed
         events, so that every launch starts with a cold L2 as Triton's ``do_bench`` does;
         without it, the ``number`` launches run back to back between one pair of events.
@@ -352,7 +353,7 @@ class CudaModule:
                 raise ValueError(f"time_evaluator: number={number} and repeat={repeat} must be >= 1")
             args, stream, _ = self._prepare(arrays, out)
             with self._staged(args, stream) as pointers:
-                return self._kernel.time(pointers, stream, number, repeat, flush_l2)
+                return self._kernel.time(pointers, stream, number, repeat, flush_l2, warmup)
 
         return evaluate
 
@@ -774,7 +775,8 @@ class _Kernel:
                               f"{spec.grid}, block {spec.block}, {spec.shared_bytes} bytes of dynamic shared memory, "
                               f"{registers} registers per thread)")
 
-    def time(self, pointers: Sequence[int], stream: int, number: int, repeat: int, flush_l2: bool) -> ProfileResult:
+    def time(self, pointers: Sequence[int], stream: int, number: int, repeat: int, flush_l2: bool,
+             warmup: bool = True) -> ProfileResult:
         """Seconds per launch, one entry per repeat (see ``CudaModule.time_evaluator``)."""
         cu = _driver()
         flush, pairs = None, []
@@ -783,7 +785,8 @@ class _Kernel:
             # One event pair per launch when flushing (the flush stays outside), else one around all.
             for _ in range(number if flush_l2 else 1):
                 pairs.append((_call(cu.cuEventCreate, 0), _call(cu.cuEventCreate, 0)))
-            self.launch(pointers, stream)  # warm-up: instruction cache, TLB, clocks
+            if warmup:
+                self.launch(pointers, stream)  # instruction cache, TLB, clocks
             results = []
             for _ in range(repeat):
                 for start, end in pairs:
