@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tilecraft.measure import worker
+from tilecraft.measure import device_check, worker
 from tilecraft.errors import BuildError, BuildTimeoutError, TilecraftError
 from tilecraft.runtime import ArgSpec, ProfileResult
 from tilecraft.runtime import cuda as cuda_runtime
@@ -608,6 +608,7 @@ def test_the_measuring_worker_uploads_a_workloads_arguments_once(monkeypatch, tm
     driver = FakeMemoryDriver()
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    monkeypatch.setattr(device_check, "_cubin", lambda: None)  # outputs checked on the CPU
 
     class AddOnGpu(CudaModule):  # the kernel's effect, written into the fake memory; b"lazy" writes nothing
         def __call__(self, a, b, c):
@@ -645,6 +646,7 @@ def test_a_gpu_candidate_is_warmed_up_by_its_checking_call_and_a_slow_one_timed_
     driver = FakeMemoryDriver()
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    monkeypatch.setattr(device_check, "_cubin", lambda: None)
     calls = []
 
     class Timed(CudaModule):
@@ -668,6 +670,94 @@ def test_a_gpu_candidate_is_warmed_up_by_its_checking_call_and_a_slow_one_timed_
     reply = worker.measure(request, collections.OrderedDict())
     assert calls == launches
     assert reply == {"error_kind": "none", "costs": [seconds] * (3 if seconds < 2e-4 else 1)}
+
+
+class OutsideBound:
+    """``device_check.SOURCE``'s count, on the fake memory: got, expected, bound, size, outside."""
+
+    args = range(5)
+
+    def __init__(self, driver):
+        self.driver = driver
+
+    def __call__(self, got, expected, bound, size, outside):
+        memory = self.driver.memory
+        values = [np.frombuffer(memory[pointer], np.float32) for pointer in (got, expected, bound)]
+        assert np.frombuffer(memory[size], np.int64)[0] == values[0].size
+        with np.errstate(invalid="ignore"):
+            count = int(np.sum(~(np.abs(values[0] - values[1]) <= values[2])))
+        memory[outside][:4] = np.uint32(np.frombuffer(memory[outside], np.uint32)[0] + count).tobytes()
+
+
+def test_a_gpu_candidates_outputs_are_checked_on_the_gpu_and_copied_back_only_when_wrong(monkeypatch, tmp_path):
+    """The GPU counts the elements outside the bound; a right output never crosses PCIe (only
+    the count does), a wrong one comes back for the CPU's verdict and message."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    monkeypatch.setattr(device_check, "_cubin", lambda: b"outside")
+    driver.kernels[b"outside"] = OutsideBound(driver)
+
+    class AddOnGpu(CudaModule):  # b"lazy" writes nothing: its output stays poisoned
+        def __call__(self, *arrays):
+            if self.entry != "vector_add":  # the check's count runs on the fake driver
+                return super().__call__(*arrays)
+            a, b, c = arrays
+            if self.cubin != b"lazy":
+                driver.memory[c.pointer][:] = (np.frombuffer(driver.memory[a.pointer], np.float32)
+                                               + np.frombuffer(driver.memory[b.pointer], np.float32)).tobytes()
+
+        def time_evaluator(self, number=10, repeat=3, flush_l2=True, warmup=True):
+            return lambda *arrays: ProfileResult((1e-5,) * repeat)
+
+    monkeypatch.setattr(cuda_runtime, "CudaModule", AddOnGpu)
+    a, b = host_inputs()
+    np.savez(tmp_path / "reference.npz", a=a, b=b, c=a + b)
+    references, downloads, replies = collections.OrderedDict(), [], []
+    for cubin in (b"cubin", b"lazy", b"cubin"):
+        (tmp_path / "kernel.cubin").write_bytes(cubin)
+        request = {"args": [[arg.name, list(arg.shape), arg.dtype, arg.is_output] for arg in ADD_ARGS],
+                   "launch": launch_json([LaunchSpec((4, 1, 1), (256, 1, 1))]), "entry_name": "vector_add",
+                   "lib_path": str(tmp_path / "kernel.cubin"), "reference": str(tmp_path / "reference.npz"),
+                   "number": 10, "repeat": 3, "min_repeat_ms": 0}
+        before = driver.downloads
+        replies.append(worker.measure(request, references))
+        downloads.append(driver.downloads - before)
+    assert replies[0] == replies[2] == {"error_kind": "none", "costs": [1e-5] * 3}
+    assert replies[1]["error_kind"] == "wrong_answer" and "got nan" in replies[1]["error_msg"]
+    assert downloads == [1, 2, 1]  # the count; the count and the wrong output; the count
+
+
+def test_the_gpu_check_is_the_cpus_where_it_cannot_count(monkeypatch):
+    """Not float32, or no compiler for the counting kernel (a device server may have none):
+    no GPU check, and the CPU's decides."""
+    expected = np.ones(8, np.float32)
+    bound = worker.OutputCheck("c", expected).bound
+    assert device_check.device_check(expected.astype(np.int32), None, cuda_runtime.DeviceArray) is None
+    monkeypatch.setattr(device_check, "_cubin", lambda: None)
+    assert device_check.device_check(expected, bound, cuda_runtime.DeviceArray) is None
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None and nvrtc_version() is None, reason="needs nvcc or NVRTC")
+def test_the_gpu_checks_kernel_builds_for_sm_90(kernel_cache):
+    assert compile_cuda(device_check.SOURCE, "sm_90", cache_dir=kernel_cache)
+
+
+@needs_gpu
+def test_the_gpu_counts_the_elements_outside_the_bound_as_the_cpu_does():
+    """On a GPU: a right output counts 0; a wrong element, a NaN, and an element whose
+    reference is infinite (bound -1: the CPU's isclose decides) each count once; 2**20 + 3
+    elements take every block's stride and a ragged end."""
+    rng = np.random.default_rng(0)
+    expected = rng.standard_normal(2**20 + 3).astype(np.float32)
+    expected[7] = np.inf
+    check = worker.OutputCheck("c", expected)
+    counting = device_check.device_check(expected, check.bound, cuda_runtime.DeviceArray)
+    got = expected * np.float32(1 + 1e-4)
+    assert counting.outside(cuda_runtime.DeviceArray(got)) == 1  # the infinite one: the CPU's to judge
+    assert check(got) is None
+    got[[5, 2**20 + 2]] = [expected[5] + 1, np.nan]
+    assert counting.outside(cuda_runtime.DeviceArray(got)) == 3 and check(got) is not None
 
 
 def device_arch() -> str:

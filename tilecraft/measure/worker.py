@@ -37,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
+from .device_check import DeviceCheck, device_check
 from .result import error_line
 
 # (rtol, atol as a fraction of max |expected|) by dtype; integers and bools must match exactly.
@@ -115,8 +116,8 @@ def measure(request: dict[str, Any], references: OrderedDict[str, Reference],
 def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference: Reference,
                   reached: Callable[[str], object]) -> dict[str, Any]:
     """A CUDA candidate (a cubin and its launch): its arguments copied on the GPU from the
-    workload's data there (``Reference.on_gpu``), checked after one call (the outputs copied
-    back), then timed on the same buffers with CUDA events after an L2 flush before every
+    workload's data there (``Reference.on_gpu``), checked after one call (on the GPU, an
+    output copied back only where it is wrong somewhere: ``device_check.py``), then timed on the same buffers with CUDA events after an L2 flush before every
     launch (Triton's ``do_bench``). Its first call loads the cubin, so it neither stops nor
     times a slow candidate as a CPU kernel's first call does; it warms the kernel up for the
     first timed call, which tells a slow candidate and warms it up for the rest: 2 launches a
@@ -135,7 +136,7 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
         module(*buffers.values())
         stage = "checking the outputs"
         for arg in args:
-            if arg.is_output and (message := reference.check(arg.name)(buffers[arg.name].numpy())):
+            if arg.is_output and (message := _gpu_output_message(reference, arg.name, buffers[arg.name], DeviceArray)):
                 return {"error_kind": "wrong_answer", "error_msg": message}
         reached("checked")
         stage = "timing the kernel"
@@ -147,6 +148,16 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
         return {"error_kind": "none", "costs": list(timer(*buffers.values()).results)}
     except Exception as error:  # noqa: BLE001 - a launch failure is the candidate's reply, not the worker's end
         return {"error_kind": "runtime", "error_msg": f"{stage}: {error_line(error)}"}
+
+
+def _gpu_output_message(reference: Reference, name: str, got: Any, device_array: type) -> str | None:
+    """None where output ``name`` (``got``, on the GPU) matches the reference, else what
+    differs: counted on the GPU, and judged by the CPU's check where any element is outside
+    the bound (or the GPU cannot count)."""
+    on_gpu = reference.device_check(name, device_array)
+    if on_gpu is not None and on_gpu.outside(got) == 0:
+        return None
+    return reference.check(name)(got.numpy())
 
 
 class OutputCheck:
@@ -167,11 +178,11 @@ class OutputCheck:
             magnitude = np.abs(expected, where=finite, out=np.zeros(expected.shape, np.float64)).max(initial=0.0)
             self.atol = atol_fraction * (float(magnitude) if magnitude > 0 else 1.0)
             # -1 where the reference is not finite: no difference is below it, isclose decides.
-            self._bound = np.where(finite, self.atol + self.rtol * np.abs(expected), -1).astype(expected.dtype)
+            self.bound = np.where(finite, self.atol + self.rtol * np.abs(expected), -1).astype(expected.dtype)
             self._difference = np.empty_like(expected)
             self.tolerance = f"|got - expected| <= {self.atol:.3g} + {self.rtol:g}*|expected|"
         else:
-            self._bound = None
+            self.bound = None
             self.tolerance = "exact, for " + expected.dtype.name
 
     @functools.cached_property
@@ -182,12 +193,12 @@ class OutputCheck:
     def __call__(self, got: np.ndarray) -> str | None:
         """None when ``got`` matches the reference within ``TOLERANCES``, else what differs and where."""
         expected = self.expected
-        if self._bound is None:
+        if self.bound is None:
             good = got == expected
         else:
             with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, nan
                 np.abs(np.subtract(got, expected, out=self._difference), out=self._difference)
-            good = self._difference <= self._bound
+            good = self._difference <= self.bound
             if good.all():
                 return None
             doubtful = ~good
@@ -234,6 +245,7 @@ class Reference:
         self.arrays = arrays
         self._checks: dict[str, OutputCheck] = {}
         self._on_gpu: dict[tuple, tuple[dict, dict]] = {}  # args -> (the data on the GPU, a candidate's copy)
+        self._device_checks: dict[str, DeviceCheck | None] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -242,6 +254,14 @@ class Reference:
         if name not in self._checks:
             self._checks[name] = OutputCheck(name, self.arrays[name])
         return self._checks[name]
+
+    def device_check(self, name: str, device_array: type) -> DeviceCheck | None:
+        """Output ``name``'s check on the GPU (``device_check.py``), made once; None where the
+        CPU's must do."""
+        if name not in self._device_checks:
+            check = self.check(name)
+            self._device_checks[name] = device_check(check.expected, check.bound, device_array)
+        return self._device_checks[name]
 
     def on_gpu(self, args: tuple[ArgSpec, ...], device_array: type) -> dict[str, Any]:
         """A candidate's arguments on the GPU, by name: fresh copies of the inputs and of the
