@@ -511,3 +511,24 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
             valid += 1
         assert valid, f"no random candidate of sketch {sketch.name} passed the verifier"
 
+
+
+def test_blocks_short_of_a_warp_are_neither_sampled_nor_proposed_where_a_sketch_has_blocks_of_a_warp():
+    """A block of fewer than 32 threads idles lanes at every instruction: the sampler and the
+    policy keep to blocks of a warp; a sketch whose blocks cannot have one (4 x 4 outputs
+    tiled) still samples what it can."""
+    dag = matmul(256, 64, 256)
+    for sketch in generate_sketches(dag, target=TARGET):
+        rows = sketch.sample(np.random.default_rng(0), 200, 1)
+        assert sketch._fills_a_warp(rows).all() and sketch.full_warps(rows).all(), sketch.name
+        uniform = sketch.sample_uniform(np.random.default_rng(1), 2000)
+        assert not sketch._fills_a_warp(uniform).all()  # what the sampler avoids
+    task = tc.SearchTask(func="matmul", args=(256, 64, 256), target=TARGET)
+    policy = tc.SketchPolicy(task, seed=0)
+    batch = policy.next_batch(64)
+    threads = [max(launch.threads for launch in verify_gpu(lower(policy.trace_of(c).replay(task.compute_dag)), TARGET))
+               for c in batch]
+    assert min(threads) >= 32
+    tiny = next(s for s in generate_sketches(matmul(4, 8, 4), target=TARGET) if s.name == "gpu_tile")
+    rows = tiny.sample(np.random.default_rng(0), 50, 1)
+    assert not tiny._fills_a_warp(rows).any() and tiny.full_warps(rows).all() and tiny.within_gpu_limits(rows).all()

@@ -157,7 +157,8 @@ class SketchPolicy:
         def score(sketch: int, rows: np.ndarray) -> np.ndarray:
             scores = self.model.predict(self.feature_space.features(sketch, rows))
             if self.sketches[sketch].gpu_limits:  # never chosen, never a parent
-                scores = np.where(self.sketches[sketch].within_gpu_limits(rows), scores, -np.inf)
+                kept = self.sketches[sketch].within_gpu_limits(rows) & self.sketches[sketch].full_warps(rows)
+                scores = np.where(kept, scores, -np.inf)
             return scores
 
         seeds = [c for _, c in self.best]
