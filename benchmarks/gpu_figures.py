@@ -16,7 +16,7 @@ exit status, seconds and output tail, beside the files each step writes. The ste
   can fill the SMs, and ResNet-50's last-stage convolution at batch 1 (its ReLU splits
   through a workspace and a second kernel);
 - ``conv``: conv2d 3x3 at batch 1 against cuDNN;
-- ``pipeline``: double-buffered shared tiles, and A's tile laid out along i, against the same tiles
+- ``pipeline``: double-buffered shared tiles, A's tile laid out along i, and both, against the same tiles
   as tuned (``gpu_pipeline.py``);
 - ``bert``: the BERT layer compiled for the GPU, untuned and tuned (200 trials), against
   PyTorch eager (``gpu_models.py``);
