@@ -81,8 +81,9 @@ def main() -> None:
                 raise SystemExit(f"matmul {n}^3 {name}: relative error {error:.1e}")
             row[name] = 2 * n**3 / kernel.time_evaluator(number=10, repeat=5, flush_l2=True)(a, b).median / 1e12
         row["cublas"] = 2 * n**3 / time_torch(torch.matmul, (a, b), 10, 5) / 1e12
-        print(f"{n:>6} " + " ".join(f"{row[name]:>10.1f}" for name in (*names, "cublas")) + "   " + ", ".join(
-            f"{row[name] / row['as_tuned']:.2f}x" for name in names[1:]) + f" (the log's schedule {rank + 1})", flush=True)
+        ratios = ", ".join(f"{row[name] / row['as_tuned']:.2f}x" for name in names[1:])
+        print(f"{n:>6} " + " ".join(f"{row[name]:>10.1f}" for name in (*names, "cublas"))
+              + f"   {ratios} (the log's schedule {rank + 1})", flush=True)
         rows.append(row)
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=1))

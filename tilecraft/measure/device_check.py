@@ -42,7 +42,8 @@ class DeviceCheck:
     def __init__(self, cubin: bytes, expected: np.ndarray, bound: np.ndarray, device_array: type) -> None:
         from ..runtime.cuda import CudaModule, LaunchSpec
 
-        self._size, self._device_array = size, device_array = expected.size, device_array
+        size = self._size = expected.size
+        self._device_array = device_array
         self._data = [device_array(array.reshape(-1)) for array in (expected, bound, np.array([size], np.int64))]
         self._outside = device_array(np.zeros(1, np.uint32))
         args = [ArgSpec("got", (size,), "float32", False), ArgSpec("expected", (size,), "float32", False),

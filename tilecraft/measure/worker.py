@@ -117,8 +117,9 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
                   reached: Callable[[str], object]) -> dict[str, Any]:
     """A CUDA candidate (a cubin and its launch): its arguments copied on the GPU from the
     workload's data there (``Reference.on_gpu``), checked after one call (on the GPU, an
-    output copied back only where it is wrong somewhere: ``device_check.py``), then timed on the same buffers with CUDA events after an L2 flush before every
-    launch (Triton's ``do_bench``). Its first call loads the cubin, so it neither stops nor
+    output copied back only where it is wrong somewhere: ``device_check.py``), then timed on
+    the same buffers with CUDA events after an L2 flush before every launch (Triton's
+    ``do_bench``). Its first call loads the cubin, so it neither stops nor
     times a slow candidate as a CPU kernel's first call does; it warms the kernel up for the
     first timed call, which tells a slow candidate and warms it up for the rest: 2 launches a
     slow candidate, ``2 + number x repeat`` another."""

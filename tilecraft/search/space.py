@@ -199,9 +199,7 @@ class Sketch:
         return self._fills_a_warp(rows) | (not self._warps_possible)
 
     def _fills_a_warp(self, rows: np.ndarray) -> np.ndarray:
-        extents = self.gpu_extents(rows)
-        threads_log = sum((e for axis, e in extents.items() if axis.startswith("threadIdx")), np.zeros(len(rows)))
-        return threads_log >= math.log2(WARP) - 1e-9
+        return _threads_log(self.gpu_extents(rows), len(rows)) >= math.log2(WARP) - 1e-9
 
     @functools.cached_property
     def _warps_possible(self) -> bool:
@@ -248,7 +246,7 @@ class Sketch:
             limit = self.gpu_limits.get(axis.split(".")[0])
             if limit is not None:
                 fits &= log_extent <= np.log2(limit) + 1e-9
-        threads_log = sum((e for axis, e in extents.items() if axis.startswith("threadIdx")), np.zeros(len(rows)))
+        threads_log = _threads_log(extents, len(rows))
         fits &= threads_log <= np.log2(self.gpu_limits.get("threadIdx", np.inf)) + 1e-9  # a block's, over its axes
         if self.local_tiles and "registers_per_block" in self.gpu_limits:
             threads = np.rint(np.exp2(threads_log))
@@ -279,6 +277,11 @@ class Sketch:
             enough = cumulative > math.log2(min_parallel)
             rows[:, slot] = np.where(enough.any(axis=1), enough.argmax(axis=1), len(forms) - 1)
         return rows
+
+
+def _threads_log(extents: dict[str, np.ndarray], count: int) -> np.ndarray:
+    """log2 of a block's threads, over its thread axes, from ``Sketch.gpu_extents``."""
+    return sum((e for axis, e in extents.items() if axis.startswith("threadIdx")), np.zeros(count))
 
 
 def _tile_bytes(tile: Footprint, logs: np.ndarray) -> np.ndarray:
