@@ -134,7 +134,7 @@ def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
     then, where the weights outweigh the rows, one that needs no padding (only such a tile
     keeps the rows inside a weight tile: a 1024³ matmul on AVX-512 ran 185 GFLOPS with 6x4
     vectors padded, 358 with 4x4 and the rows inside), then, where every row reads the same
-    weight vectors (a matmul's, a dense layer's), the most rows: each weight vector streamed
+    weight vectors (a matmul's, an NHWC convolution's), the most rows: each weight vector streamed
     from L2 then serves more FMAs (on Zen 4, 2 vectors x 8 rows ran 1.23-1.29x faster than
     4 x 4 on matmuls and dense layers; docs/experiments/register-tile-rows.md), then the one
     with the fewest loads per FMA; a width that divides its loop first, since a padded last
