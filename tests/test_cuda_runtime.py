@@ -689,6 +689,13 @@ class OutsideBound:
         memory[outside][:4] = np.uint32(np.frombuffer(memory[outside], np.uint32)[0] + count).tobytes()
 
 
+class CountsNothing(OutsideBound):
+    """A counting kernel that is wrong: it never counts."""
+
+    def __call__(self, got, expected, bound, size, outside):
+        pass
+
+
 def test_a_gpu_candidates_outputs_are_checked_on_the_gpu_and_copied_back_only_when_wrong(monkeypatch, tmp_path):
     """The GPU counts the elements outside the bound; a right output never crosses PCIe (only
     the count does), a wrong one comes back for the CPU's verdict and message."""
@@ -725,16 +732,26 @@ def test_a_gpu_candidates_outputs_are_checked_on_the_gpu_and_copied_back_only_wh
         downloads.append(driver.downloads - before)
     assert replies[0] == replies[2] == {"error_kind": "none", "costs": [1e-5] * 3}
     assert replies[1]["error_kind"] == "wrong_answer" and "got nan" in replies[1]["error_msg"]
-    assert downloads == [1, 2, 1]  # the count; the count and the wrong output; the count
+    assert downloads == [2, 2, 1]  # the check tried on the reference and the count; the count and the
+    # wrong output; the count
 
 
 def test_the_gpu_check_is_the_cpus_where_it_cannot_count(monkeypatch):
-    """Not float32, or no compiler for the counting kernel (a device server may have none):
-    no GPU check, and the CPU's decides."""
+    """Not float32, no compiler for the counting kernel (a device server may have none), or a
+    kernel that miscounts the reference itself: no GPU check, and the CPU's decides."""
+    driver = FakeMemoryDriver()
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
     expected = np.ones(8, np.float32)
+    expected[3] = np.inf  # outside its bound of -1, for the CPU's isclose to judge
     bound = worker.OutputCheck("c", expected).bound
-    assert device_check.device_check(expected.astype(np.int32), None, cuda_runtime.DeviceArray) is None
+    assert device_check.device_check(np.ones(8, np.int32), None, cuda_runtime.DeviceArray) is None
     monkeypatch.setattr(device_check, "_cubin", lambda: None)
+    assert device_check.device_check(expected, bound, cuda_runtime.DeviceArray) is None
+    monkeypatch.setattr(device_check, "_cubin", lambda: b"outside")
+    driver.kernels[b"outside"] = OutsideBound(driver)
+    assert device_check.device_check(expected, bound, cuda_runtime.DeviceArray) is not None  # counts the inf alone
+    driver.kernels[b"outside"] = CountsNothing(driver)
     assert device_check.device_check(expected, bound, cuda_runtime.DeviceArray) is None
 
 

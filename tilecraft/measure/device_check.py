@@ -45,6 +45,7 @@ class DeviceCheck:
         size = self._size = expected.size
         self._device_array = device_array
         self._data = [device_array(array.reshape(-1)) for array in (expected, bound, np.array([size], np.int64))]
+        self.expected = self._data[0]  # on the GPU
         self._outside = device_array(np.zeros(1, np.uint32))
         args = [ArgSpec("got", (size,), "float32", False), ArgSpec("expected", (size,), "float32", False),
                 ArgSpec("bound", (size,), "float32", False), ArgSpec("size", (1,), "int64", False),
@@ -60,10 +61,21 @@ class DeviceCheck:
 
 
 def device_check(expected: np.ndarray, bound: np.ndarray | None, device_array: type) -> DeviceCheck | None:
-    """The GPU check of an output, or None where the CPU's must do: not float32, or no
-    compiler here for its kernel (a device server may have none)."""
+    """The GPU check of an output, or None where the CPU's must do: not float32, no compiler
+    here for its kernel (a device server may have none), or a check that does not load or
+    does not count the reference itself right (only its elements that are not finite are
+    outside: ``OutputCheck`` gives them a bound of -1). Every candidate of the workload would
+    otherwise fail its check; the CPU's is always right, only slower. Made before a candidate
+    runs, so that none of its errors can be taken for the check's."""
     cubin = _cubin() if expected.dtype == np.float32 and bound is not None and expected.size else None
-    return None if cubin is None else DeviceCheck(cubin, expected, bound, device_array)
+    if cubin is None:
+        return None
+    try:
+        check = DeviceCheck(cubin, expected, bound, device_array)
+        works = check.outside(check.expected) == int(np.count_nonzero(bound < 0))
+    except Exception:  # noqa: BLE001 - any failure here leaves the check to the CPU
+        return None
+    return check if works else None
 
 
 @functools.cache
@@ -74,5 +86,5 @@ def _cubin() -> bytes | None:
 
     try:
         return compile_cuda(SOURCE, CudaTarget.device().arch)
-    except (BuildError, TargetError):
+    except (BuildError, TargetError, OSError):
         return None

@@ -132,6 +132,9 @@ def _measure_cuda(request: dict[str, Any], args: tuple[ArgSpec, ...], reference:
         module = CudaModule.of_launch(Path(request["lib_path"]).read_bytes(), request["entry_name"], args,
                                       request["launch"])
         buffers = reference.on_gpu(args, DeviceArray)
+        for arg in args:  # made and tried before the candidate runs (device_check.py)
+            if arg.is_output:
+                reference.device_check(arg.name, DeviceArray)
         stage = "running the kernel"
         reached("running")
         module(*buffers.values())
