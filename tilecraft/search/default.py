@@ -133,20 +133,21 @@ def _best_shape(sketch: Sketch, tile) -> tuple[int, ...]:
     discounted by the padding it needs; rates within 1% are alike, the model is no finer),
     then, where the weights outweigh the rows, one that needs no padding (only such a tile
     keeps the rows inside a weight tile: a 1024³ matmul on AVX-512 ran 185 GFLOPS with 6x4
-    vectors padded, 358 with 4x4 and the rows inside), then, where every row reads the same
-    weight vectors (a matmul's, an NHWC convolution's), the most rows: each weight vector streamed
-    from L2 then serves more FMAs (on Zen 4, 2 vectors x 8 rows ran 1.23-1.29x faster than
-    4 x 4 on matmuls and dense layers; docs/experiments/register-tile-rows.md), then the one
-    with the fewest loads per FMA; a width that divides its loop first, since a padded last
-    tile reads packed weights by gathering."""
+    vectors padded, 358 with 4x4 and the rows inside), then the most rows that read the same
+    vectors (a matmul's rows, an NCHW convolution's output channels; not the rows that load
+    vectors of their own): each vector loaded then serves more FMAs (on Zen 4, 2 vectors x 8
+    rows ran 1.23-1.29x faster than 4 x 4 on matmuls and dense layers, 8 channels x 2 rows
+    1.6-1.9x faster than 4 x 4 on NCHW convolutions; docs/experiments/register-tile-rows.md),
+    then the one with the fewest loads per FMA; a width that divides its loop first, since a
+    padded last tile reads packed weights by gathering."""
     extents = _tile_extents(sketch, tile)
-    shared_weights = not any(tile.indexes_vectors)
+    sharing = [not own for own in tile.indexes_vectors] or [True] * (len(extents) - 1)  # rows reading the same vectors
 
     def value(shape):
         vectors, rows = shape[0] // tile.lanes, math.prod(shape[1:])
         padding = math.prod(-(-e // f) * f / e for e, f in zip(extents, shape))
         return (extents[0] % shape[0] == 0, round(tile.fma_rate(shape) / padding, 2),
-                tile.weights_outweigh and padding == 1, rows if shared_weights else 0,
+                tile.weights_outweigh and padding == 1, math.prod(f for f, s in zip(shape[1:], sharing) if s),
                 -tile.step_loads(shape) / (rows * vectors))
 
     return max((tuple(int(v) for v in shape) for shape in tile.shapes), key=value)
