@@ -2,6 +2,7 @@
 a mistake in the arguments exits with status 2 and one line that names the argument and the
 fix, a failed command with status 1 and one line, never a traceback."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -74,6 +75,10 @@ TUNE_MODEL = ["tune-model", "{model}"]
 # argument and the fix. None of them reaches any work: nothing is tuned, compiled or printed.
 MISTAKES = [
     (["serve", "--device", "gpu0"], "argument --device: 'gpu0' is not a GPU; write cuda:0 (the first), cuda:1"),
+    ([*TUNE, "--device", "cuda:0,gpu1"], "argument --device: 'gpu1' is not a GPU; write cuda:0 (the first), cuda:1"),
+    ([*TUNE, "--device", "cuda:1,cuda:1"], "argument --device: 'cuda:1,cuda:1' names a GPU twice; name each once"),
+    ([*TUNE, "--device", "cuda:0,cuda:1", "--target", "llvm"], "--device measures CUDA kernels, and --target llvm is "
+                                                               "a CPU; give a CUDA target"),
     (["tune", "matmul", "--shape", "512,512"], "--shape: matmul takes 3 sizes (N, L, M), got 2: 512,512"),
     (["tune", "conv2d", "--shape", "1,2,3"], "--shape: conv2d takes 7 to 9 sizes (N, C, H, W, F, KH, KW[, stride, "
                                              "padding]), got 3"),
@@ -171,6 +176,20 @@ def test_a_mistake_in_the_arguments_exits_with_status_2_and_one_line_naming_it(l
     assert status == 2 and out == "" and "Traceback" not in err
     assert len(errors) == 1 and errors[0] == err.splitlines()[-1]
     assert errors[0].startswith(f"tilecraft {argv[0]}: error: ") and message.format(**names) in errors[0]
+
+
+@pytest.mark.parametrize("visible, devices, seen", [(None, [2, 0], "2,0"), ("4,6,7", [2, 0], "7,4")])
+def test_device_lets_the_tuner_see_the_gpus_it_names_counted_as_the_shell_let_it(monkeypatch, visible, devices, seen):
+    """``--device cuda:2,cuda:0`` leaves the tuner, its workers and the target's reading of GPU 0
+    those GPUs alone, in that order; within a CUDA_VISIBLE_DEVICES already set, cuda:2 is its third."""
+    from tilecraft.cli import _show_only_gpus
+
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    _show_only_gpus(devices)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == seen
 
 
 @pytest.mark.parametrize("argv, message", [

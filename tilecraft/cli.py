@@ -29,6 +29,7 @@ shows its traceback. Other exceptions are bugs and keep theirs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import math
 import os
@@ -108,6 +109,7 @@ def add_tune_command(subparsers: Any) -> None:
                          help="measurements per search round (default 64)")
     command.add_argument("--log", type=_tuning_log_to_append, help="the JSON-lines log (default: WORKLOAD.json)")
     command.add_argument("--target", type=_target, help="target string (default: this machine)")
+    _add_gpus_argument(command)
     _add_transfer_arguments(command, "in --log and ")
     _add_time_argument(command)
     _add_remeasure_argument(command)
@@ -139,15 +141,18 @@ def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> 
 
 
 def run_tune(args: argparse.Namespace) -> int:
+    gpus = _measuring_gpus(args)
     task = SearchTask(func=args.workload, args=_workload_args(args.workload, args.shape, args.dtype),
                       target=args.target)
     log = Path(args.log or _tuning_log_to_append(f"{args.workload}.json"))
     resume = str(log) if log.exists() else None
-    options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round,
-                            measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
-                            num_remeasured=args.remeasure, time_budget_secs=args.time)
     model = _taught_model(task, resume, args)
-    task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
+    with contextlib.ExitStack() as stack:
+        runner = None if gpus is None else stack.enter_context(LocalRunner(gpus=gpus))
+        options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
+                                measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
+                                num_remeasured=args.remeasure, time_budget_secs=args.time)
+        task.tune(options, search_policy=SketchPolicy(task, model) if model else None, resume_from=resume)
     best = load_best_record(log, task.workload_key, task.target)
     print(f"best of the whole log {log}: {best.gflops:.1f} GFLOPS, {best.cost * 1e3:.3f} ms{_how_measured(best)}; "
           f"see it with: tilecraft best {log}")
@@ -407,6 +412,7 @@ def add_tune_model_command(subparsers: Any) -> None:
                          help="flush the caches before every timed call, as a layer whose weights come from memory "
                               "finds them inside a large model; keep such a log apart from a warm one and give it "
                               "first to run-model")
+    _add_gpus_argument(command)
     _add_transfer_arguments(command, "of ")
     _add_time_argument(command)
     _add_remeasure_argument(command)
@@ -420,6 +426,7 @@ def add_tune_model_command(subparsers: Any) -> None:
 def run_tune_model(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
+    gpus = _measuring_gpus(args)
     model = _onnx_model(args)
     tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
     if args.tasks is not None:
@@ -433,7 +440,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
         print_tasks(tasks, weights)
     scheduler = TaskScheduler(tasks, weights, strategy=args.strategy, load_log_file=str(log) if log.exists() else None,
                               warm_up_trials=args.warm_up, cost_model=_taught_model(tasks, None, args))
-    with LocalRunner(enable_cpu_cache_flush=args.cache_flush) as runner:
+    with LocalRunner(enable_cpu_cache_flush=args.cache_flush, gpus=gpus) as runner:
         options = TuningOptions(num_measure_trials=args.trials, num_measures_per_round=args.per_round, runner=runner,
                                 measure_callbacks=[RecordToFile(log)], verbose=args.verbose,
                                 num_remeasured=args.remeasure, time_budget_secs=args.time)
@@ -588,12 +595,49 @@ def _cuda_device(text: str) -> int:
     return int(text.split(":")[1])
 
 
+def _cuda_devices(text: str) -> tuple[int, ...]:
+    devices = tuple(_cuda_device(item.strip()) for item in text.split(","))
+    if len(set(devices)) < len(devices):
+        raise argparse.ArgumentTypeError(f"{text!r} names a GPU twice; name each once, as in cuda:0,cuda:1")
+    return devices
+
+
+def _add_gpus_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--device", type=_cuda_devices, metavar="cuda:N[,cuda:M...]",
+                         help="with a CUDA target: measure on these GPUs, each in a worker of its own, all at once "
+                              "(default cuda:0); GPUs of one kind, the first one's arch the target")
+
+
+def _show_only_gpus(devices: Sequence[int]) -> None:
+    """Let this process, its workers and the target's reading of GPU 0 see ``devices`` alone, in
+    that order, each counted as the process saw it (within ``CUDA_VISIBLE_DEVICES`` where set)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [item.strip() for item in visible.split(",")] if visible is not None else None
+    if ids is not None and (beyond := [n for n in devices if n >= len(ids)]):
+        raise CommandError(f"--device cuda:{beyond[0]}: CUDA_VISIBLE_DEVICES={visible} lets this process see "
+                           f"{len(ids)} GPU(s), cuda:0 to cuda:{len(ids) - 1}")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(n) if ids is None else ids[n] for n in devices)
+
+
+def _measuring_gpus(args: argparse.Namespace) -> tuple[int, ...] | None:
+    """The ordinals of the GPUs ``--device`` names once this process sees those alone; the
+    target, when ``--target`` gives none, is the first one's. None without ``--device``."""
+    if args.device is None:
+        return None
+    if args.target is not None and _is_cpu(args.target):
+        raise CommandError(f"--device measures CUDA kernels, and --target {args.target} is a CPU; give a CUDA "
+                           f"target (or none: the first GPU's)")
+    _show_only_gpus(args.device)
+    args.target = args.target or CudaTarget.device()  # no GPU there: a TargetError, one line
+    return tuple(range(len(args.device)))
+
+
 def run_serve(args: argparse.Namespace) -> int:
     from .measure import DeviceServer
     from .measure.rpc_protocol import secret_bytes
 
     if args.device is not None:  # the workers (and the target's reading of "GPU 0") see that GPU alone
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(args.device)
+        _show_only_gpus([args.device])
         args.target = args.target or CudaTarget.device()  # no GPU there: a TargetError, one line
     with DeviceServer(args.host, args.port, secret_bytes(None, args.secret_file), args.key, target=args.target,
                       certfile=args.certfile, keyfile=args.keyfile, log=lambda line: print(line, flush=True)) as server:

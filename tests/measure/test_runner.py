@@ -2,9 +2,11 @@
 candidate in the same run still measures (the worker is restarted when it dies)."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -125,10 +127,85 @@ def test_a_gpu_kernel_that_fails_leaves_its_worker_to_a_fresh_one(runner, kernel
     gpu = BuildResult("/nonexistent/kernel.cubin", "", "add", ARGS, (), MeasureErrorKind.NONE, "", 0.0,
                       ((1, 1, 1), (64, 1, 1), 0))
     _run(runner, (candidate, build))
-    first_worker = runner._worker
+    first_worker = runner._workers[0]
     failed, good = _run(runner, (candidate, gpu), (candidate, build))
     assert failed.error_kind is MeasureErrorKind.RUNTIME and failed.error_msg.startswith("loading the kernel: ")
-    assert good.is_valid and runner._worker is not first_worker and first_worker.process.poll() is not None
+    assert good.is_valid and runner._workers[0] is not first_worker and first_worker.process.poll() is not None
+
+
+def _gpu_candidate(dag, lib_path="kernel.cubin"):
+    return (MeasureInput(dag, tc.Target("cuda -arch=sm_90"), tc.Schedule(dag).trace),
+            BuildResult(lib_path, "", "add", ARGS, (), MeasureErrorKind.NONE, "", 0.0, ((1, 1, 1), (64, 1, 1), 0)))
+
+
+def _visible_gpu(worker) -> str:
+    """The CUDA_VISIBLE_DEVICES a worker process was started with."""
+    environ = Path(f"/proc/{worker.process.pid}/environ").read_bytes().split(b"\0")
+    return next(item for item in environ if item.startswith(b"CUDA_VISIBLE_DEVICES=")).split(b"=", 1)[1].decode()
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
+def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_sees_its_gpu_alone(dag, monkeypatch):
+    """Two GPUs: the first two candidates are in flight together (each waits for the other,
+    so measuring one at a time would break the barrier), each worker started seeing one GPU,
+    counted within CUDA_VISIBLE_DEVICES, and each result names the GPU that measured it.
+    The workers are real; their replies, which would need a GPU, are made up."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    together = threading.Barrier(2, timeout=30)
+    asked = []
+
+    def ask(worker, request, timeout_secs, run_limit_secs=None):
+        asked.append(worker.process.pid)
+        if len(asked) <= 2:
+            together.wait()
+        return {"error_kind": "none", "costs": [int(_visible_gpu(worker)) * 1e-3]}  # the cost says the GPU
+
+    monkeypatch.setattr(runner_module._Worker, "ask", ask)
+    heard = []
+    with LocalRunner(gpus=[0, 1]) as runner:
+        assert runner.measures_at_once == 2
+        results = _run(runner, *[_gpu_candidate(dag)] * 6, on_result=lambda index, result: heard.append(index))
+        assert {_visible_gpu(worker) for worker in runner._workers.values()} == {"3", "5"}
+    assert sorted(heard) == list(range(6)) and len(set(asked)) == 2 and all(r.is_valid for r in results)
+    assert all(r.device == f"{runner.device}/cuda:{round(r.costs[0] * 1e3)}" for r in results)
+    assert {r.device for r in results} == {f"{runner.device}/cuda:3", f"{runner.device}/cuda:5"}
+
+
+def test_a_kernel_that_fails_on_one_gpu_replaces_that_gpus_worker_alone(dag, monkeypatch):
+    def ask(worker, request, timeout_secs, run_limit_secs=None):
+        if request["lib_path"].endswith("illegal.cubin"):
+            return {"error_kind": "runtime", "error_msg": "running the kernel: CUDA_ERROR_ILLEGAL_ADDRESS"}
+        return {"error_kind": "none", "costs": [1e-3]}
+
+    monkeypatch.setattr(runner_module._Worker, "ask", ask)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with LocalRunner(gpus=[0, 1]) as runner:
+        _run(runner, *[_gpu_candidate(dag)] * 4)
+        before = dict(runner._workers)
+        (failed,) = _run(runner, _gpu_candidate(dag, "illegal.cubin"))
+        gpu = int(failed.device.rsplit(":", 1)[1])
+        assert failed.error_kind is MeasureErrorKind.RUNTIME and gpu not in runner._workers
+        assert runner._workers == {1 - gpu: before[1 - gpu]} and before[1 - gpu].process.poll() is None
+        assert before[gpu].process.poll() is not None
+
+
+def test_cpu_kernels_are_measured_one_at_a_time_whatever_the_gpus(kernel):
+    with LocalRunner(gpus=[0, 1], number=2, min_repeat_ms=0) as runner:
+        results = _run(runner, kernel("add"), kernel("add"))
+        assert all(r.is_valid and r.device == runner.device for r in results) and list(runner._workers) == [0]
+
+
+@pytest.mark.parametrize("gpus, visible, message", [
+    ([], None, "give the ordinals of distinct GPUs, at least one"), ([0, 0], None, "distinct GPUs"),
+    ([-1], None, "distinct GPUs"), ([0, 2], "4,5", "this process sees 2 GPU(s) (CUDA_VISIBLE_DEVICES=4,5), so there "
+                                                   "is no cuda:2; count the GPUs within that list, from 0")])
+def test_gpus_that_are_not_there_or_repeat_are_refused_with_the_fix(monkeypatch, gpus, visible, message):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LocalRunner(gpus=gpus)
 
 
 def test_gpu_kernels_under_an_address_space_limit_are_refused_with_the_fix(kernel):
@@ -205,7 +282,7 @@ def test_a_failed_build_for_a_gpu_names_the_gpu_it_was_for(runner, dag):
 def test_close_stops_the_worker_and_deletes_the_reference_data(kernel):
     runner = LocalRunner(min_repeat_ms=0)
     assert _run(runner, kernel("add"))[0].is_valid
-    process, directory = runner._worker.process, Path(runner._directory.name)
+    process, directory = runner._workers[0].process, Path(runner._directory.name)
     assert any(directory.glob("*.npz"))
     runner.close()
     assert process.poll() is not None and not directory.exists()
@@ -282,7 +359,7 @@ def _tuner_script(lib_path: str, then_spin: bool) -> str:
         runner = LocalRunner(min_repeat_ms=0, timeout_secs=60, stop_slow_candidates=False)
         build = BuildResult({lib_path!r}, "", "add", args, (), MeasureErrorKind.NONE, "", 0.0)
         assert runner.run([candidate], [build])[0].is_valid
-        print(runner._worker.process.pid, flush=True)
+        print(runner._workers[0].process.pid, flush=True)
         if {then_spin}:
             runner.run([candidate], [BuildResult({lib_path!r}, "", "spin", args, (), MeasureErrorKind.NONE, "", 0.0)])
     """)

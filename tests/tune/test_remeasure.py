@@ -75,6 +75,15 @@ def test_finalists_are_measured_in_interleaved_rotated_rounds_in_a_fresh_runner_
     assert heard == [(results, ["sketch1", "sketch2", "sketch4"])]
 
 
+def test_finalists_tuned_on_several_gpus_are_re_measured_on_the_first_alone():
+    """Two GPUs of one kind may differ by more than two finalists do: each is timed on one."""
+    task = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))
+    runner = FakeRunner()
+    runner.gpus = (0, 1, 2)
+    remeasure(task, finalists(2), FakeBuilder(), runner, repeats=2)
+    assert runner.fresh_runners[0].changes == {"repeat": 1, "stop_slow_candidates": False, "gpus": (0,)}
+
+
 def test_a_finalist_that_fails_in_a_round_is_an_error_and_is_not_measured_again():
     task = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))
     crashing = finalists(2)[1][0].dumps()

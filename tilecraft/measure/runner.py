@@ -12,6 +12,11 @@ killed mid-batch loses at most the candidate in flight.
 Every output is compared with NumPy's: per workload the runner draws inputs once (with
 a fixed seed), evaluates the reference and saves both to an ``.npz`` in a temporary
 directory it owns, which the worker loads and keeps.
+
+On a machine with several GPUs (``gpus``), each GPU has a worker of its own that sees only
+that GPU, and GPU kernels are measured on all of them at once, one candidate a GPU: a
+kernel is timed by its GPU's clock, which another GPU's kernel does not disturb. CPU
+kernels are still measured one at a time.
 """
 
 from __future__ import annotations
@@ -26,8 +31,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import weakref
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from queue import SimpleQueue
 from time import perf_counter, time
 from typing import Any, Callable, Protocol, Sequence
 
@@ -109,16 +117,21 @@ class LocalRunner:
             a random one can be thousands of times slower than the best. A GPU kernel is
             timed by its first timed call alone from ``GPU_SLOW_FACTOR`` times the fastest.
             False times every candidate in full, as the re-measurement of finalists does.
+        gpus: The GPUs that measure CUDA kernels, by their ordinal in this process (``[0, 1]``
+            for cuda:0 and cuda:1, counted within ``CUDA_VISIBLE_DEVICES`` where it is set),
+            each with a worker of its own, all measuring at once; GPUs of one kind, since
+            every candidate is built for one arch. None: GPU 0 alone.
 
     Raises:
         ValueError: If both ``enable_cpu_cache_flush`` and ``evict_weights`` are set, a
-            number is below its least value, or ``max_memory_bytes`` is below 64 MiB.
+            number is below its least value, ``max_memory_bytes`` is below 64 MiB, or
+            ``gpus`` is empty, repeats a GPU or names one this process cannot see.
     """
 
     def __init__(self, timeout_secs: float = 10.0, number: int | None = None, repeat: int | None = None,
                  min_repeat_ms: float | None = None, enable_cpu_cache_flush: bool = False,
                  max_memory_bytes: int | None = None, evict_weights: bool = False,
-                 stop_slow_candidates: bool = True) -> None:
+                 stop_slow_candidates: bool = True, gpus: Sequence[int] | None = None) -> None:
         if enable_cpu_cache_flush and evict_weights:
             raise ValueError("LocalRunner: a cache flush evicts the weights too; ask for one of "
                              "enable_cpu_cache_flush and evict_weights")
@@ -141,11 +154,14 @@ class LocalRunner:
         self.evict_weights = evict_weights
         self.max_memory_bytes = max_memory_bytes
         self.stop_slow_candidates = stop_slow_candidates
+        self.gpus = None if gpus is None else tuple(gpus)
+        self._visible = {} if self.gpus is None else _visible_devices(self.gpus)  # ordinal -> CUDA_VISIBLE_DEVICES
         self.device = f"local@{socket.gethostname()}"
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
         self._fastest: dict[str, float] = {}  # workload key -> the fastest call measured, in seconds
-        self._worker: _Worker | None = None
+        self._workers: dict[int, _Worker] = {}  # GPU ordinal (0 without gpus) -> its worker, which CPU kernels use too
+        self._lock = threading.Lock()  # the references and the fastest calls, which every GPU's thread shares
 
     def __enter__(self) -> LocalRunner:
         return self
@@ -160,12 +176,18 @@ class LocalRunner:
         settings = {"timeout_secs": self.timeout_secs, "number": self.number, "repeat": self.repeat,
                     "min_repeat_ms": self.min_repeat_ms, "enable_cpu_cache_flush": self.enable_cpu_cache_flush,
                     "max_memory_bytes": self.max_memory_bytes, "evict_weights": self.evict_weights,
-                    "stop_slow_candidates": self.stop_slow_candidates}
+                    "stop_slow_candidates": self.stop_slow_candidates, "gpus": self.gpus}
         return LocalRunner(**{**settings, **changes})
 
+    @property
+    def measures_at_once(self) -> int:
+        """GPU kernels in flight at once: one a GPU (``build_and_run`` hands over runs this long)."""
+        return len(self.gpus or (0,))
+
     def close(self) -> None:
-        """Stop the worker and delete the reference data; the runner cannot run after this."""
-        self._discard_worker()
+        """Stop the workers and delete the reference data; the runner cannot run after this."""
+        for gpu in list(self._workers):
+            self._discard_worker(gpu)
         self._directory.cleanup()
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
@@ -191,26 +213,57 @@ class LocalRunner:
             raise ValueError("LocalRunner: max_memory_bytes limits the worker's address space, and CUDA reserves "
                              "more than any such limit allows; leave it None to measure GPU kernels (their device "
                              "memory is their arguments and the L2 flush, nothing a kernel allocates)")
+        slots = self.gpus or (0,)
+        if len(slots) > 1 and all(getattr(candidate.target, "kind", "llvm") == "cuda" for candidate in inputs):
+            return self._run_on_gpus(inputs, builds, slots, on_result)
         results = []
         for index, (candidate, build) in enumerate(zip(inputs, builds)):
-            if build.error_kind is MeasureErrorKind.NONE:
-                result = self._measure(candidate, build)
-            else:
-                result = MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time(),
-                                       device=self._device_of(candidate, build))
-            results.append(result)
+            results.append(self._result(candidate, build, slots[0]))
             if on_result is not None:
-                on_result(index, result)
+                on_result(index, results[-1])
         return results
 
-    def _device_of(self, candidate: MeasureInput, build: BuildResult) -> str:
-        """The device a record names: the GPU for a CUDA candidate, also one whose build failed."""
-        gpu = build.launch is not None or getattr(candidate.target, "kind", "llvm") == "cuda"
-        return f"{self.device}/cuda:0" if gpu else self.device
+    def _run_on_gpus(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult], gpus: Sequence[int],
+                     on_result: Callable[[int, MeasureResult], None] | None) -> list[MeasureResult]:
+        """Each candidate, in order, on the next GPU whose worker is free; ``on_result`` hears
+        of each as it finishes, in this thread."""
+        free: SimpleQueue[int] = SimpleQueue()
+        for gpu in gpus:
+            free.put(gpu)
 
-    def _measure(self, candidate: MeasureInput, build: BuildResult) -> MeasureResult:
+        def measure(index: int) -> tuple[int, MeasureResult]:
+            gpu = free.get()
+            try:
+                return index, self._result(inputs[index], builds[index], gpu)
+            finally:
+                free.put(gpu)
+
+        results: list[MeasureResult | None] = [None] * len(inputs)
+        pool = ThreadPoolExecutor(max_workers=len(gpus), thread_name_prefix="tilecraft-measure")
+        try:
+            for future in as_completed([pool.submit(measure, index) for index in range(len(inputs))]):
+                index, results[index] = future.result()
+                if on_result is not None:
+                    on_result(index, results[index])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)  # an interrupted run leaves no kernel in flight
+        return results
+
+    def _result(self, candidate: MeasureInput, build: BuildResult, gpu: int) -> MeasureResult:
+        if build.error_kind is MeasureErrorKind.NONE:
+            return self._measure(candidate, build, gpu)
+        return MeasureResult((), build.error_kind, build.error_msg, build.time_cost, time(),
+                             device=self._device_of(candidate, build, gpu))
+
+    def _device_of(self, candidate: MeasureInput, build: BuildResult, gpu: int) -> str:
+        """The device a record names: the GPU for a CUDA candidate, also one whose build failed,
+        numbered as the machine numbers it (its entry in ``CUDA_VISIBLE_DEVICES``, where given)."""
+        on_gpu = build.launch is not None or getattr(candidate.target, "kind", "llvm") == "cuda"
+        return f"{self.device}/cuda:{self._visible.get(gpu, gpu)}" if on_gpu else self.device
+
+    def _measure(self, candidate: MeasureInput, build: BuildResult, gpu: int) -> MeasureResult:
         start = perf_counter()
-        device = self._device_of(candidate, build)
+        device = self._device_of(candidate, build, gpu)
 
         def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
             return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),
@@ -220,7 +273,7 @@ class LocalRunner:
             reference = self._reference(candidate.dag)
         except Exception as error:  # noqa: BLE001 - a workload NumPy cannot evaluate is still only a result
             return result(MeasureErrorKind.RUNTIME, f"computing the NumPy reference: {error_line(error)}")
-        worker = self._ready_worker()
+        worker = self._ready_worker(gpu)
         if isinstance(worker, str):
             return result(MeasureErrorKind.WORKER_CRASH, worker)
         fastest = self._fastest.get(candidate.dag.workload_key) if self.stop_slow_candidates else None
@@ -228,27 +281,28 @@ class LocalRunner:
         try:
             reply = worker.ask(self._request(build, reference, fastest), self.timeout_secs, run_limit_secs)
         except BaseException:  # e.g. KeyboardInterrupt: its reply would answer the next request
-            self._discard_worker()
+            self._discard_worker(gpu)
             raise
         if reply is None or reply.get("stopped"):
-            self._discard_worker()
+            self._discard_worker(gpu)
             why = (f"kernel ran longer than {self.timeout_secs:g} s (run timeout)" if reply is None else
                    f"kernel's first call ran longer than {run_limit_secs:.3g} s, {STOP_FACTOR} times the fastest "
                    f"call of this workload so far ({fastest * 1e3:.3g} ms): it will not be kept")
             return result(MeasureErrorKind.RUN_TIMEOUT, f"{why}; the worker was killed and will be restarted")
         if "crash" in reply:
-            self._discard_worker()
+            self._discard_worker(gpu)
             return result(MeasureErrorKind.WORKER_CRASH, reply["crash"])
         if reply["error_kind"] == MeasureErrorKind.WRONG_ANSWER.value or (
                 build.launch is not None and reply["error_kind"] == MeasureErrorKind.RUNTIME.value):
             # A kernel that computes wrongly may also have written out of bounds, over the
             # worker's cached reference; a GPU kernel that failed (an illegal address, a trap)
             # leaves the worker's CUDA context unusable: later candidates get a fresh worker.
-            self._discard_worker()
+            self._discard_worker(gpu)
         if reply["error_kind"] != MeasureErrorKind.NONE.value:
             return result(MeasureErrorKind(reply["error_kind"]), reply["error_msg"])
         key = candidate.dag.workload_key
-        self._fastest[key] = min(self._fastest.get(key, math.inf), *reply["costs"])
+        with self._lock:
+            self._fastest[key] = min(self._fastest.get(key, math.inf), *reply["costs"])
         return result(MeasureErrorKind.NONE, costs=reply["costs"])
 
     def _request(self, build: BuildResult, reference: Path, fastest: float | None) -> dict[str, Any]:
@@ -261,45 +315,61 @@ class LocalRunner:
                 "slow_call_secs": None if fastest is None else GPU_SLOW_FACTOR * fastest if build.launch is not None
                 else max(SLOW_FLOOR_SECS, SLOW_FACTOR * fastest)}
 
-    def _ready_worker(self) -> _Worker | str:
-        """The running worker, or a fresh one; why none could start, if so."""
-        if self._worker is not None and self._worker.runs >= _RUNS_PER_WORKER:
-            self._discard_worker()
-        if self._worker is None:
-            worker = _Worker(self.max_memory_bytes, Path(self._directory.name))
+    def _ready_worker(self, gpu: int) -> _Worker | str:
+        """The running worker of ``gpu``, or a fresh one; why none could start, if so."""
+        if gpu in self._workers and self._workers[gpu].runs >= _RUNS_PER_WORKER:
+            self._discard_worker(gpu)
+        if gpu not in self._workers:
+            worker = _Worker(self.max_memory_bytes, Path(self._directory.name), self._visible.get(gpu))
             failure = worker.wait_ready(_START_TIMEOUT_SECS)
             if failure is not None:
                 worker.stop()
                 return failure
-            self._worker = worker
-        return self._worker
+            self._workers[gpu] = worker
+        return self._workers[gpu]
 
-    def _discard_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
+    def _discard_worker(self, gpu: int) -> None:
+        if (worker := self._workers.pop(gpu, None)) is not None:
+            worker.stop()
 
     def _reference(self, dag: ComputeDAG) -> Path:
         """The .npz of ``dag``'s inputs and expected outputs by tensor name, made once per workload."""
         key = dag.workload_key
-        if key not in self._references:
-            inputs = dag.random_inputs(np.random.default_rng(REFERENCE_SEED))
-            # On one BLAS thread: OpenBLAS's threads spin for ~0.1 s after a call, and that
-            # slowed the timing of the next candidate (a new task's first) by up to 2x.
-            with threadpool_limits(limits=1, user_api="blas"):
-                outputs = dag.evaluate_numpy(inputs)
-            arrays = {t.name: a for t, a in zip(dag.placeholders, inputs)}
-            arrays.update({t.name: a for t, a in zip(dag.outputs, outputs)})
-            path = Path(self._directory.name) / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.npz"
-            np.savez(path, **arrays)
-            self._references[key] = path
-        return self._references[key]
+        with self._lock:  # made once, by whichever GPU's thread needs it first
+            if key not in self._references:
+                self._references[key] = self._make_reference(dag)
+            return self._references[key]
+
+    def _make_reference(self, dag: ComputeDAG) -> Path:
+        inputs = dag.random_inputs(np.random.default_rng(REFERENCE_SEED))
+        # On one BLAS thread: OpenBLAS's threads spin for ~0.1 s after a call, and that
+        # slowed the timing of the next candidate (a new task's first) by up to 2x.
+        with threadpool_limits(limits=1, user_api="blas"):
+            outputs = dag.evaluate_numpy(inputs)
+        arrays = {t.name: a for t, a in zip(dag.placeholders, inputs)}
+        arrays.update({t.name: a for t, a in zip(dag.outputs, outputs)})
+        path = Path(self._directory.name) / f"{hashlib.sha256(dag.workload_key.encode()).hexdigest()[:24]}.npz"
+        np.savez(path, **arrays)
+        return path
+
+
+def _visible_devices(gpus: tuple[int, ...]) -> dict[int, str]:
+    """The ``CUDA_VISIBLE_DEVICES`` each of ``gpus`` (ordinals as this process counts them) gives a worker."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [gpu.strip() for gpu in visible.split(",")] if visible is not None else None
+    if not gpus or len(set(gpus)) < len(gpus) or any(not isinstance(gpu, int) or gpu < 0 for gpu in gpus):
+        raise ValueError(f"LocalRunner: gpus={list(gpus)}; give the ordinals of distinct GPUs, at least one "
+                         f"([0, 1] for cuda:0 and cuda:1)")
+    if ids is not None and (beyond := [gpu for gpu in gpus if gpu >= len(ids)]):
+        raise ValueError(f"LocalRunner: this process sees {len(ids)} GPU(s) (CUDA_VISIBLE_DEVICES={visible}), "
+                         f"so there is no cuda:{beyond[0]}; count the GPUs within that list, from 0")
+    return {gpu: str(gpu) if ids is None else ids[gpu] for gpu in gpus}
 
 
 class _Worker:
     """One worker process and the two pipes to it; ``stop`` (or the finalizer) kills it."""
 
-    def __init__(self, max_memory_bytes: int | None, directory: Path) -> None:
+    def __init__(self, max_memory_bytes: int | None, directory: Path, visible_gpu: str | None = None) -> None:
         request_read, request_write = os.pipe()
         reply_read, reply_write = os.pipe()
         command = [sys.executable, "-m", "tilecraft.measure.worker",
@@ -307,11 +377,13 @@ class _Worker:
         if max_memory_bytes is not None:
             command += ["--max-memory-bytes", str(max_memory_bytes)]
         self._stderr_path = directory / f"worker-{os.getpid()}-{id(self)}.log"
+        env = worker_env() if visible_gpu is None else {**worker_env(), "CUDA_VISIBLE_DEVICES": visible_gpu}
         self._max_memory_bytes = max_memory_bytes
         try:
             with open(self._stderr_path, "wb") as stderr:
                 self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                                stderr=stderr, pass_fds=(request_read, reply_write), env=worker_env())
+                                                stderr=stderr, pass_fds=(request_read, reply_write),
+                                                env=env)
         finally:
             os.close(request_read)
             os.close(reply_write)
