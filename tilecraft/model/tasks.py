@@ -18,6 +18,7 @@ from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
 from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
+from ..graph.half import half_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
 from ..graph.winograd import stages_of, winograd_convolutions
@@ -35,7 +36,8 @@ def best_alone(records: list[TuningRecord], path: str | Path) -> dict[str, Tunin
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
                   best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
-    NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays.
+    NHWC, and for a CPU its 3x3 convolutions computed by Winograd's algorithm where it pays;
+    for a GPU, its float16 products computed on float16 operands (``half.half_products``).
 
     With ``best`` (a log's best record by workload key of the kernels timed alone, phases
     ``ALONE``), a convolution stays direct where the log times it direct and lacks one of
@@ -47,7 +49,7 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
         model_or_graph = from_onnx(model_or_graph, input_shapes)
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
-    graph = convert_layout(model_or_graph)
+    graph = convert_layout(half_products(model_or_graph) if target.kind == "cuda" else model_or_graph)
     if target.kind != "llvm":
         return graph
     rewritten = winograd_convolutions(graph)

@@ -1,0 +1,114 @@
+"""half_products: a float16 model's products read float16 on a GPU, computing what they computed
+between casts; tensor cores are then among their sketches, and the model's outputs stay onnxruntime's."""
+
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+import tilecraft as tc
+from tilecraft.graph.builder import GraphBuilder
+from tilecraft.graph.half import PRODUCTS, half_products
+from tilecraft.graph.reference import run_reference
+from tilecraft.model.compiled import DefaultScheduleWarning
+from tilecraft.model.tasks import prepare_graph
+from tilecraft.search.space import generate_sketches
+
+GPU = tc.Target("cuda -arch=sm_90")
+
+
+def half_layer():
+    """As the importer builds a float16 model: a dense layer with a bias and a ReLU, the product of
+    its output with its own transpose (two activations), and a 3x3 convolution, each product in
+    float32 between casts, its float16 weights folded into float32 constants."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("x", (32, 64), "float16")
+    w = b.add_constant("w", (rng.standard_normal((48, 64)) / 8).astype("float16"))
+    bias = b.add_constant("bias", rng.standard_normal(48).astype("float16"))
+    h = b.emit("relu", [b.emit("add", [b.emit("dense", [x, w], {}, "fc"), bias], {}, "bias")], {}, "relu")
+    scores = b.emit("matmul", [h, b.emit("transpose", [h], {"axes": (1, 0)}, "t")], {}, "scores")
+    image = b.add_input("image", (1, 16, 8, 8), "float16")
+    kernel = b.add_constant("kernel", (rng.standard_normal((32, 16, 3, 3)) / 12).astype("float16"))
+    return b.finish([scores, b.emit("conv2d", [image, kernel], {"stride": 1, "padding": 1}, "conv")])
+
+
+def feeds(graph):
+    rng = np.random.default_rng(1)
+    return {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
+
+
+def test_float16_products_read_their_float16_operands_and_compute_the_same():
+    graph = half_layer()
+    assert sum(n.op == "cast" for n in graph.nodes) == 7  # a cast of each activation a product reads, its rounding
+    assert {graph.values[w].dtype for n in graph.nodes if n.op in PRODUCTS for w in n.inputs} == {"float32"}
+    halved = half_products(graph)
+    assert not any(n.op == "cast" for n in halved.nodes)
+    assert {halved.values[w].dtype for n in halved.nodes if n.op in PRODUCTS for w in n.inputs} == {"float16"}
+    assert all(halved.values[n.output].dtype == "float16" for n in halved.nodes if n.op in PRODUCTS)
+    before, after = run_reference(graph, feeds(graph)), run_reference(halved, feeds(graph))
+    for name in graph.outputs:  # the same sums in float32, each rounded once
+        np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_casts_move_through_the_reshapes_around_a_product_and_no_further():
+    """A 3-D MatMul as imported: reshape to 2-D between its input's cast and the dense layer, and
+    back between the dense layer and its rounding; the casts meet the product through them and go.
+    A cast before a reshape that a softmax reads stays where it fuses (with the node before it)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 32, 64), "float16")
+    flat = b.emit("reshape", [b.emit("cast", [x], {"dtype": "float32"}, "wide")], {"newshape": (32, 64)}, "flat")
+    weight = b.add_constant("w", rng.standard_normal((48, 64)).astype("float16").astype("float32"))
+    product = b.emit("reshape", [b.emit("dense", [flat, weight], {}, "fc")], {"newshape": (1, 32, 48)}, "unflat")
+    rounded = b.emit("cast", [product], {"dtype": "float16"}, "rounded")
+    scores = b.emit("reshape", [b.emit("cast", [rounded], {"dtype": "float32"}, "wide2")], {"newshape": (32, 48)},
+                    "rows")
+    graph = b.finish([b.emit("softmax", [scores], {"axis": -1}, "softmax")])
+    halved = half_products(graph)
+    assert [n.op for n in halved.nodes] == ["reshape", "dense", "reshape", "cast", "reshape", "softmax"]
+    assert halved.values[halved.nodes[1].output].dtype == "float16"
+    np.testing.assert_array_equal(run_reference(halved, feeds(graph))[graph.outputs[0]],
+                                  run_reference(graph, feeds(graph))[graph.outputs[0]])
+
+
+def test_a_product_with_a_weight_that_float16_cannot_hold_stays_in_float32():
+    b = GraphBuilder()
+    x = b.add_input("x", (16, 16), "float16")
+    wide = b.emit("cast", [x], {"dtype": "float32"}, "widened")
+    weight = b.add_constant("w", np.full((16, 16), 0.1, "float32"))  # 0.1 is not a float16
+    product = b.emit("dense", [wide, weight], {}, "fc")
+    graph = b.finish([b.emit("cast", [product], {"dtype": "float16"}, "rounded")])
+    assert half_products(graph).nodes == graph.nodes
+
+
+def test_only_a_gpu_model_is_prepared_with_float16_products():
+    """On a CPU the casts stay: it computes in float32 whatever the type stored."""
+    products = {target: [n for n in prepare_graph(half_layer(), None, tc.Target(target)).nodes if n.op in PRODUCTS]
+                for target in ("llvm -isa=avx2", str(GPU))}
+    cpu_graph = prepare_graph(half_layer(), None, tc.Target("llvm -isa=avx2"))
+    assert all(cpu_graph.values[w].dtype == "float32" for n in products["llvm -isa=avx2"] for w in n.inputs)
+    gpu_graph = prepare_graph(half_layer(), None, GPU)
+    assert all(gpu_graph.values[w].dtype == "float16" for n in products[str(GPU)] for w in n.inputs)
+
+
+def test_a_float16_models_matrix_products_have_tensor_core_sketches_and_no_cast_kernels():
+    tasks, _ = tc.extract_tasks(half_layer(), GPU)
+    sketches = {task.desc: [s.name for s in generate_sketches(task.compute_dag, target=GPU)] for task in tasks}
+    assert not any("cast" in desc for desc in sketches), sketches
+    products = [names for desc, names in sketches.items() if desc.startswith(("dense", "matmul"))]
+    assert len(products) == 2 and all(any("gpu_tensor_core" in name for name in names) for names in products)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path):
+    graph = half_layer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(graph, GPU, cache_dir=tmp_path)
+    got, expected = gpu.emulate(feeds(graph)), run_reference(graph, feeds(graph))
+    for name in graph.outputs:
+        assert got[name].dtype == np.float16
+        np.testing.assert_allclose(got[name].astype("float32"), expected[name].astype("float32"), rtol=2e-3, atol=2e-3)

@@ -1,0 +1,109 @@
+"""float16 products on a GPU: a float16 model's matrix products and convolutions read float16.
+
+The ONNX importer computes a float16 product in float32 between casts (``builder.py``), so
+that its sum is rounded to float16 once; its float16 weights, cast by a constant node,
+become float32 constants. On a CPU that is the fast form, since the CPU computes in float32
+anyway. On a GPU it doubles the bytes every product reads, adds a kernel for each cast of an
+activation, and leaves tensor cores out: their sketch takes float16 operands
+(``GpuTensorCoreTiling``). A float16 sum is kept in float32 by every kernel and by the
+reference (``te.dtype.accumulates_in``, ``te/reference.py``), and rounded once when stored,
+so the product on the float16 values themselves computes the same numbers: the casts go.
+A cast and a reshape commute, and the importer puts reshapes between a product and its casts
+(a 3-D MatMul is a reshape, a 2-D product and a reshape back), so the casts are first moved
+through them to the product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .builder import unique_name
+from .ir import Graph, Node
+from .passes import add_constant, add_value, eliminate_dead_code
+
+PRODUCTS = ("conv2d", "conv2d_nhwc", "depthwise_conv2d", "depthwise_conv2d_nhwc", "conv2d_transpose", "dense",
+            "matmul", "batch_matmul", "axis_matmul")
+"""Operators that sum products of their inputs' elements, each element read as it is stored."""
+
+
+def half_products(graph: Graph) -> Graph:
+    """``cast16(product(cast32(a), W))`` -> ``product(a, W16)`` wherever every operand is a float16
+    value cast to float32 or a float32 constant that float16 holds exactly (a float16 weight the
+    importer cast); a product with any other operand, or read before its cast, stays as it is."""
+    graph = _casts_beside_products(graph)
+    halves: dict[str, str] = {}  # a float32 constant -> its float16 copy, made once for every product reading it
+    replaced: dict[str, Node] = {}  # a product's output -> the product on halves, computing its cast's output
+    for node in graph.nodes:
+        readers = graph.consumers(node.output)
+        if node.op not in PRODUCTS or node.output in graph.outputs or len(readers) != 1 \
+                or not _casts_to(readers[0], "float16"):
+            continue
+        operands = [_half_operand(graph, name, halves) for name in node.inputs]
+        if None not in operands:
+            replaced[node.output] = Node(node.op, tuple(operands), readers[0].output, node.attrs, node.name)
+    rounded = {node.output for node in replaced.values()}
+    graph.nodes = [replaced.get(node.output, node) for node in graph.nodes if node.output not in rounded]
+    return eliminate_dead_code(graph)
+
+
+def _casts_beside_products(graph: Graph) -> Graph:
+    """The same graph, each widening cast of a float16 value moved below the reshapes that lead
+    to products, each rounding cast to float16 above the reshape of a product it reads."""
+    graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
+    moved = True
+    while moved:
+        moved, nodes = False, []
+        producers = {node.output: node for node in graph.nodes}
+        for node in graph.nodes:
+            source = producers.get(node.inputs[0]) if node.inputs else None
+            if node.op == "reshape" and source is not None and _casts_to(source, "float32") \
+                    and graph.values[source.inputs[0]].dtype == "float16" \
+                    and _toward_products(graph.consumers(node.output)):  # cast32, reshape: reshape, cast32
+                nodes += _swapped(graph, node, source.inputs[0], node.attrs)
+            elif _casts_to(node, "float16") and source is not None and source.op == "reshape" \
+                    and source.output not in graph.outputs and len(graph.consumers(source.output)) == 1 \
+                    and _toward_products([producers.get(source.inputs[0])]):  # reshape, cast16: cast16, reshape
+                nodes += _swapped(graph, node, source.inputs[0], source.attrs)
+            else:
+                nodes.append(node)
+                continue
+            moved = True
+        graph.nodes = nodes
+    return eliminate_dead_code(graph)
+
+
+def _toward_products(nodes: list[Node | None]) -> bool:
+    """Whether ``nodes`` are products or reshapes, through which a cast moves to a product;
+    elsewhere it stays, since element-wise nodes fuse with the node before a reshape, not after."""
+    return bool(nodes) and all(node is not None and node.op in (*PRODUCTS, "reshape") for node in nodes)
+
+
+def _swapped(graph: Graph, node: Node, source: str, reshape: dict) -> list[Node]:
+    """``node`` (a reshape after a cast, or a cast after a reshape) as the other order, from ``source``."""
+    names = {n.name for n in graph.nodes}
+    if node.op == "reshape":  # the reshape first, of the float16 value; then the cast to float32
+        middle = add_value(graph, f"{node.output}_float16", graph.values[node.output].shape, "float16")
+        return [Node("reshape", (source,), middle, reshape, unique_name(f"{node.name}_float16", names)),
+                Node("cast", (middle,), node.output, {"dtype": "float32"}, unique_name(f"{node.name}_cast", names))]
+    middle = add_value(graph, f"{source}_float16", graph.values[source].shape, "float16")  # the cast first
+    return [Node("cast", (source,), middle, {"dtype": "float16"}, node.name),
+            Node("reshape", (middle,), node.output, reshape, unique_name(f"{node.name}_reshape", names))]
+
+
+def _casts_to(node: Node, dtype: str) -> bool:
+    return node.op == "cast" and node.attrs.get("dtype") == dtype
+
+
+def _half_operand(graph: Graph, name: str, halves: dict[str, str]) -> str | None:
+    """The float16 value that operand ``name`` holds, or None where it holds more than float16 can."""
+    producer = graph.producer(name)
+    if producer is not None and _casts_to(producer, "float32") \
+            and graph.values[producer.inputs[0]].dtype == "float16":
+        return producer.inputs[0]
+    if name in halves or name not in graph.constants or graph.constants[name].dtype != np.float32:
+        return halves.get(name)
+    weights = graph.constants[name]
+    half = weights.astype(np.float16)
+    if np.array_equal(half.astype(np.float32), weights, equal_nan=True):
+        halves[name] = add_constant(graph, f"{name}_float16", half)
+    return halves.get(name)
