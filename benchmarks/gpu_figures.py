@@ -21,7 +21,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``bert``: the BERT layer compiled for the GPU, untuned and tuned (200 trials), against
   PyTorch eager (``gpu_models.py``);
 - ``tensor_cores``: a float16 matmul 4096³ tuned (its sketches include the tensor-core tiling)
-  against cuBLAS's float16 GEMM.
+  against cuBLAS's float16 GEMM;
+- ``bert_float16``: the BERT layer in float16, its products on float16 operands (tensor cores
+  among their sketches), untuned and tuned (200 trials), against PyTorch eager in float16.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ STEPS = {
     "pipeline": ["gpu_pipeline.py"],
     "bert": ["gpu_models.py", "--only", "bert_layer", "--trials", "200"],
     "tensor_cores": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_fp16_4096"],
+    "bert_float16": ["gpu_models.py", "--only", "bert_layer", "--trials", "200", "--dtype", "float16"],
 }
 TAIL_LINES = 40
 

@@ -1,13 +1,16 @@
 """Whole networks on a GPU: tilecraft's GpuModel against PyTorch eager on the same GPU, in one run.
 
-    python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--out FILE]
+    python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--dtype float16] [--out FILE]
     python benchmarks/gpu_models.py --emulate [--only ...]      # any machine with nvcc, no GPU
 
 Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
 ``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with
 ``--trials N``, tuned on this GPU for N trials shared by its tasks (TaskScheduler) and
 compiled again from the log. Each compiled model's output is checked against onnxruntime
-on the CPU (rtol 1e-3). Latencies are medians of interleaved rounds (each system timed
+on the CPU (rtol 1e-3). With ``--dtype float16`` the networks are exported in float16
+(``model.half()``), PyTorch eager runs them so (cuBLAS on tensor cores), their products read
+float16 in tilecraft too (``graph/half.py``, tensor-core sketches among the tuned), and the
+check is to 1e-2. Latencies are medians of interleaved rounds (each system timed
 once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
 the input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
 tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
@@ -59,12 +62,16 @@ def latency_ms(systems: dict, rounds: int = ROUNDS) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def bench(name: str, trials: int, directory: Path) -> dict:
-    path = export(name, directory)
+TOLERANCES = {"float32": dict(rtol=1e-3, atol=1e-4), "float16": dict(rtol=1e-2, atol=1e-2)}
+
+
+def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
+    path = export(name, directory, dtype)
     factory, shape = MODELS[name]
     torch.manual_seed(0)
-    module = factory().eval().cuda()
-    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    module = factory().eval().cuda().to(getattr(torch, dtype))
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    close = TOLERANCES[dtype]
     expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
     tensor = torch.from_numpy(x).cuda()
     started = time.perf_counter()
@@ -72,10 +79,10 @@ def bench(name: str, trials: int, directory: Path) -> dict:
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         untuned = tc.compile_model(str(path), "cuda")
     untuned.capture_after = None  # kernel by kernel: the graph is the next system's
-    row = {"model": name, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
-           "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
+    row = {"model": name, "dtype": dtype, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
+           "untuned_correct": bool(np.allclose(untuned(input=x), expected, **close))}
     graphed = _captured(str(path), None, tensor)
-    row["graph_correct"] = bool(np.allclose(graphed(input=x), expected, rtol=1e-3, atol=1e-4))
+    row["graph_correct"] = bool(np.allclose(graphed(input=x), expected, **close))
     systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor),
                "tilecraft_untuned_graph": lambda: graphed(input=tensor)}
     if trials:
@@ -88,7 +95,7 @@ def bench(name: str, trials: int, directory: Path) -> dict:
         tuned = tc.compile_model(str(path), "cuda", log=str(log))
         tuned.capture_after = None
         row.update(tasks=len(tasks), trials=trials, tuning_secs=time.perf_counter() - started,
-                   tuned_correct=bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4)))
+                   tuned_correct=bool(np.allclose(tuned(input=x), expected, **close)))
         tuned_graph = _captured(str(path), str(log), tensor)
         systems.update(tilecraft_tuned=lambda: tuned(input=tensor),
                        tilecraft_tuned_graph=lambda: tuned_graph(input=tensor))
@@ -129,21 +136,22 @@ def _captured(path: str, log: str | None, tensor):
     return model
 
 
-def emulate(name: str, directory: Path) -> dict:
+def emulate(name: str, directory: Path, dtype: str) -> dict:
     """The model compiled for sm_90 (default GPU schedules), emulated, against onnxruntime."""
-    path = export(name, directory)
-    x = np.random.default_rng(0).standard_normal(MODELS[name][1]).astype("float32")
+    path = export(name, directory, dtype)
+    x = np.random.default_rng(0).standard_normal(MODELS[name][1]).astype(dtype)
     expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         model = tc.compile_model(str(path), "cuda -arch=sm_90")
     compiled = time.perf_counter() - started
-    got = model.emulate({"input": x})["output"]
-    return {"model": name, "kernels": len(model.kernels), "compile_secs": compiled,
+    got = model.emulate({"input": x})["output"].astype("float32")
+    expected = expected.astype("float32")
+    return {"model": name, "dtype": dtype, "kernels": len(model.kernels), "compile_secs": compiled,
             "emulate_secs": time.perf_counter() - started - compiled,
             "max_relative_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
-            "correct": bool(np.allclose(got, expected, rtol=1e-3, atol=1e-4))}
+            "correct": bool(np.allclose(got, expected, **TOLERANCES[dtype]))}
 
 
 def main() -> None:
@@ -152,25 +160,28 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_models.json"))
     parser.add_argument("--emulate", action="store_true", help="no GPU: emulate each model's kernels on the CPU")
+    parser.add_argument("--dtype", choices=sorted(TOLERANCES), default="float32", help="the networks' element type")
     args = parser.parse_args()
     if args.emulate:
         with tempfile.TemporaryDirectory() as scratch:
-            rows = [emulate(name, Path(scratch)) for name in args.only.split(",")]
+            rows = [emulate(name, Path(scratch), args.dtype) for name in args.only.split(",")]
         table = numeric_table("model", "kernels", "nvcc s", "emulated s", "max rel. error", "correct",
-                              title="whole models compiled for sm_90, emulated on the CPU, against onnxruntime")
+                              title=f"whole models ({args.dtype}) compiled for sm_90, emulated on the CPU, "
+                                    "against onnxruntime")
         for r in rows:
             table.add_row(r["model"], str(r["kernels"]), f"{r['compile_secs']:.1f}", f"{r['emulate_secs']:.1f}",
                           f"{r['max_relative_error']:.1e}", str(r["correct"]))
         print_table(table)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_name("gpu_models_emulated.json").write_text(json.dumps(rows, indent=1))
+        args.out.with_name(f"gpu_models_emulated_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
         return
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as scratch:
-        rows = [bench(name, args.trials, Path(scratch)) for name in args.only.split(",")]
+        rows = [bench(name, args.trials, Path(scratch), args.dtype) for name in args.only.split(",")]
     table = numeric_table("model", "kernels", "eager ms", "untuned ms", "graph ms", "tuned ms", "graph ms",
                           "eager/tuned", "trials", "tuning s", "correct",
-                          title=f"whole models on {torch.cuda.get_device_name()}, batch 1, fp32 (graph: captured)")
+                          title=f"whole models on {torch.cuda.get_device_name()}, batch 1, {args.dtype} (graph: "
+                                "captured)")
     for r in rows:
         tuned, tuned_graph = r.get("tilecraft_tuned_ms"), r.get("tilecraft_tuned_graph_ms")
         table.add_row(r["model"], str(r["kernels"]), f"{r['pytorch_eager_ms']:.3f}", f"{r['tilecraft_untuned_ms']:.3f}",

@@ -135,14 +135,15 @@ MODELS = {
 }
 
 
-def export(name: str, directory: Path) -> Path:
-    """``directory/name.onnx`` (exported once, with seeded random weights), in eval mode."""
-    path = directory / f"{name}.onnx"
+def export(name: str, directory: Path, dtype: str = "float32") -> Path:
+    """``directory/name.onnx`` (exported once, with seeded random weights), in eval mode; with
+    ``dtype="float16"``, ``name_float16.onnx``, its weights and input float16 (``model.half()``)."""
+    path = directory / (f"{name}.onnx" if dtype == "float32" else f"{name}_{dtype}.onnx")
     if not path.exists():
         factory, shape = MODELS[name]
         torch.manual_seed(0)
-        model = factory().eval()
+        model = factory().eval().to(getattr(torch, dtype))
         directory.mkdir(parents=True, exist_ok=True)
-        torch.onnx.export(model, (torch.randn(*shape),), str(path), input_names=["input"], output_names=["output"],
-                          opset_version=17, dynamo=False)
+        torch.onnx.export(model, (torch.randn(*shape).to(getattr(torch, dtype)),), str(path), input_names=["input"],
+                          output_names=["output"], opset_version=17, dynamo=False)
     return path
