@@ -9,7 +9,8 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.graph.half import PRODUCTS, half_products
+from tilecraft.graph.half import PRODUCTS, gemm_convolutions, half_products
+from tilecraft.graph.layout import convert_layout
 from tilecraft.graph.reference import run_reference
 from tilecraft.model.compiled import DefaultScheduleWarning
 from tilecraft.model.tasks import prepare_graph
@@ -112,3 +113,55 @@ def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(t
     for name in graph.outputs:
         assert got[name].dtype == np.float16
         np.testing.assert_allclose(got[name].astype("float32"), expected[name].astype("float32"), rtol=2e-3, atol=2e-3)
+
+
+def residual_block(size=8, channels=32):
+    """A float16 stem and residual block as imported (NCHW): conv, bias, ReLU; then twice conv,
+    bias, the second time the stem's output added, ReLU. Its output pixels (size x size),
+    channels and windows are multiples of 16 where ``size`` is a multiple of 4."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    h = b.add_input("x", (1, channels, size, size), "float16")
+    for n in (0, 1, 2):
+        kernel = b.add_constant(f"k{n}", (rng.standard_normal((channels, channels, 3, 3)) / 16).astype("float16"))
+        bias = b.add_constant(f"b{n}", rng.standard_normal((channels, 1, 1)).astype("float16"))
+        h = b.emit("add", [b.emit("conv2d", [h, kernel], {"stride": 1, "padding": 1}, f"conv{n}"), bias], {},
+                   f"bias{n}")
+        h = b.emit("relu", [b.emit("add", [h, stem], {}, "residual") if n == 2 else h], {}, f"relu{n}")
+        stem = h if n == 0 else stem
+    return b.finish([h])
+
+
+def test_float16_convolutions_become_matrix_products_whose_epilogues_still_fuse():
+    graph = residual_block()
+    nhwc = convert_layout(half_products(graph))
+    rewritten = gemm_convolutions(nhwc)
+    ops = [n.op for n in rewritten.nodes]
+    assert ops.count("conv2d_nhwc_gemm") == 3 and "conv2d_nhwc" not in ops
+    assert all(rewritten.values[n.output].shape == (64, 32) for n in rewritten.nodes if n.op == "conv2d_nhwc_gemm")
+    before, after = run_reference(nhwc, feeds(graph)), run_reference(rewritten, feeds(graph))
+    np.testing.assert_allclose(after[graph.outputs[0]].astype("float32"), before[graph.outputs[0]].astype("float32"),
+                               rtol=2e-3, atol=2e-3)  # the same sums in another order, rounded once
+    tasks, weights = tc.extract_tasks(graph, GPU)
+    products = [(task.desc.split(" ")[0], weight) for task, weight in zip(tasks, weights) if "conv2d" in task.desc]
+    assert products == [("conv2d_nhwc_gemm+add+relu", 2), ("conv2d_nhwc_gemm+add+add+relu", 1)]  # the residual too
+    assert all(any("gpu_tensor_core" in s.name for s in generate_sketches(task.compute_dag, target=GPU))
+               for task in tasks if "conv2d" in task.desc)
+
+
+def test_a_convolution_of_sizes_tensor_cores_do_not_take_stays_direct():
+    rewritten = gemm_convolutions(convert_layout(half_products(residual_block(size=6))))  # 36 pixels
+    assert [n.op for n in rewritten.nodes].count("conv2d_nhwc") == 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path):
+    graph = residual_block()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(graph, GPU, cache_dir=tmp_path)
+    assert any("conv2d_nhwc_gemm" in kernel.desc for kernel in gpu.kernels)
+    got, expected = gpu.emulate(feeds(graph)), run_reference(graph, feeds(graph))
+    np.testing.assert_allclose(got[graph.outputs[0]].astype("float32"),
+                               expected[graph.outputs[0]].astype("float32"), rtol=4e-3, atol=4e-3)

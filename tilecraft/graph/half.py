@@ -15,14 +15,16 @@ through them to the product.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .builder import unique_name
 from .ir import Graph, Node
-from .passes import add_constant, add_value, eliminate_dead_code
+from .passes import add_constant, add_value, eliminate_dead_code, sink_reshapes
 
-PRODUCTS = ("conv2d", "conv2d_nhwc", "depthwise_conv2d", "depthwise_conv2d_nhwc", "conv2d_transpose", "dense",
-            "matmul", "batch_matmul", "axis_matmul")
+PRODUCTS = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "depthwise_conv2d", "depthwise_conv2d_nhwc",
+            "conv2d_transpose", "dense", "matmul", "batch_matmul", "axis_matmul")
 """Operators that sum products of their inputs' elements, each element read as it is stored."""
 
 
@@ -44,6 +46,31 @@ def half_products(graph: Graph) -> Graph:
     rounded = {node.output for node in replaced.values()}
     graph.nodes = [replaced.get(node.output, node) for node in graph.nodes if node.output not in rounded]
     return eliminate_dead_code(graph)
+
+
+def gemm_convolutions(graph: Graph) -> Graph:
+    """Each float16 NHWC convolution whose output pixels, channels and window (kernel rows x
+    columns x input channels) are multiples of 16 computed as one matrix product
+    (``conv2d_nhwc_gemm``, implicit GEMM: the sizes tensor cores take), then viewed as NHWC
+    again; the reshape sinks below the element-wise nodes after it (a residual viewed as rows
+    too), which fuse as before."""
+    graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
+    nodes, views = [], set()
+    for node in graph.nodes:
+        out = graph.values[node.output]
+        kernel = graph.values[node.inputs[1]].shape if node.op == "conv2d_nhwc" else ()
+        if node.op != "conv2d_nhwc" or out.dtype != "float16" or node.attrs.get("groups", 1) != 1 \
+                or any(size % 16 for size in (math.prod(out.shape[:3]), out.shape[3], math.prod(kernel[:3]))):
+            nodes.append(node)
+            continue
+        rows = add_value(graph, f"{node.output}_rows", (math.prod(out.shape[:3]), out.shape[3]), "float16")
+        attrs = {name: value for name, value in node.attrs.items() if name != "groups"}
+        view = unique_name(f"{node.name}_nhwc", {n.name for n in graph.nodes})
+        views.add(view)
+        nodes += [Node("conv2d_nhwc_gemm", node.inputs, rows, attrs, node.name),
+                  Node("reshape", (rows,), node.output, {"newshape": out.shape}, view)]
+    graph.nodes = nodes
+    return sink_reshapes(graph, only=frozenset(views)) if views else graph
 
 
 def _casts_beside_products(graph: Graph) -> Graph:

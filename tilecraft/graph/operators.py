@@ -46,6 +46,7 @@ OPERATORS: dict[str, Operator] = {
     "conv2d": Operator(_call(ops.conv2d_nchw), HEAVY),
     "depthwise_conv2d": Operator(_call(ops.depthwise_conv2d_nchw), HEAVY),
     "conv2d_nhwc": Operator(_call(ops.conv2d_nhwc), HEAVY),
+    "conv2d_nhwc_gemm": Operator(_call(ops.conv2d_nhwc_gemm), HEAVY),
     "depthwise_conv2d_nhwc": Operator(_call(ops.depthwise_conv2d_nhwc), HEAVY),
     "conv2d_transpose": Operator(_call(ops.conv2d_transpose_nchw), HEAVY),
     "dense": Operator(_call(ops.dense), HEAVY),

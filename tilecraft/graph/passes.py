@@ -136,20 +136,22 @@ def fuse_gelu(graph: Graph) -> Graph:
     return Graph(graph.inputs, graph.outputs, nodes, graph.constants, graph.values)
 
 
-def sink_reshapes(graph: Graph) -> Graph:
+def sink_reshapes(graph: Graph, only: frozenset[str] | None = None) -> Graph:
     """``op(reshape(x), y)`` -> ``reshape(op(x, y'))`` for an element-wise ``op`` that alone reads the
     reshape, when the other operands vary only along trailing axes that the reshape keeps (``y'``:
     ``y`` without its leading unit axes, a view). Fusion stops at a reshape, and exporters put one
     between every 3-D MatMul and its bias add (``dense`` on the rows, reshaped back to 3-D): sunk,
     the bias, a GELU and a residual add fuse into the dense kernel as its epilogue. Nodes are visited
-    in order, so a reshape sinks through a whole element-wise chain."""
+    in order, so a reshape sinks through a whole element-wise chain. With ``only`` (node names),
+    only those reshapes sink, and an operand of the reshape's own shape is viewed in its source's
+    shape too (the residual of a convolution computed as a matrix product: ``half.gemm_convolutions``)."""
     nodes = graph.nodes
     graph = Graph(graph.inputs, graph.outputs, [], dict(graph.constants), dict(graph.values))
     producers: dict[str, Node] = {}
     readers = Counter(name for node in nodes for name in set(node.inputs))
     names = {node.name for node in nodes}
     for node in nodes:
-        sunk = _sunk(graph, node, producers, readers, names) if node.op in _SINKABLE else None
+        sunk = _sunk(graph, node, producers, readers, names, only) if node.op in _SINKABLE else None
         if sunk is None:
             graph.nodes.append(node)
             producers[node.output] = node
@@ -162,12 +164,14 @@ def sink_reshapes(graph: Graph) -> Graph:
 
 
 def _sunk(graph: Graph, node: Node, producers: dict[str, Node], readers: Counter,
-          names: set[str]) -> tuple[Node, list[Node]] | None:
+          names: set[str], only: frozenset[str] | None) -> tuple[Node, list[Node]] | None:
     """The reshape that ``node`` reads and the nodes that replace both, or None when none may sink."""
     for name in dict.fromkeys(node.inputs):
         reshape = producers.get(name)
-        if reshape is None or reshape.op != "reshape" or readers[name] != 1 or name in graph.outputs:
+        if reshape is None or reshape.op != "reshape" or readers[name] != 1 or name in graph.outputs \
+                or only is not None and reshape.name not in only:
             continue
+        alike = only is not None
         source, shape = reshape.inputs[0], graph.values[name].shape
         if graph.values[node.output].shape != shape:
             continue  # the other operands broadcast the result beyond the reshape's shape
@@ -176,8 +180,9 @@ def _sunk(graph: Graph, node: Node, producers: dict[str, Node], readers: Counter
         while kept < min(len(before), len(shape)) and before[len(before) - 1 - kept] == shape[len(shape) - 1 - kept]:
             kept += 1
         others = [other for other in dict.fromkeys(node.inputs) if other != name]
-        if all(len(graph.values[o].shape) <= kept or _trimmable(graph, o, kept) for o in others):
-            return reshape, _sink(graph, node, reshape, others, kept, names)
+        if all(len(graph.values[o].shape) <= kept or _trimmable(graph, o, kept)
+               or alike and graph.values[o].shape == shape for o in others):
+            return reshape, _sink(graph, node, reshape, others, kept, names, alike)
     return None
 
 
@@ -188,11 +193,14 @@ def _trimmable(graph: Graph, name: str, kept: int) -> bool:
     return all(d == 1 for d in shape[:len(shape) - kept]) and (kept > 0 or graph.is_constant(name))
 
 
-def _sink(graph: Graph, node: Node, reshape: Node, others: list[str], kept: int, names: set[str]) -> list[Node]:
+def _sink(graph: Graph, node: Node, reshape: Node, others: list[str], kept: int, names: set[str],
+          alike: bool) -> list[Node]:
     nodes, operands = [], {reshape.output: reshape.inputs[0]}
     for other in others:
         shape = graph.values[other].shape
         trimmed = shape[len(shape) - kept:] if len(shape) > kept else shape
+        if alike and shape == graph.values[reshape.output].shape:  # viewed as the reshape's source is
+            trimmed = graph.values[reshape.inputs[0]].shape
         if trimmed == shape:
             operands[other] = other
         elif graph.is_constant(other):
