@@ -2,6 +2,7 @@
 a mistake in the arguments exits with status 2 and one line that names the argument and the
 fix, a failed command with status 1 and one line, never a traceback."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -190,6 +192,27 @@ def test_device_lets_the_tuner_see_the_gpus_it_names_counted_as_the_shell_let_it
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     _show_only_gpus(devices)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == seen
+
+
+@pytest.mark.parametrize("command", ["tune", "tune-model"])
+def test_device_tunes_on_the_gpus_it_names_with_the_first_ones_target(onnx_model, tmp_path, monkeypatch, command):
+    """Each tuning command measures on a runner of those GPUs (a worker each), for the first's arch;
+    the tuning itself is left out here, since no GPU measures on this machine."""
+    import tilecraft.cli as cli
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(cli.CudaTarget, "device", classmethod(lambda cls: cls("cuda -arch=sm_80")))
+    runners, tuned = [], []
+    monkeypatch.setattr(cli, "LocalRunner", lambda **settings: runners.append(settings) or contextlib.nullcontext())
+    monkeypatch.setattr(cli.SearchTask, "tune", lambda task, options, **kwargs: tuned.append(task.target))
+    monkeypatch.setattr(cli.TaskScheduler, "tune", lambda scheduler, options, **kwargs: tuned.append(
+        scheduler.states[0].task.target) or 1e-3)
+    monkeypatch.setattr(cli, "load_best_record", lambda *args: SimpleNamespace(gflops=1.0, cost=1e-3))
+    monkeypatch.setattr(cli, "_how_measured", lambda best: "")
+    argv = [*TUNE, "--trials", "1"] if command == "tune" else ["tune-model", str(onnx_model), "--trials", "1"]
+    assert main([*argv, "--device", "cuda:3,cuda:1", "--no-transfer", "--log", str(tmp_path / "log.json")]) == 0
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3,1" and runners[0]["gpus"] == (0, 1)
+    assert [str(target) for target in tuned] == [str(tc.CudaTarget("cuda -arch=sm_80"))]
 
 
 @pytest.mark.parametrize("argv, message", [
