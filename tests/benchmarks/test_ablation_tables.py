@@ -149,6 +149,7 @@ def test_a_short_curve_is_held_at_its_last_value():
     assert table["both"]["final_gflops_mean"] == 100
 
 
+@pytest.mark.slow
 def test_tables_prints_saved_results_anew_and_averages_over_workloads(tmp_path):
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     stale = [run("baseline", [1.0] * TRIALS), run("both", [1.0] * TRIALS)]
@@ -239,6 +240,7 @@ def test_an_arm_is_a_policy_pair_with_modifiers_in_any_order():
         ablation.arm_of("ties")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("modifier", _first_fast(sorted(ablation.REMOVED)))
 def test_a_removed_modifier_is_refused_naming_its_write_up_and_its_saved_runs_still_print(modifier, tmp_path):
     with pytest.raises(ValueError, match=f"{ablation.REMOVED[modifier]}.*797298c"):
@@ -433,6 +435,7 @@ def test_a_model_searchs_transfer_arm_starts_from_its_own_copy_of_the_taught_sha
     assert models[1].model.num_samples == 8 + 2 * ablation.PER_ROUND and taught.model.num_samples == 8
 
 
+@pytest.mark.slow
 def test_a_long_run_packs_its_record_into_the_archive_as_it_goes(monkeypatch):
     monkeypatch.setattr(ablation, "CHECKPOINT_SECONDS", 0.0)  # every round is past due
     task = tc.SearchTask(func="matmul", args=(16, 16, 16))

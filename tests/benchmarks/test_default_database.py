@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tilecraft as tc
 from tilecraft.database.log import load_records
 
@@ -33,6 +35,7 @@ def test_it_samples_each_machines_records_of_each_workload_and_leaves_out_what_h
     assert lzma.decompress(out.read_bytes()).count(b"\n") == 40
 
 
+@pytest.mark.slow
 def test_the_shipped_database_holds_registered_workloads_of_x86_machines_and_an_h100():
     records = load_records(tc.DEFAULT_RECORDS)
     cpu = [r for r in records if tc.Target(r.target).kind != "cuda"]

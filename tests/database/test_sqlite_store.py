@@ -142,6 +142,7 @@ def _random_records(rng: np.random.Generator, key: str, targets: list[str]) -> l
     return records
 
 
+@pytest.mark.slow
 def test_the_best_is_the_record_load_best_record_finds_and_ranks_first(store, tmp_path, write_log, target,
                                                                        other_target):
     rng = np.random.default_rng(0)
@@ -300,6 +301,7 @@ def _read(path: str, start: multiprocessing.synchronize.Barrier, seen: multiproc
     seen.put(counts)
 
 
+@pytest.mark.slow
 def test_two_writing_processes_and_a_reading_one_lose_nothing(tmp_path):
     path = str(tmp_path / "records.db")
     RecordStore(path).close()

@@ -16,7 +16,11 @@ case's integer inputs are bound.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
+import os
+import pickle
 import pkgutil
 import warnings
 
@@ -26,13 +30,32 @@ from tilecraft.frontend import RuntimeInputError, UnsupportedOperatorError, from
 from tilecraft.frontend.onnx_ops import CONVERTERS
 from tilecraft.graph import run_reference
 from tilecraft.model.compiled import DefaultScheduleWarning, compile_model
+from tilecraft.runtime.compiler import default_cache_dir
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 
 
 def collect_cases(supported_only: bool) -> list:
     """The node test cases, of every operator or only of those in ``CONVERTERS`` or defined as functions, which
-    the importer expands (faster: fewer modules)."""
+    the importer expands (faster: fewer modules). Running the generators takes seconds at every
+    collection, in every test worker; the cases are kept in this user's cache (a pickle, only
+    ever read from there), keyed by the onnx version and the operators converted."""
+    import onnx
+
+    key = hashlib.sha256(f"{onnx.__version__} {supported_only} {sorted(CONVERTERS)}".encode()).hexdigest()[:16]
+    kept = default_cache_dir().parent / f"onnx-node-cases-{key}.pickle"
+    with contextlib.suppress(Exception):  # missing, or written by another version of Python: made again
+        return pickle.loads(kept.read_bytes())
+    cases = _generated_cases(supported_only)
+    with contextlib.suppress(OSError):  # a cache that cannot be written costs the next collection its seconds
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(pickle.dumps(cases))
+        partial.replace(kept)  # whole or not at all, whichever worker writes it
+    return cases
+
+
+def _generated_cases(supported_only: bool) -> list:
     import onnx.backend.test.case.node as package
     import onnx.defs
 

@@ -110,6 +110,7 @@ def test_layer_matches_onnxruntime(name):
         np.testing.assert_allclose(got[output], want, rtol=1e-4, atol=1e-5, err_msg=output)
 
 
+@pytest.mark.slow
 def test_bidirectional_lstm_of_different_lengths_compiles_and_matches_onnxruntime(kernel_cache):
     model, outputs = model_of("lstm_bidirectional_peepholes_states_lengths")
     feeds = feeds_for(model, positive=False)

@@ -92,6 +92,7 @@ def test_max_roi_pool_matches_onnxruntime():
           {"x": np.abs(X), "rois": rois}, opset=16)
 
 
+@pytest.mark.slow
 def test_sampling_kernels_compile_and_match_onnxruntime(kernel_cache):
     nodes = [N("GridSample", ["x", "grid"], ["y1"], mode="cubic", padding_mode="reflection"),
              N("RoiAlign", ["x", "rois", "batch"], ["y2"], output_height=2, output_width=2),

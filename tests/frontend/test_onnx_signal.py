@@ -118,6 +118,7 @@ def test_det_matches_numpy(matrices):
     np.testing.assert_allclose(got, np.linalg.det(matrices), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_signal_and_algebra_kernels_compile_and_match_numpy(kernel_cache):
     nodes = [N("DFT", ["x", "", "a"], ["f"]), N("Einsum", ["f", "f"], ["g"], equation="bjc,bjd->bcd"),
              N("Det", ["g"], ["y"]), N("Einsum", ["g"], ["t"], equation="...ii->..."), N("Add", ["t", "y"], ["y2"])]

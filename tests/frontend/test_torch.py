@@ -134,6 +134,7 @@ class Spectrum1d(nn.Module):
         return torch.fft.rfft(x).abs()
 
 
+@pytest.mark.slow
 def test_a_graph_with_nothing_tilecraft_can_compile_runs_in_pytorch_with_one_warning(kernel_cache):
     x = torch.randn(4, 8)
     compiled = torch.compile(Spectrum1d(), backend="tilecraft", options={"cache_dir": kernel_cache})
@@ -155,6 +156,7 @@ class TwoHalves(nn.Module):
         return self.second(x)
 
 
+@pytest.mark.slow
 def test_graph_breaks_new_shapes_and_weights_changed_in_place_compile_again(kernel_cache, quiet):
     torch.manual_seed(0)
     net = TwoHalves().eval()
@@ -181,6 +183,7 @@ class Lookup(nn.Module):
         return self.linear(self.embedding(ids)) + bias, ids.sum()
 
 
+@pytest.mark.slow
 def test_several_inputs_and_outputs_of_other_dtypes_with_dynamic_shapes_from_the_start(kernel_cache, quiet):
     torch.manual_seed(0)
     net, bias = Lookup().eval(), torch.randn(4)
@@ -210,6 +213,7 @@ def made_up_log(path, onnx_model):
     return path
 
 
+@pytest.mark.slow
 def test_the_log_given_in_options_gives_every_kernel_its_tuned_schedule(tmp_path, kernel_cache):
     net, x = network("mlp")
     with warnings.catch_warnings(), torch.no_grad():
@@ -228,6 +232,7 @@ def test_the_log_given_in_options_gives_every_kernel_its_tuned_schedule(tmp_path
         torch.compile(net, backend="tilecraft", options={"logs": str(log)})(x)
 
 
+@pytest.mark.slow
 def test_the_command_line_reads_a_torch_export_file_as_an_onnx_model(tmp_path, capsys):
     net, x = network("cnn")
     program = tmp_path / "cnn.pt2"

@@ -65,6 +65,7 @@ def test_64_by_64_channels_take_4x4_tiles_where_4_divides_the_output():
     assert first[0].attrs["m"] == 4
 
 
+@pytest.mark.slow
 def test_a_cpu_model_is_compiled_with_winograd_and_a_gpu_task_list_is_not(kernel_cache, tmp_path):
     """Compiled, then saved and loaded (the transformed weights are the saved model's constants)."""
     graph = block()
@@ -113,6 +114,7 @@ def test_the_log_chooses_between_the_direct_kernel_and_winograd(direct, stages, 
                                                                   "winograd_output"])
 
 
+@pytest.mark.slow
 def test_times_in_a_model_do_not_choose_between_the_direct_kernel_and_winograd(kernel_cache, tmp_path):
     """A model computes a convolution one way, so only that way's kernels have times in a model,
     and slower than alone: the choice compares the kernels' times alone. Here Winograd's three

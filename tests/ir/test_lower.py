@@ -3,6 +3,7 @@
 import re
 
 import numpy as np
+import pytest
 
 import tilecraft as tc
 from tilecraft import te
@@ -128,6 +129,7 @@ def test_block_reverse_computed_in_its_producer_but_read_outside_it_gets_a_whole
     _check(sch, dag, kernel_cache)
 
 
+@pytest.mark.slow
 def test_a_float16_sums_register_tile_holds_float32_and_rounds_once(kernel_cache):
     """A float16 matmul's accumulator (a thread's or a core's register tile) is float32 on a
     CPU and a GPU alike, as NumPy's is: summed in float16 over 4,096 products, it was 1.8e-2

@@ -106,6 +106,7 @@ def _closed_by_server(sock) -> bool:
     return sock.recv(1) == b""
 
 
+@pytest.mark.slow
 def test_a_tuning_through_the_server_records_the_device_that_measured(tmp_path, server, runner):
     log = tmp_path / "matmul.json"
     task = tc.SearchTask(func="matmul", args=(32, 32, 32), target=runner.target())

@@ -216,6 +216,7 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_split_k_records_give_kernels_that_add_into_outputs_the_launch_zeroes(kernel_cache, tmp_path, monkeypatch):
     """A transformer whose projections' records split their reductions over blocks (their bias
     and residual added by the first part; the GELU'd one's parts through a workspace, added up

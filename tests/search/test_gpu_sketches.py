@@ -164,6 +164,11 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
              "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool,
              "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
+# Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
+# matmul, a matmul, a dense layer, the reductions), the full suite runs them all.
+HEAVY = {"half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul", "matmul_long_k", "conv2d",
+         "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
+EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]
 
 
 def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
@@ -423,7 +428,7 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 200, 1)).mean() > 0.95
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("workload", EVERY_WORKLOAD)
 def test_the_decisions_alone_tell_the_registers_a_thread_keeps_as_the_lowered_kernel_does(workload):
     """Accumulators, a cross-thread reduction's partial and result, a softmax's row values:
     the words the decision matrix counts are the local buffers of the lowered kernel."""
@@ -435,6 +440,7 @@ def test_the_decisions_alone_tell_the_registers_a_thread_keeps_as_the_lowered_ke
             assert words == local_words(_local_buffers(func.body)), f"{sketch.name}: {row}"
 
 
+@pytest.mark.slow
 def test_a_register_tile_past_the_threads_registers_is_never_drawn():
     """A 2048³ matmul's tiles allow 16,384 accumulators a thread; the verifier refuses more
     than three quarters of the registers a thread gets (96 of 128 in blocks of up to 256
@@ -454,6 +460,7 @@ def test_a_register_tile_past_the_threads_registers_is_never_drawn():
     assert sketch.within_gpu_limits(sketch.sample(np.random.default_rng(1), 400, 1)).all()
 
 
+@pytest.mark.slow
 def test_the_default_gpu_candidate_is_the_hand_written_matmul_and_passes_the_verifier():
     dag = matmul(2048, 2048, 2048)
     sketch = generate_sketches(dag, target=TARGET)[0]
@@ -489,7 +496,7 @@ def _verify(sch):
         return error
 
 
-@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("workload", EVERY_WORKLOAD)
 def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(workload):
     dag = WORKLOADS[workload]()
     inputs = dag.random_inputs(np.random.default_rng(1))
@@ -513,6 +520,7 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
 
 
 
+@pytest.mark.slow
 def test_blocks_short_of_a_warp_are_neither_sampled_nor_proposed_where_a_sketch_has_blocks_of_a_warp():
     """A block of fewer than 32 threads idles lanes at every instruction: the sampler and the
     policy keep to blocks of a warp; a sketch whose blocks cannot have one (4 x 4 outputs

@@ -98,6 +98,7 @@ def test_search_task_needs_a_workload():
         tc.SearchTask(func="nope", args=())
 
 
+@pytest.mark.slow
 def test_early_stopping_stops(tmp_path, runner):
     summary = matmul_task().tune(quick_options(tmp_path / "log.json", 60, runner=runner, early_stopping=1,
                                                per_round=3))

@@ -71,6 +71,7 @@ def test_the_generated_space_is_tuned_and_records_are_shared_with_search_task(tm
     assert str(tc.lower(sch)) == str(tc.lower(task.apply_best(tmp_path / "records.json")))
 
 
+@pytest.mark.slow
 def test_rerunning_into_the_same_work_dir_resumes(tmp_path, runner):
     task = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))  # a registered workload
     for budget, expected in ((3, 3), (6, 6), (6, 6)):
