@@ -74,6 +74,17 @@ def test_casts_move_through_the_reshapes_around_a_product_and_no_further():
                                   run_reference(graph, feeds(graph))[graph.outputs[0]])
 
 
+def test_a_max_pool_reads_float16_as_the_element_it_picks_is_one():
+    b = GraphBuilder()
+    x = b.add_input("x", (1, 16, 8, 8), "float16")
+    graph = b.finish([b.emit("max_pool2d", [b.emit("relu", [x], {}, "relu")], {"kernel": 2, "stride": 2}, "pool")])
+    assert any(n.op == "cast" for n in graph.nodes)  # computed in float32 between casts, as imported
+    halved = half_products(graph)
+    assert [n.op for n in halved.nodes] == ["relu", "max_pool2d"]
+    np.testing.assert_array_equal(run_reference(halved, feeds(graph))[graph.outputs[0]],
+                                  run_reference(graph, feeds(graph))[graph.outputs[0]])
+
+
 def test_a_product_with_a_weight_that_float16_cannot_hold_stays_in_float32():
     b = GraphBuilder()
     x = b.add_input("x", (16, 16), "float16")

@@ -26,18 +26,21 @@ from .passes import add_constant, add_value, eliminate_dead_code, sink_reshapes
 PRODUCTS = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "depthwise_conv2d", "depthwise_conv2d_nhwc",
             "conv2d_transpose", "dense", "matmul", "batch_matmul", "axis_matmul")
 """Operators that sum products of their inputs' elements, each element read as it is stored."""
+EXACT = ("max_pool2d", "max", "min")
+"""Reductions whose result is one of their inputs' elements: float16 holds it exactly."""
 
 
 def half_products(graph: Graph) -> Graph:
     """``cast16(product(cast32(a), W))`` -> ``product(a, W16)`` wherever every operand is a float16
     value cast to float32 or a float32 constant that float16 holds exactly (a float16 weight the
-    importer cast); a product with any other operand, or read before its cast, stays as it is."""
+    importer cast); a product with any other operand, or read before its cast, stays as it is.
+    So do the reductions that pick an element (``EXACT``: a max pool)."""
     graph = _casts_beside_products(graph)
     halves: dict[str, str] = {}  # a float32 constant -> its float16 copy, made once for every product reading it
     replaced: dict[str, Node] = {}  # a product's output -> the product on halves, computing its cast's output
     for node in graph.nodes:
         readers = graph.consumers(node.output)
-        if node.op not in PRODUCTS or node.output in graph.outputs or len(readers) != 1 \
+        if node.op not in (*PRODUCTS, *EXACT) or node.output in graph.outputs or len(readers) != 1 \
                 or not _casts_to(readers[0], "float16"):
             continue
         operands = [_half_operand(graph, name, halves) for name in node.inputs]
