@@ -194,6 +194,16 @@ def test_device_lets_the_tuner_see_the_gpus_it_names_counted_as_the_shell_let_it
     assert os.environ["CUDA_VISIBLE_DEVICES"] == seen
 
 
+def test_device_past_the_gpus_the_shell_lets_the_tuner_see_is_refused_with_the_fix(monkeypatch):
+    from tilecraft.cli import CommandError, _show_only_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(CommandError, match=re.escape("--device: this process sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=3), "
+                                                     "so there is no cuda:1; count the GPUs within that list, from 0")):
+        _show_only_gpus([0, 1])
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+
+
 @pytest.mark.parametrize("command", ["tune", "tune-model"])
 def test_device_tunes_on_the_gpus_it_names_with_the_first_ones_target(onnx_model, tmp_path, monkeypatch, command):
     """Each tuning command measures on a runner of those GPUs (a worker each), for the first's arch;

@@ -44,6 +44,7 @@ from .database import (NoValidRecordError, RecordFormatError, RecordToFile, Tuni
                        canonical_target, iter_records, load_best_record, summarize, workload_label)
 from .errors import TargetError, TilecraftError
 from .measure import LocalRunner
+from .measure.runner import visible_gpu_ids
 from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
 from .tables import print_table
@@ -611,12 +612,10 @@ def _add_gpus_argument(command: argparse.ArgumentParser) -> None:
 def _show_only_gpus(devices: Sequence[int]) -> None:
     """Let this process, its workers and the target's reading of GPU 0 see ``devices`` alone, in
     that order, each counted as the process saw it (within ``CUDA_VISIBLE_DEVICES`` where set)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = [item.strip() for item in visible.split(",")] if visible is not None else None
-    if ids is not None and (beyond := [n for n in devices if n >= len(ids)]):
-        raise CommandError(f"--device cuda:{beyond[0]}: CUDA_VISIBLE_DEVICES={visible} lets this process see "
-                           f"{len(ids)} GPU(s), cuda:0 to cuda:{len(ids) - 1}")
-    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(n) if ids is None else ids[n] for n in devices)
+    try:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpu_ids(devices).values())
+    except ValueError as error:
+        raise CommandError(f"--device: {error}") from None
 
 
 def _measuring_gpus(args: argparse.Namespace) -> tuple[int, ...] | None:

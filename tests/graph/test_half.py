@@ -40,6 +40,14 @@ def feeds(graph):
     return {v.name: rng.standard_normal(v.shape).astype(v.dtype) for v in graph.inputs}
 
 
+def emulated_on_gpu(graph, cache_dir):
+    """``graph`` compiled for the GPU (untuned), its outputs emulated on the CPU, and the reference's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(graph, GPU, cache_dir=cache_dir)
+    return gpu, gpu.emulate(feeds(graph)), run_reference(graph, feeds(graph))
+
+
 def test_float16_products_read_their_float16_operands_and_compute_the_same():
     graph = half_layer()
     assert sum(n.op == "cast" for n in graph.nodes) == 7  # a cast of each activation a product reads, its rounding
@@ -117,10 +125,7 @@ def test_a_float16_models_matrix_products_have_tensor_core_sketches_and_no_cast_
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path):
     graph = half_layer()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        gpu = tc.compile_model(graph, GPU, cache_dir=tmp_path)
-    got, expected = gpu.emulate(feeds(graph)), run_reference(graph, feeds(graph))
+    _, got, expected = emulated_on_gpu(graph, tmp_path)
     for name in graph.outputs:
         assert got[name].dtype == np.float16
         np.testing.assert_allclose(got[name].astype("float32"), expected[name].astype("float32"), rtol=2e-3, atol=2e-3)
@@ -169,10 +174,7 @@ def test_a_convolution_of_sizes_tensor_cores_do_not_take_stays_direct():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path):
     graph = residual_block()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        gpu = tc.compile_model(graph, GPU, cache_dir=tmp_path)
+    gpu, got, expected = emulated_on_gpu(graph, tmp_path)
     assert any("conv2d_nhwc_gemm" in kernel.desc for kernel in gpu.kernels)
-    got, expected = gpu.emulate(feeds(graph)), run_reference(graph, feeds(graph))
     np.testing.assert_allclose(got[graph.outputs[0]].astype("float32"),
                                expected[graph.outputs[0]].astype("float32"), rtol=4e-3, atol=4e-3)

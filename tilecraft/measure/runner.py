@@ -155,7 +155,14 @@ class LocalRunner:
         self.max_memory_bytes = max_memory_bytes
         self.stop_slow_candidates = stop_slow_candidates
         self.gpus = None if gpus is None else tuple(gpus)
-        self._visible = {} if self.gpus is None else _visible_devices(self.gpus)  # ordinal -> CUDA_VISIBLE_DEVICES
+        if self.gpus is not None and (not self.gpus or len(set(self.gpus)) < len(self.gpus)
+                                      or any(not isinstance(gpu, int) or gpu < 0 for gpu in self.gpus)):
+            raise ValueError(f"LocalRunner: gpus={list(self.gpus)}; give the ordinals of distinct GPUs, at least one "
+                             f"([0, 1] for cuda:0 and cuda:1)")
+        try:  # ordinal -> its CUDA_VISIBLE_DEVICES entry
+            self._visible = {} if self.gpus is None else visible_gpu_ids(self.gpus)
+        except ValueError as error:
+            raise ValueError(f"LocalRunner: {error}") from None
         self.device = f"local@{socket.gethostname()}"
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
@@ -353,16 +360,19 @@ class LocalRunner:
         return path
 
 
-def _visible_devices(gpus: tuple[int, ...]) -> dict[int, str]:
-    """The ``CUDA_VISIBLE_DEVICES`` each of ``gpus`` (ordinals as this process counts them) gives a worker."""
+def visible_gpu_ids(gpus: Sequence[int]) -> dict[int, str]:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of each of ``gpus``, ordinals as this process counts
+    them (within ``CUDA_VISIBLE_DEVICES`` where it is set): what a process that is to see that
+    GPU alone is given, and the number the machine knows it by.
+
+    Raises:
+        ValueError: If one of ``gpus`` is past the GPUs ``CUDA_VISIBLE_DEVICES`` lets this process see.
+    """
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [gpu.strip() for gpu in visible.split(",")] if visible is not None else None
-    if not gpus or len(set(gpus)) < len(gpus) or any(not isinstance(gpu, int) or gpu < 0 for gpu in gpus):
-        raise ValueError(f"LocalRunner: gpus={list(gpus)}; give the ordinals of distinct GPUs, at least one "
-                         f"([0, 1] for cuda:0 and cuda:1)")
     if ids is not None and (beyond := [gpu for gpu in gpus if gpu >= len(ids)]):
-        raise ValueError(f"LocalRunner: this process sees {len(ids)} GPU(s) (CUDA_VISIBLE_DEVICES={visible}), "
-                         f"so there is no cuda:{beyond[0]}; count the GPUs within that list, from 0")
+        raise ValueError(f"this process sees {len(ids)} GPU(s) (CUDA_VISIBLE_DEVICES={visible}), so there is no "
+                         f"cuda:{beyond[0]}; count the GPUs within that list, from 0")
     return {gpu: str(gpu) if ids is None else ids[gpu] for gpu in gpus}
 
 
