@@ -165,15 +165,34 @@ def test_float16_convolutions_become_matrix_products_whose_epilogues_still_fuse(
                for task in tasks if "conv2d" in task.desc)
 
 
-def test_a_convolution_of_sizes_tensor_cores_do_not_take_stays_direct():
-    rewritten = gemm_convolutions(convert_layout(half_products(residual_block(size=6))))  # 36 pixels
+def test_a_convolution_padded_to_whole_tiles_is_a_product_cropped_in_its_own_kernel():
+    """7x7 pixels: 49 rows of the product padded to 64, its padding cropped before the bias,
+    the residual and the ReLU, which fuse with it as before."""
+    graph = residual_block(size=7)
+    nhwc = convert_layout(half_products(graph))
+    rewritten = gemm_convolutions(nhwc)
+    assert [n.op for n in rewritten.nodes].count("conv2d_nhwc_gemm") == 3
+    assert all(rewritten.values[n.output].shape == (49, 32) for n in rewritten.nodes if n.op == "conv2d_nhwc_gemm")
+    before, after = run_reference(nhwc, feeds(graph)), run_reference(rewritten, feeds(graph))
+    np.testing.assert_allclose(after[graph.outputs[0]].astype("float32"), before[graph.outputs[0]].astype("float32"),
+                               rtol=2e-3, atol=2e-3)
+    tasks, _ = tc.extract_tasks(graph, GPU)
+    assert [task.desc.split(" ")[0] for task in tasks if "conv2d" in task.desc] == [
+        "conv2d_nhwc_gemm+add+relu", "conv2d_nhwc_gemm+add+add+relu"]
+    assert all(any("gpu_tensor_core" in s.name for s in generate_sketches(task.compute_dag, target=GPU))
+               for task in tasks if "conv2d" in task.desc)
+
+
+def test_a_convolution_that_padding_would_more_than_double_stays_direct():
+    rewritten = gemm_convolutions(convert_layout(half_products(residual_block(size=6, channels=4))))  # 4 -> 16
     assert [n.op for n in rewritten.nodes].count("conv2d_nhwc") == 3
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path):
-    graph = residual_block()
+@pytest.mark.parametrize("size", [8, 7])
+def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path, size):
+    graph = residual_block(size)
     gpu, got, expected = emulated_on_gpu(graph, tmp_path)
     assert any("conv2d_nhwc_gemm" in kernel.desc for kernel in gpu.kernels)
     np.testing.assert_allclose(got[graph.outputs[0]].astype("float32"),

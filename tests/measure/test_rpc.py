@@ -139,8 +139,12 @@ def test_candidates_spread_over_several_servers(server, kernel):
         addresses = [("127.0.0.1", server.port), ("127.0.0.1", second.port)]
         with RPCRunner(addresses=addresses, secret=SECRET, number=1, min_repeat_ms=0) as runner:
             results = _run(runner, *[kernel("add")] * 6)
-    assert all(r.is_valid for r in results)
+            with runner.on_one_device(repeat=2) as final:  # the re-measurement's: the first server, one session
+                finals = _run(final, *[kernel("add")] * 3)
+                assert final.measures_at_once == 1 and final.settings["repeat"] == 2
+    assert all(r.is_valid for r in results + finals)
     assert {r.device for r in results} == {f"cpu@127.0.0.1:{port}" for _, port in addresses}
+    assert {r.device for r in finals} == {f"cpu@127.0.0.1:{server.port}"}
 
 
 def test_a_wrong_secret_is_refused_and_the_server_serves_on(server, runner, kernel):

@@ -169,6 +169,9 @@ def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_see
     assert sorted(heard) == list(range(6)) and len(set(asked)) == 2 and all(r.is_valid for r in results)
     assert all(r.device == f"{runner.device}/cuda:{round(r.costs[0] * 1e3)}" for r in results)
     assert {r.device for r in results} == {f"{runner.device}/cuda:3", f"{runner.device}/cuda:5"}
+    with runner.on_one_device(repeat=2) as final:  # the re-measurement's: the first GPU alone
+        assert final.gpus == (0,) and final.measures_at_once == 1 and final.repeat == 2
+        assert {r.device for r in _run(final, *[_gpu_candidate(dag)] * 3)} == {f"{runner.device}/cuda:3"}
 
 
 def test_a_kernel_that_fails_on_one_gpu_replaces_that_gpus_worker_alone(dag, monkeypatch):

@@ -162,15 +162,21 @@ def test_conv2d_nhwc(rng):
     np.testing.assert_allclose(run(out, {data: x, kernel: w}), expected.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-5)
 
 
-def test_conv2d_nhwc_as_one_matrix_product(rng):
-    """Implicit GEMM: rows of output pixels by channels, each row the pixel's window times the kernel."""
+@pytest.mark.parametrize("multiple, stages", [
+    (1, ["conv2d", "conv2d_im2col", "conv2d_pad", "conv2d_weights"]),
+    (5, ["conv2d", "conv2d_im2col", "conv2d_pad", "conv2d_padded", "conv2d_weights"])])  # 48x24x6 to 50x25x10
+def test_conv2d_nhwc_as_one_matrix_product(rng, multiple, stages):
+    """Implicit GEMM: rows of output pixels by channels, each row the pixel's window times the
+    kernel; its sizes padded to a multiple with zeros, the padding cropped."""
     data, x = placeholder(rng, (2, 7, 8, 4), "data")
     kernel, w = placeholder(rng, (3, 2, 4, 6), "kernel")
-    out = ops.conv2d_nhwc_gemm(data, kernel, stride=(2, 1), padding=(1, 0), dilation=(1, 2))
+    out = ops.conv2d_nhwc_gemm(data, kernel, stride=(2, 1), padding=(1, 0), dilation=(1, 2), multiple=multiple)
     expected = np_conv2d_nchw(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1), (2, 1), (1, 0, 1, 0), (1, 2), 1)
-    assert stage_names(out) == ["conv2d", "conv2d_im2col", "conv2d_pad", "conv2d_weights"]
+    assert stage_names(out) == stages
     np.testing.assert_allclose(run(out, {data: x, kernel: w}), expected.transpose(0, 2, 3, 1).reshape(-1, 6),
                                rtol=1e-5, atol=1e-5)
+    with pytest.raises(TeError, match="multiple must be a positive int"):
+        ops.conv2d_nhwc_gemm(data, kernel, multiple=0)
 
 
 @pytest.mark.parametrize("multiplier", [1, 2])

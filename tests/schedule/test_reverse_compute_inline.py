@@ -59,3 +59,12 @@ def test_a_value_added_to_a_maximum_is_refused():
     sch = tc.Schedule(_matmul_then(lambda C, bias, R, i, j: C[i, j] + bias[j], reduce=te.max))
     with pytest.raises(tc.ScheduleError, match="only a block that adds a value to a sum"):
         sch.reverse_compute_inline(sch.get_block("out"))
+
+
+def test_a_consumer_that_reads_part_of_its_producer_is_refused():
+    """A crop (a product padded to whole tiles) covers less than its producer's loops would."""
+    A = te.placeholder((8, 8), name="A")
+    P = te.compute((8, 8), lambda i, j: A[i, j] + 1.0, name="P")
+    sch = tc.Schedule(tc.ComputeDAG([A, te.compute((5, 8), lambda i, j: P[i, j], name="O")]))
+    with pytest.raises(tc.ScheduleError, match=r"block O \[5, 8\] reads part of P \[8, 8\]"):
+        sch.reverse_compute_inline(sch.get_block("O"))

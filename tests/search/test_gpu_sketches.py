@@ -155,10 +155,18 @@ def half_conv_as_matmul():
     return tc.SearchTask(func="conv2d_nhwc_gemm", args=(1, 8, 8, 16, 32, 3, 3, 1, 1, "float16")).compute_dag
 
 
+def half_conv_padded():
+    """``half_conv_as_matmul`` at 7x7 pixels, 40 channels into 24: each size of the product
+    padded to a multiple of 16 (49 pixels to 64 rows, a reduction of 360 to 368, 24 columns to
+    32), its bias and ReLU over the pixels and channels alone."""
+    return tc.SearchTask(func="conv2d_nhwc_gemm", args=(1, 7, 7, 40, 24, 3, 3, 1, 1, "float16", 16)).compute_dag
+
+
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "half_matmul": lambda: half_matmul(64, 48, 64),
              "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
              "half_attention_scores": half_attention_scores, "half_conv_as_matmul": half_conv_as_matmul,
+             "half_conv_padded": half_conv_padded,
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
@@ -166,8 +174,8 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
 # Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
 # matmul, a matmul, a dense layer, the reductions), the full suite runs them all.
-HEAVY = {"half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul", "matmul_long_k", "conv2d",
-         "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
+HEAVY = {"half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul", "half_conv_padded", "matmul_long_k",
+         "conv2d", "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
 EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]
 
 
@@ -335,6 +343,22 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
         source = tc.build(sch, TARGET).source
         assert "tc_wmma_load_shared_a_col(" in source and "tc_wmma_load_shared_b_col(" in source
         assert "tc_wmma_mma_col_col(" in source and not re.search(r"_(load_shared_[ab]|mma)_row", source)
+
+
+def test_a_product_padded_to_whole_tiles_runs_on_tensor_cores_and_its_crop_in_the_same_kernel():
+    """A convolution of 49 pixels, 360 window elements and 24 channels, padded to a product of
+    64 x 368 x 32 (zeros past its ends): on tensor cores the warps store their tiles into
+    shared memory, padded rows too, and the bias and ReLU store only the pixels and channels
+    there are, in the same kernel; tiled on CUDA cores, the padded product is stored and a
+    second kernel crops it."""
+    dag = half_conv_padded()
+    sketches = {s.name.split()[-4]: s for s in generate_sketches(dag, target=TARGET)}
+    assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile"} <= set(sketches)
+    for name, kernels in (("gpu_tensor_core", 1), ("gpu_tensor_core_pipelined", 1), ("gpu_tile", 2)):
+        func = lower(sketches[name].trace_of(default_row(sketches[name], 1)).replay(dag))
+        assert len(split_kernels(func)[0]) == kernels, name
+    func = lower(sketches["gpu_tensor_core"].trace_of(default_row(sketches["gpu_tensor_core"], 1)).replay(dag))
+    assert "conv2d_padded_shared" in str(func) and "< 49)" in str(func)
 
 
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():

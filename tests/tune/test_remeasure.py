@@ -26,7 +26,7 @@ class FakeRunner:
         self.calls, self.fresh_runners, self.crash_in_round, self.closed = [], [], crash_in_round, False
         self.round = 0
 
-    def fresh(self, **changes):
+    def on_one_device(self, **changes):
         runner = FakeRunner(self.crash_in_round)
         runner.changes = changes
         self.fresh_runners.append(runner)
@@ -61,6 +61,7 @@ def finalists(count):
 
 
 def test_finalists_are_measured_in_interleaved_rotated_rounds_in_a_fresh_runner_and_recorded_once_each():
+    """On one device (``on_one_device``): two of a kind may differ by more than two finalists do."""
     task = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))
     runner, heard = FakeRunner(), []
     results = remeasure(task, finalists(3), FakeBuilder(), runner, repeats=4,
@@ -73,15 +74,6 @@ def test_finalists_are_measured_in_interleaved_rotated_rounds_in_a_fresh_runner_
     assert all(r.phase == "final" and r.device == "fake" and len(r.costs) == 4 for r in results)
     assert results[0].all_cost == pytest.approx(0.1 + 4 * 0.2)
     assert heard == [(results, ["sketch1", "sketch2", "sketch4"])]
-
-
-def test_finalists_tuned_on_several_gpus_are_re_measured_on_the_first_alone():
-    """Two GPUs of one kind may differ by more than two finalists do: each is timed on one."""
-    task = tc.SearchTask(func="matmul", args=(16, 16, 16, "float32"))
-    runner = FakeRunner()
-    runner.gpus = (0, 1, 2)
-    remeasure(task, finalists(2), FakeBuilder(), runner, repeats=2)
-    assert runner.fresh_runners[0].changes == {"repeat": 1, "stop_slow_candidates": False, "gpus": (0,)}
 
 
 def test_a_finalist_that_fails_in_a_round_is_an_error_and_is_not_measured_again():

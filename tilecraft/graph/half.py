@@ -51,29 +51,46 @@ def half_products(graph: Graph) -> Graph:
     return eliminate_dead_code(graph)
 
 
+TILE = 16
+"""The rows, columns and reduction of a tensor core's tile (``ir/tensor_core.py``)."""
+MAX_PADDING = 2.0
+"""The most products, padded to whole tiles, a convolution computes as a matrix product for
+every one it needs. Tensor cores compute float16 products about 15 times as fast as CUDA
+cores compute float32 (H100: 990 against 67 TFLOPS), and the padding loads nothing (its
+windows and weights are zeros, not reads): twice the products still leaves them far ahead,
+where a skinny product (3 channels, a 1x1 window: 16/3 of its products padding) wastes most
+of every tile."""
+
+
 def gemm_convolutions(graph: Graph) -> Graph:
-    """Each float16 NHWC convolution whose output pixels, channels and window (kernel rows x
-    columns x input channels) are multiples of 16 computed as one matrix product
-    (``conv2d_nhwc_gemm``, implicit GEMM: the sizes tensor cores take), then viewed as NHWC
-    again; the reshape sinks below the element-wise nodes after it (a residual viewed as rows
-    too), which fuse as before."""
+    """Each float16 NHWC convolution computed as one matrix product (``conv2d_nhwc_gemm``,
+    implicit GEMM: the product tensor cores take), its output pixels, channels and window
+    (kernel rows x columns x input channels) padded to multiples of ``TILE`` where they are
+    not, if that adds at most ``MAX_PADDING`` (a 14x14 image's 196 pixels become 208 rows,
+    a 7x7's 49 become 64), then viewed as NHWC again; the reshape sinks below the element-wise
+    nodes after it (a residual viewed as rows too), which fuse as before."""
     graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
     nodes, views = [], set()
     for node in graph.nodes:
         out = graph.values[node.output]
         kernel = graph.values[node.inputs[1]].shape if node.op == "conv2d_nhwc" else ()
         if node.op != "conv2d_nhwc" or out.dtype != "float16" or node.attrs.get("groups", 1) != 1 \
-                or any(size % 16 for size in (math.prod(out.shape[:3]), out.shape[3], math.prod(kernel[:3]))):
+                or _padding(math.prod(out.shape[:3]), out.shape[3], math.prod(kernel[:3])) > MAX_PADDING:
             nodes.append(node)
             continue
         rows = add_value(graph, f"{node.output}_rows", (math.prod(out.shape[:3]), out.shape[3]), "float16")
-        attrs = {name: value for name, value in node.attrs.items() if name != "groups"}
+        attrs = {name: value for name, value in node.attrs.items() if name != "groups"} | {"multiple": TILE}
         view = unique_name(f"{node.name}_nhwc", {n.name for n in graph.nodes})
         views.add(view)
         nodes += [Node("conv2d_nhwc_gemm", node.inputs, rows, attrs, node.name),
                   Node("reshape", (rows,), node.output, {"newshape": out.shape}, view)]
     graph.nodes = nodes
     return sink_reshapes(graph, only=frozenset(views)) if views else graph
+
+
+def _padding(*sizes: int) -> float:
+    """How many products a product of ``sizes`` padded to whole tiles computes for each one it needs."""
+    return math.prod(-(-size // TILE) * TILE / size for size in sizes)
 
 
 def _casts_beside_products(graph: Graph) -> Graph:

@@ -187,6 +187,7 @@ class RayRunner:
         self._actor_class = ray.remote(_MeasuringActor).options(**options)
         self._id = secrets.token_hex(6)  # names the actors' directories
         self._actors: list[Any] = [None] * n_actors
+        self._slots = range(n_actors)  # the actors this runner measures on (a copy on one device: the first)
         self._names: list[Any] = [None] * n_actors  # refs of the actors' device names, which name their hosts
         for slot in range(n_actors):
             self._start(slot)
@@ -211,6 +212,14 @@ class RayRunner:
         twin.settings, twin._session, twin._owner = {**self.settings, **changes}, next(_SESSIONS), False
         return twin
 
+    def on_one_device(self, **changes: Any) -> RayRunner:
+        """``fresh``, measuring on the first actor alone: the re-measurement's, whose
+        finalists are compared on one device, since two of a kind differ by more than
+        finalists may."""
+        twin = self.fresh(**changes)
+        twin._slots = self._slots[:1]
+        return twin
+
     def close(self) -> None:
         """Stop the actors (their workers with them) and delete the workload data; a
         fresh copy closes nothing. The Ray connection stays, as ``ray.init`` made it."""
@@ -225,7 +234,7 @@ class RayRunner:
     @property
     def measures_at_once(self) -> int:
         """Candidates in flight at once: an actor each (``build_and_run`` hands over runs this long)."""
-        return max(1, len(self._actors))
+        return len(self._slots) if self._actors else 1
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:
@@ -252,7 +261,7 @@ class RayRunner:
                 finish(n, MeasureResult((), MeasureErrorKind.RUNTIME, reference, build.time_cost, time()))
             else:
                 todo.append(n)
-        idle = list(range(len(self._actors)))
+        idle = list(self._slots)
         in_flight: dict[Any, tuple[int, int, float]] = {}  # ref -> candidate, actor, when it was sent
         while todo or in_flight:
             while todo and idle:

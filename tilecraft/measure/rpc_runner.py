@@ -119,6 +119,12 @@ class RPCRunner:
                             "ca_file": self.ca_file, "addresses": self.addresses,
                             "cooldown_interval": self.cooldown_interval, **self.settings, **changes})
 
+    def on_one_device(self, **changes: Any) -> RPCRunner:
+        """``fresh``, one session on the first server alone: the re-measurement's, whose
+        finalists are compared on one device, since two of a kind differ by more than
+        finalists may (and two sessions of one server would time candidates side by side)."""
+        return self.fresh(**{"addresses": self.addresses[:1], "n_parallel": 1, **changes})
+
     def close(self) -> None:
         """End the sessions (each server stops their workers) and delete the reference data."""
         for session in self._sessions:

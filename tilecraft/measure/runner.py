@@ -186,6 +186,12 @@ class LocalRunner:
                     "stop_slow_candidates": self.stop_slow_candidates, "gpus": self.gpus}
         return LocalRunner(**{**settings, **changes})
 
+    def on_one_device(self, **changes: Any) -> LocalRunner:
+        """``fresh``, measuring on the first of this runner's GPUs alone (or, without GPUs,
+        here as before): the re-measurement's, whose finalists are compared on one device,
+        since two of a kind differ by more than finalists may."""
+        return self.fresh(**({"gpus": self.gpus[:1]} if self.gpus else {}), **changes)
+
     @property
     def measures_at_once(self) -> int:
         """GPU kernels in flight at once: one a GPU (``build_and_run`` hands over runs this long)."""

@@ -99,28 +99,47 @@ def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
 
 
 def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
-                     name: str = "conv2d") -> Tensor:
+                     multiple: int = 1, name: str = "conv2d") -> Tensor:
     """``conv2d_nhwc`` as one matrix product (implicit GEMM): data [N, H, W, C], kernel
     [KH, KW, C, F] (HWIO) -> [N*OH*OW, F], the NHWC output's memory, rows of pixels. The
     pixels' windows (``{name}_im2col``, [N*OH*OW, KH*KW*C]) and the kernel as a [KH*KW*C, F]
     matrix (``{name}_weights``) are stages that a schedule inlines into the tiles it fetches:
     a GPU's tensor cores take the product as they take a matmul's (``GpuTensorCoreTiling``),
-    where the output's rows, channels and the reduction are multiples of 16."""
+    where the output's rows, channels and the reduction are multiples of 16. Each of the three
+    sizes is padded up to a ``multiple`` (windows past the last pixel, weights past the last
+    channel or window element are 0); a product padded in rows or columns
+    (``{name}_padded``) is cropped into the output: a 14x14 image's 196 pixels, 208 rows."""
     _operands(data, kernel, "conv2d_nhwc_gemm")
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise TeError(f"conv2d_nhwc_gemm: multiple must be a positive int, got {multiple!r}")
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
     _check_groups(C, F, CG, 1, data, kernel, "conv2d_nhwc_gemm")
     padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, "conv2d_nhwc", name)
     pixels, depth = N * OH * OW, KH * KW * C
+    rows, deep, columns = (-(-size // multiple) * multiple for size in (pixels, depth, F))
 
     def window_of(m, k):  # pixel m's window at k = (ky * KW + kx) * C + c
-        return padded[m // (OH * OW), window(m // OW % OH, sh, k // (KW * C), dh),
-                      window(m % OW, sw, k // C % KW, dw), k % C]
+        value = padded[m // (OH * OW), window(m // OW % OH, sh, k // (KW * C), dh),
+                       window(m % OW, sw, k // C % KW, dw), k % C]
+        return _inside(value, (m, pixels, rows), (k, depth, deep))
 
-    rows = te.compute((pixels, depth), window_of, name=f"{name}_im2col")
-    weights = te.compute((depth, F), lambda k, f: kernel[k // (KW * C), k // C % KW, k % C, f], name=f"{name}_weights")
-    r = te.reduce_axis((0, depth), "rk")
-    return te.compute((pixels, F), lambda m, f: te.sum(rows[m, r] * weights[r, f], axis=r), name=name)
+    def weight(k, f):
+        return _inside(kernel[k // (KW * C), k // C % KW, k % C, f], (k, depth, deep), (f, F, columns))
+
+    windows = te.compute((rows, deep), window_of, name=f"{name}_im2col")
+    weights = te.compute((deep, columns), weight, name=f"{name}_weights")
+    r = te.reduce_axis((0, deep), "rk")
+    cropped = (rows, columns) != (pixels, F)
+    product = te.compute((rows, columns), lambda m, f: te.sum(windows[m, r] * weights[r, f], axis=r),
+                         name=f"{name}_padded" if cropped else name)
+    return te.compute((pixels, F), lambda m, f: product[m, f], name=name) if cropped else product
+
+
+def _inside(value, *bounds):
+    """``value``, or 0 where an index (of ``(index, size, padded size)``) lies in its padding."""
+    conditions = [index < size for index, size, padded_size in bounds if padded_size != size]
+    return te.if_then_else(te.all(*conditions), value, te.const(0, value.dtype)) if conditions else value
 
 
 def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,

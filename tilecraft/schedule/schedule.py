@@ -1326,6 +1326,10 @@ def _reads(expr: Expr, tensor) -> bool:
 
 
 def _check_identity_reads(consumer: Stage, producer: Stage) -> None:
+    if consumer.tensor.shape != producer.tensor.shape:
+        raise ScheduleError(f"block {consumer.name} {list(consumer.tensor.shape)} reads part of "
+                            f"{producer.tensor.name} {list(producer.tensor.shape)}; only a consumer of the same "
+                            "shape can be moved into or inlined into its producer")
     axes = [iv.var for iv in consumer.op.axis]
     bad = []
 

@@ -160,9 +160,13 @@ def weights_outweigh_rows(op: ComputeOp, axis_name: str, cache_bytes: int | None
     return (sizes[True] > sizes[False] or outgrows) and sizes[False] > 0
 
 
-def is_elementwise_reader(consumer: ComputeOp, producer: Tensor) -> bool:
-    """``consumer`` reads ``producer`` only at its own indices, in order, without reducing."""
-    if consumer.reduce_axis or consumer.shape != producer.shape:
+def is_elementwise_reader(consumer: ComputeOp, producer: Tensor, crops: bool = False) -> bool:
+    """``consumer`` reads ``producer`` only at its own indices, in order, without reducing;
+    where ``crops``, also over a part of it (each axis no longer than the producer's: a
+    product padded to whole tiles, cropped, ``ops.conv2d_nhwc_gemm``)."""
+    same = len(consumer.shape) == len(producer.shape) and all(
+        c <= p if crops else c == p for c, p in zip(consumer.shape, producer.shape))
+    if consumer.reduce_axis or not same:
         return False
     axes = tuple(iv.var for iv in consumer.axis)
     reads = [r for r in reads_of(consumer) if r.tensor is producer]

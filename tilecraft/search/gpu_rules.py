@@ -84,7 +84,9 @@ class GpuMultiLevelTiling(SketchRule):
         sch = draft.sch.copy()
         copy = sch.cache_write(sch.get_block(block), 0, "local")
         epilogue = _epilogue(draft, block)
-        if epilogue is not None:  # its other element-wise stages are inlined into it by now
+        if epilogue is not None and _crops(draft, block, epilogue):  # a kernel of its own after the padded product
+            _bind_over_threads(sch, sch.get_block(epilogue), _uniform(sch, THREAD_COUNTS))
+        elif epilogue is not None:  # its other element-wise stages are inlined into it by now
             sch.reverse_compute_inline(sch.get_block(epilogue))
         spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=False)
         first, first_reduction_level = self._bind_and_cache(sch, sch.get_loops(copy), block, spatial_tiles)
@@ -243,10 +245,16 @@ class GpuAutoBind(SketchRule):
             rest = sch.fuse(*loops[rows:]) if spatial - rows > 1 else loops[rows]
             sch.bind(sch.split(rest, [None, threads])[1], "threadIdx.x")
         else:
-            outer, inner = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, threads])
-            sch.bind(outer, "blockIdx.x")
-            sch.bind(inner, "threadIdx.x")
+            _bind_over_threads(sch, b, threads)
         return draft.derive(sch, f"auto_bind({block})")
+
+
+def _bind_over_threads(sch: Schedule, block, threads) -> None:
+    """``block``'s spatial loops fused and split over blocks of ``threads`` threads."""
+    loops = sch.get_loops(block)[:len(sch.state.stage(block.name).op.axis)]
+    outer, inner = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, threads])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
 
 
 @dataclass
@@ -341,11 +349,12 @@ def _pays_to_split(draft: Draft, block: str) -> bool:
 def _adds_atomically(draft: Draft, block: str, epilogue: str | None) -> bool:
     """Whether split-K's parts of ``block`` can be added into the kernel's output atomically:
     a sum of a type GPU atomics add, into the output, or into an epilogue that only adds to it
-    (a bias, a residual, which the first part adds), read by nothing else in the kernel."""
+    (a bias, a residual, which the first part adds) over the whole sum, read by nothing else
+    in the kernel."""
     stage = draft.stage(block)
     end = draft.stage(epilogue) if epilogue is not None else stage
-    return (stage.op.dtype in ATOMIC_DTYPES and end.is_output and not draft.sch.state.consumers_of(end.name)
-            and (epilogue is None or adds_to_sum(end.op.body, stage) is not None))
+    whole = epilogue is None or not _crops(draft, block, epilogue) and adds_to_sum(end.op.body, stage) is not None
+    return stage.op.dtype in ATOMIC_DTYPES and end.is_output and not draft.sch.state.consumers_of(end.name) and whole
 
 
 def _short_of_rows(draft: Draft, block: str) -> bool:
@@ -368,12 +377,13 @@ def _reduced_rows(draft: Draft, block: str) -> int:
 
 def _ends_epilogue(draft: Draft, block: str) -> bool:
     """Whether ``block`` is the last stage of a chain of element-wise stages, each the only
-    reader of the one before, that starts at a block to be tiled: then the tiling folds it in."""
+    reader of the one before, that starts at a block to be tiled: then the tiling folds it in.
+    A stage of the chain may crop the one before (a product padded to whole tiles)."""
     stage = draft.stage(block)
     while not stage.op.reduce_axis:
         producers = draft.sch.state.producers_of(stage)
         if len(producers) != 1 or len(draft.sch.state.consumers_of(producers[0].name)) != 1 \
-                or not is_elementwise_reader(stage.op, producers[0].tensor):
+                or not is_elementwise_reader(stage.op, producers[0].tensor, crops=True):
             return False
         stage = producers[0]
         if needs_multi_level_tiling(stage.op) and not stage.attach:
@@ -570,6 +580,11 @@ def _epilogue(draft: Draft, block: str) -> str | None:
     while len(consumers := draft.sch.state.consumers_of(stage.name)) == 1:
         stage = consumers[0]
     return stage.name if stage.name != block and _ends_epilogue(draft, stage.name) else None
+
+
+def _crops(draft: Draft, block: str, epilogue: str) -> bool:
+    """Whether ``epilogue`` reads a part of ``block``'s output (a product padded to whole tiles)."""
+    return draft.stage(epilogue).tensor.shape != draft.stage(block).tensor.shape
 
 
 def _uniform(sch: Schedule, values: tuple[int, ...]):

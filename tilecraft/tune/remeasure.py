@@ -22,17 +22,16 @@ from ..schedule.trace import Trace
 def remeasure(task: Any, finalists: Sequence[tuple[Trace, str | None]], builder: Any, runner: Any, repeats: int,
               callbacks: Sequence[Callable] = ()) -> list[MeasureResult]:
     """Measure ``finalists`` (traces with their sketch names) of ``task`` again, ``repeats``
-    interleaved rounds of one call each, in a fresh worker when the runner can start one
-    (``LocalRunner.fresh``; on the first of its GPUs), every finalist timed in full; give each callback the final results and return them, in the
-    order of ``finalists``. A finalist that fails in any round is an error of its kind."""
+    interleaved rounds of one call each, in a fresh worker on one device when the runner can
+    start one (``on_one_device``: the first of its GPUs, servers or actors), every finalist
+    timed in full; give each callback the final results and return them, in the order of
+    ``finalists``. A finalist that fails in any round is an error of its kind."""
     if not finalists:
         return []
     inputs = [MeasureInput(task.compute_dag, task.target, trace) for trace, _ in finalists]
     builds = builder.build(inputs)
-    changes: dict[str, Any] = {"repeat": 1, "stop_slow_candidates": False}
-    if getattr(runner, "gpus", None):  # one GPU: two of a kind still differ by more than finalists may
-        changes["gpus"] = runner.gpus[:1]
-    fresh = runner.fresh(**changes) if hasattr(runner, "fresh") else runner
+    changes = {"repeat": 1, "stop_slow_candidates": False}
+    fresh = runner.on_one_device(**changes) if hasattr(runner, "on_one_device") else runner
     costs: list[list[float]] = [[] for _ in inputs]
     failed: dict[int, MeasureResult] = {n: _failed(b) for n, b in enumerate(builds)
                                         if b.error_kind is not MeasureErrorKind.NONE}

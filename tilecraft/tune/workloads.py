@@ -70,14 +70,14 @@ def conv2d_nhwc(N: int, H: int, W: int, C: int, F: int, KH: int, KW: int, stride
 
 @register_workload
 def conv2d_nhwc_gemm(N: int, H: int, W: int, C: int, F: int, KH: int, KW: int, stride: int = 1, padding: int = 0,
-                     dtype: str = "float32"):
+                     dtype: str = "float32", multiple: int = 1):
     """``conv2d_nhwc`` (and its bias and ReLU) as one matrix product of its pixels' windows
     by its kernel (implicit GEMM, ``ops.conv2d_nhwc_gemm``), rows of output pixels: in
-    float16 on a GPU, a product for tensor cores."""
+    float16 on a GPU, a product for tensor cores, its sizes padded to a ``multiple`` of 16."""
     data = te.placeholder((N, H, W, C), name="data", dtype=dtype)
     kernel = te.placeholder((KH, KW, C, F), name="kernel", dtype=dtype)
     bias = te.placeholder((F,), name="bias", dtype=dtype)
-    conv = ops.conv2d_nhwc_gemm(data, kernel, stride, padding)
+    conv = ops.conv2d_nhwc_gemm(data, kernel, stride, padding, multiple=multiple)
     biased = te.compute(conv.shape, lambda m, f: conv[m, f] + bias[f], name="bias_add")
     return [data, kernel, bias, ops.relu(biased)]
 
