@@ -345,20 +345,20 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
         assert "tc_wmma_mma_col_col(" in source and not re.search(r"_(load_shared_[ab]|mma)_row", source)
 
 
-def test_a_product_padded_to_whole_tiles_runs_on_tensor_cores_and_its_crop_in_the_same_kernel():
+def test_a_product_padded_to_whole_tiles_is_cropped_by_its_epilogue_in_the_same_kernel():
     """A convolution of 49 pixels, 360 window elements and 24 channels, padded to a product of
-    64 x 368 x 32 (zeros past its ends): on tensor cores the warps store their tiles into
-    shared memory, padded rows too, and the bias and ReLU store only the pixels and channels
-    there are, in the same kernel; tiled on CUDA cores, the padded product is stored and a
-    second kernel crops it."""
+    64 x 368 x 32 (zeros past its ends): on tensor cores the warps store their whole tiles into
+    shared memory, and the bias and ReLU store only the pixels and channels there are; tiled
+    on CUDA cores, the epilogue copies out each thread's registers, as many blocks as its
+    tiles fill, storing only what lies inside."""
     dag = half_conv_padded()
     sketches = {s.name.split()[-4]: s for s in generate_sketches(dag, target=TARGET)}
-    assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile"} <= set(sketches)
-    for name, kernels in (("gpu_tensor_core", 1), ("gpu_tensor_core_pipelined", 1), ("gpu_tile", 2)):
+    assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile", "gpu_tile_pipelined"} <= set(sketches)
+    for name in ("gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile", "gpu_tile_pipelined"):
         func = lower(sketches[name].trace_of(default_row(sketches[name], 1)).replay(dag))
-        assert len(split_kernels(func)[0]) == kernels, name
+        assert len(split_kernels(func)[0]) == 1 and "< 49)" in str(func) and "conv2d_padded[" not in str(func), name
     func = lower(sketches["gpu_tensor_core"].trace_of(default_row(sketches["gpu_tensor_core"], 1)).replay(dag))
-    assert "conv2d_padded_shared" in str(func) and "< 49)" in str(func)
+    assert "conv2d_padded_shared" in str(func)
 
 
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():
@@ -455,13 +455,15 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
 @pytest.mark.parametrize("workload", EVERY_WORKLOAD)
 def test_the_decisions_alone_tell_the_registers_a_thread_keeps_as_the_lowered_kernel_does(workload):
     """Accumulators, a cross-thread reduction's partial and result, a softmax's row values:
-    the words the decision matrix counts are the local buffers of the lowered kernel."""
+    the words the decision matrix counts are the local buffers of the lowered kernel; a
+    padded product's tiles that its crop cuts short (its rows past the end never computed)
+    at least."""
     dag = WORKLOADS[workload]()
     for sketch in generate_sketches(dag, target=TARGET):
         rows = sketch.sample_uniform(np.random.default_rng(0), 8)
         for row, words in zip(rows, sketch.local_words(rows)):
-            func = lower(sketch.trace_of(row).replay(dag))
-            assert words == local_words(_local_buffers(func.body)), f"{sketch.name}: {row}"
+            kept = local_words(_local_buffers(lower(sketch.trace_of(row).replay(dag)).body))
+            assert words >= kept if workload == "half_conv_padded" else words == kept, f"{sketch.name}: {row}"
 
 
 @pytest.mark.slow

@@ -53,7 +53,7 @@ class SimulatedGpuRunner:
                 on_result(index, result)
         return results
 
-    def fresh(self, **changes):
+    def on_one_device(self, **changes):
         return self
 
     def close(self):

@@ -67,7 +67,10 @@ _STDERR_TAIL_CHARS = 600
 
 class Runner(Protocol):
     """Measures built candidates. A runner that measures several at once (on several
-    devices) says how many as ``measures_at_once``; one without it measures one at a time."""
+    devices) says how many as ``measures_at_once``; one without it measures one at a time.
+    One that can start a fresh worker on one of its devices, with settings changed, gives it
+    as ``on_one_device(**changes)``, for the re-measurement that ends a tuning
+    (``tune/remeasure.py``); one without it re-measures as it is."""
 
     def run(self, inputs: Sequence[MeasureInput], builds: Sequence[BuildResult],
             on_result: Callable[[int, MeasureResult], None] | None = None) -> list[MeasureResult]:

@@ -84,12 +84,15 @@ class GpuMultiLevelTiling(SketchRule):
         sch = draft.sch.copy()
         copy = sch.cache_write(sch.get_block(block), 0, "local")
         epilogue = _epilogue(draft, block)
-        if epilogue is not None and _crops(draft, block, epilogue):  # a kernel of its own after the padded product
-            _bind_over_threads(sch, sch.get_block(epilogue), _uniform(sch, THREAD_COUNTS))
+        cropped = epilogue is not None and _crops(draft, block, epilogue)
+        if cropped:  # the epilogue copies out the registers it keeps, a padded product's tiles cropped
+            sch.compute_inline(copy)
+            copy = sch.get_block(epilogue)
         elif epilogue is not None:  # its other element-wise stages are inlined into it by now
             sch.reverse_compute_inline(sch.get_block(epilogue))
         spatial_tiles, _ = multi_level_tile(sch, block, self.structure, self.max_innermost_factor, padded=False)
-        first, first_reduction_level = self._bind_and_cache(sch, sch.get_loops(copy), block, spatial_tiles)
+        first, first_reduction_level = self._bind_and_cache(sch, sch.get_loops(copy), block, spatial_tiles,
+                                                            cropped=cropped)
         derived = draft.derive(sch, "gpu_tile", tiled=block)
         results = [(derived, derived.index(first or block) - 1)]
         if first is not None and self.software_pipeline:  # the same tiles, double-buffered (ir/pipeline.py)
@@ -177,15 +180,20 @@ class GpuMultiLevelTiling(SketchRule):
         return sch.rfactor(parts, 0), parts, rest, factors
 
     def _bind_and_cache(self, sch: Schedule, copy_loops: list, tiled: str, spatial_tiles: list,
-                        outer: list = ()) -> tuple[str | None, object]:
+                        outer: list = (), cropped: bool = False) -> tuple[str | None, object]:
         """The register tile's copy-out (``copy_loops``, its spatial loops, after its loops
         ``outer``) split as ``tiled`` is, its outer levels bound to blocks, virtual threads and
         threads, and ``tiled`` computed at its thread loop; each input of ``tiled`` cached in
         shared memory at its first reduction level (after as many loops left whole as
-        ``outer`` has). Returns the first cache's name and that loop."""
+        ``outer`` has). A ``cropped`` copy-out, shorter than ``tiled``, takes as many blocks
+        as its thread tiles fill. Returns the first cache's name and that loop."""
         inputs = len(sch.state.stage(tiled).op.input_tensors)
         levels = len(LEVEL_AXES)
-        pieces = [sch.split(loop, list(tiles[:levels]) + [None]) for loop, tiles in zip(copy_loops, spatial_tiles)]
+        if cropped:
+            pieces = [sch.split(loop, [None, *tiles[1:]]) for loop, tiles in zip(copy_loops, spatial_tiles)]
+            pieces = [[*p[:levels], sch.fuse(*p[levels:])] for p in pieces]
+        else:
+            pieces = [sch.split(loop, list(tiles[:levels]) + [None]) for loop, tiles in zip(copy_loops, spatial_tiles)]
         sch.reorder(*outer, *[p[n] for n in range(levels + 1) for p in pieces])
         bound = []
         for level, axis in enumerate(LEVEL_AXES):
@@ -245,16 +253,10 @@ class GpuAutoBind(SketchRule):
             rest = sch.fuse(*loops[rows:]) if spatial - rows > 1 else loops[rows]
             sch.bind(sch.split(rest, [None, threads])[1], "threadIdx.x")
         else:
-            _bind_over_threads(sch, b, threads)
+            outer, inner = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, threads])
+            sch.bind(outer, "blockIdx.x")
+            sch.bind(inner, "threadIdx.x")
         return draft.derive(sch, f"auto_bind({block})")
-
-
-def _bind_over_threads(sch: Schedule, block, threads) -> None:
-    """``block``'s spatial loops fused and split over blocks of ``threads`` threads."""
-    loops = sch.get_loops(block)[:len(sch.state.stage(block.name).op.axis)]
-    outer, inner = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, threads])
-    sch.bind(outer, "blockIdx.x")
-    sch.bind(inner, "threadIdx.x")
 
 
 @dataclass
