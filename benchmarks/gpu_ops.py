@@ -63,6 +63,9 @@ WORKLOADS = {
     "conv2d_b32": _conv(32),
     "conv2d_512x7x7_b1": _conv(1, 512, 7),  # ResNet-50's last stage: few outputs, a long sum, a ReLU (split-K's)
     "dense_2048x1000": ("dense", (1, 2048, 1000), lambda F, x, w: F.linear(x, w), 2 * 2048 * 1000),
+    # a ViT-B's MLP at 197 tokens in float16, padded to 208 rows of tensor cores' tiles
+    "dense_fp16_197x768x3072": ("dense", (197, 768, 3072, "float16", 16), lambda F, x, w: F.linear(x, w),
+                                2 * 197 * 768 * 3072),
     "softmax_2048x2000": ("softmax", (2048, 2000), lambda F, x: F.softmax(x, dim=-1), 5 * 2048 * 2000),
     "layer_norm_128x768": ("layer_norm", (128, 768), lambda F, x, g, b: F.layer_norm(x, (768,), g, b, 1e-5),
                            8 * 128 * 768),

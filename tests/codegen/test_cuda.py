@@ -391,7 +391,8 @@ def test_verifier_names_the_limit_the_value_and_the_loop():
 
 def test_barrier_under_a_partial_thread_loop_is_refused():
     """Shared-memory stages need every thread at the barrier: a consumer whose thread loop is
-    narrower than the block (here 4 of 8 threads on x) cannot hold one."""
+    narrower than the block (here 4 of 8 threads on x) cannot hold one. The verifier refuses
+    it before anything is compiled or emulated."""
     sch = tc.Schedule(matmul(16, 16, 16))
     c = sch.get_block("C")
     i, j, k = sch.get_loops(c)
@@ -405,8 +406,9 @@ def test_barrier_under_a_partial_thread_loop_is_refused():
     rows = sch.get_loops(cached)[-2]
     ty, tx = sch.split(rows, [None, 8])
     sch.bind(tx, "threadIdx.x")
-    with pytest.raises(LoweringError, match="barrier lies inside loop .* fewer than the block's 8 threads"):
-        tc.emulate_gpu(sch)
+    for make in (tc.emulate_gpu, tc.build):
+        with pytest.raises(GpuLimitError, match="runs 4 of the block's 8 threads on that axis, and a barrier lies"):
+            make(sch, tc.Target("cuda -arch=sm_90"))
 
 
 def test_cpu_build_refuses_gpu_schedules_with_the_fix():

@@ -29,7 +29,8 @@ def _rows_inside_reduction_chunks(dag, target):
     return sketch.trace_of(row).replay(dag)
 
 
-@pytest.mark.parametrize("l2_bytes, prefetched", [(64 * 1024, True), (1024 * 1024, False)])
+@pytest.mark.parametrize("l2_bytes, prefetched", [(64 * 1024, True),
+                                                  pytest.param(1024 * 1024, False, marks=pytest.mark.slow)])
 def test_the_rows_of_a_chunk_prefetch_the_next_chunk_of_weights_that_outgrow_l2(l2_bytes, prefetched, kernel_cache):
     target = tc.Target(tc.Target.host(), l2_bytes=l2_bytes)
     dag = tc.ComputeDAG(WORKLOADS["conv2d_nhwc"](1, 7, 7, 64, 128, 3, 3, 1, 1))  # weights 288 KB

@@ -19,13 +19,13 @@ from tilecraft.search.space import generate_sketches
 GPU = tc.Target("cuda -arch=sm_90")
 
 
-def half_layer():
+def half_layer(rows=32):
     """As the importer builds a float16 model: a dense layer with a bias and a ReLU, the product of
     its output with its own transpose (two activations), and a 3x3 convolution, each product in
     float32 between casts, its float16 weights folded into float32 constants."""
     rng = np.random.default_rng(0)
     b = GraphBuilder()
-    x = b.add_input("x", (32, 64), "float16")
+    x = b.add_input("x", (rows, 64), "float16")
     w = b.add_constant("w", (rng.standard_normal((48, 64)) / 8).astype("float16"))
     bias = b.add_constant("bias", rng.standard_normal(48).astype("float16"))
     h = b.emit("relu", [b.emit("add", [b.emit("dense", [x, w], {}, "fc"), bias], {}, "bias")], {}, "relu")
@@ -121,10 +121,26 @@ def test_a_float16_models_matrix_products_have_tensor_core_sketches_and_no_cast_
     assert len(products) == 2 and all(any("gpu_tensor_core" in name for name in names) for names in products)
 
 
+def test_float16_matrix_products_are_padded_to_whole_tiles_where_that_at_most_doubles_them():
+    """40 rows: the dense layer 40 x 64 x 48 and the scores 40 x 48 x 40 padded to 48 rows (and
+    columns), both on tensor cores; 24 rows (the scores 24 x 48 x 24 would be 32 x 48 x 32,
+    1.8 times the products, and the dense layer 1.3) both; 8 rows, the dense layer alone
+    (twice the products), not the scores (four times)."""
+    multiples = {rows: {n.op: n.attrs.get("multiple") for n in prepare_graph(half_layer(rows), None, GPU).nodes
+                        if n.op in ("dense", "matmul")} for rows in (40, 24, 8, 32)}
+    assert multiples == {40: {"dense": 16, "matmul": 16}, 24: {"dense": 16, "matmul": 16},
+                         8: {"dense": 16, "matmul": None}, 32: {"dense": None, "matmul": None}}
+    tasks, _ = tc.extract_tasks(half_layer(40), GPU)
+    products = [task for task in tasks if task.desc.startswith(("dense", "matmul"))]
+    assert len(products) == 2 and all(any("gpu_tensor_core" in s.name for s in generate_sketches(
+        task.compute_dag, target=GPU)) for task in products)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path):
-    graph = half_layer()
+@pytest.mark.parametrize("rows", [32, 40])
+def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path, rows):
+    graph = half_layer(rows)
     _, got, expected = emulated_on_gpu(graph, tmp_path)
     for name in graph.outputs:
         assert got[name].dtype == np.float16

@@ -13,7 +13,8 @@ from tilecraft.search.default import default_schedule
 HOST = tc.Target.host()
 
 
-@pytest.mark.parametrize("offset", [(0, 3, 0, 0), (0, 0, 0, 24)], ids=["rows", "channels"])
+@pytest.mark.parametrize("offset", [(0, 3, 0, 0), pytest.param((0, 0, 0, 24), marks=pytest.mark.slow)],
+                         ids=["rows", "channels"])
 def test_a_tuned_kernel_writes_only_its_slice_and_equals_numpy(offset, kernel_cache):
     """A convolution with relu, by its default schedule (packed weights, a register tile
     stored back from a local accumulator, a padded input), lands at ``offset`` of a

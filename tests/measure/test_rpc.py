@@ -211,6 +211,7 @@ def test_an_unknown_request_is_answered_with_an_error_and_the_session_goes_on(se
     channel.close()
 
 
+@pytest.mark.slow
 def test_a_client_trickling_a_frame_is_cut_off_after_the_request_timeout():
     with DeviceServer(port=0, secret=SECRET, request_timeout=0.5, target=tc.Target.host()).start() as server:
         _, recording = _session(server)

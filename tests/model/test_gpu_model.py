@@ -199,7 +199,7 @@ def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, 
         loaded.emulate(feeds)
 
 
-@pytest.mark.parametrize("axis", [1, 0], ids=["columns", "rows"])
+@pytest.mark.parametrize("axis", [1, pytest.param(0, marks=pytest.mark.slow)], ids=["columns", "rows"])
 def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, tmp_path):
     from tilecraft.graph import run_reference
     from test_compiled import branches_into_concat

@@ -123,6 +123,30 @@ def test_batch_matmul_with_broadcast_batch(rng):
     np.testing.assert_allclose(out, np.swapaxes(c, 1, 2) @ np.swapaxes(b, 1, 2), rtol=1e-5)
 
 
+@pytest.mark.parametrize("transpose_a, transpose_b", [(False, False), (True, True)])
+def test_products_padded_to_whole_tiles_compute_the_same(rng, transpose_a, transpose_b):
+    """3 x 5 x 4 padded to 4 x 8 x 4: the operands grown with zeros, the product cropped."""
+    A, a = placeholder(rng, (5, 3) if transpose_a else (3, 5), "A")
+    B, b = placeholder(rng, (4, 5) if transpose_b else (5, 4), "B")
+    out = ops.matmul(A, B, transpose_a, transpose_b, multiple=4)
+    assert stage_names(out) == ["matmul", "matmul_a", "matmul_b", "matmul_padded"]
+    np.testing.assert_allclose(run(out, {A: a, B: b}), (a.T if transpose_a else a) @ (b.T if transpose_b else b),
+                               rtol=1e-5)
+    C, c = placeholder(rng, (1, 5, 2) if transpose_a else (1, 2, 5), "C")
+    D, d = placeholder(rng, (3, 4, 5), "D")
+    out = ops.batch_matmul(C, D, transpose_a, transpose_b=True, multiple=4)  # a batch of 1 broadcast, 4 columns whole
+    np.testing.assert_allclose(run(out, {C: c, D: d}), (np.swapaxes(c, 1, 2) if transpose_a else c)
+                               @ np.swapaxes(d, 1, 2), rtol=1e-5)
+    X, x = placeholder(rng, (3, 6), "X")
+    W, w = placeholder(rng, (5, 6), "W")
+    bias, v = placeholder(rng, (5,), "bias")
+    out = ops.dense(X, W, bias, multiple=4)
+    assert stage_names(out) == ["dense", "dense_a", "dense_b", "dense_bias_add", "dense_padded"]
+    np.testing.assert_allclose(run(out, {X: x, W: w, bias: v}), x @ w.T + v, rtol=1e-5)
+    with pytest.raises(TeError, match="multiple must be a positive int"):
+        ops.matmul(A, B, transpose_a, transpose_b, multiple=-2)
+
+
 def test_linalg_errors():
     A = te.placeholder((3, 4), name="A")
     B = te.placeholder((5, 6), name="B")

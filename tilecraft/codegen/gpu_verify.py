@@ -20,7 +20,8 @@ import numpy as np
 
 from ..errors import GpuLimitError
 from ..ir.kernels import split_kernels
-from ..ir.nodes import Allocate, AsyncCopies, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, WarpMatrix, walk_stmts
+from ..ir.nodes import (Allocate, AsyncCopies, Barrier, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, ThreadAllReduce,
+                        WarpMatrix, walk_stmts)
 from ..te.dtype import bytes_of
 from .cuda import GPU_AXES, Launch, bound_loops, launch_of, registers_a_thread, shared_offsets, vector_bytes
 
@@ -91,6 +92,13 @@ def _verify_kernel(func: LoweredFunc, target) -> Launch:
                             f"{LOCAL_REGISTER_SHARE:.0%} of the {registers} registers a thread of a "
                             f"{launch.threads}-thread block may have: they would spill to local memory; make the "
                             "register tile smaller (the tile levels inside threadIdx)")
+    for loop in loops:  # a thread past the loop's end would skip a barrier the others wait at (a hang on a GPU)
+        axis = "xyz".index(loop.kind[-1]) if loop.kind.startswith("threadIdx") else None
+        if axis is not None and loop.extent < launch.block[axis] and any(
+                isinstance(n, (Barrier, ThreadAllReduce)) for n in walk_stmts(loop.body)):
+            raise GpuLimitError(f"loop {loop.var.name} bound to {loop.kind} runs {loop.extent} of the block's "
+                                f"{launch.block[axis]} threads on that axis, and a barrier lies inside it, which the "
+                                "others would never reach: bind as many threads to it as to the block's other loops")
     _check_nest(func.body, (), target)
     return launch
 

@@ -88,6 +88,31 @@ def gemm_convolutions(graph: Graph) -> Graph:
     return sink_reshapes(graph, only=frozenset(views)) if views else graph
 
 
+def padded_products(graph: Graph) -> Graph:
+    """Each float16 matrix product (``dense``, ``matmul``, ``batch_matmul``) whose rows,
+    columns or reduction are no multiple of ``TILE`` computed padded to whole tiles and
+    cropped (``multiple``), if that adds at most ``MAX_PADDING``: a ViT's 197 tokens become
+    208 rows, and its products take tensor cores."""
+    nodes = []
+    for node in graph.nodes:
+        shapes = [graph.values[name].shape for name in node.inputs[:2]]
+        sizes = _product_sizes(node, shapes) if node.op in ("dense", "matmul", "batch_matmul") else None
+        if sizes is not None and graph.values[node.output].dtype == "float16" and any(s % TILE for s in sizes) \
+                and _padding(*sizes) <= MAX_PADDING:
+            node = Node(node.op, node.inputs, node.output, {**node.attrs, "multiple": TILE}, node.name)
+        nodes.append(node)
+    return Graph(graph.inputs, graph.outputs, nodes, dict(graph.constants), dict(graph.values))
+
+
+def _product_sizes(node: Node, shapes: list[tuple[int, ...]]) -> tuple[int, int, int]:
+    """(M, K, N) of a ``dense`` (X [M, K], W [N, K]), ``matmul`` or ``batch_matmul``."""
+    a, b = (shape[-2:] for shape in shapes)
+    if node.op == "dense":
+        return a[0], a[1], b[0]
+    (m, k), n = (reversed(a) if node.attrs.get("transpose_a") else a), b[0 if node.attrs.get("transpose_b") else 1]
+    return m, k, n
+
+
 def _padding(*sizes: int) -> float:
     """How many products a product of ``sizes`` padded to whole tiles computes for each one it needs."""
     return math.prod(-(-size // TILE) * TILE / size for size in sizes)

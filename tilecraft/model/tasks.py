@@ -18,7 +18,7 @@ from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
 from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
-from ..graph.half import gemm_convolutions, half_products
+from ..graph.half import gemm_convolutions, half_products, padded_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
 from ..graph.winograd import stages_of, winograd_convolutions
@@ -50,7 +50,7 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
     if target.kind == "cuda":  # float16 products on float16 operands, convolutions as tensor cores take them
-        return gemm_convolutions(convert_layout(half_products(model_or_graph)))
+        return padded_products(gemm_convolutions(convert_layout(half_products(model_or_graph))))
     graph = convert_layout(model_or_graph)
     rewritten = winograd_convolutions(graph)
     direct = _direct_by_the_log(graph, rewritten, best) if best else set()

@@ -136,3 +136,30 @@ def lowest(dtype: str) -> int | float:
     """The smallest finite value of ``dtype``: the identity of max over padding, as in TVM."""
     info = np.finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
     return float(info.min) if is_float(dtype) else int(info.min)
+
+
+def rounded_up(sizes: Sequence[int], multiple: Any, op: str) -> tuple[int, ...]:
+    """Each of ``sizes`` rounded up to a ``multiple`` (a product's sizes padded to whole tiles)."""
+    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+        raise TeError(f"{op}: multiple must be a positive int, got {multiple!r}")
+    return tuple(-(-size // multiple) * multiple for size in sizes)
+
+
+def zero_outside(value: Expr, *bounds: tuple[Any, int, int]) -> Expr:
+    """``value``, or 0 where an index of ``(index, size, padded size)`` lies in its padding."""
+    conditions = [index < size for index, size, padded_size in bounds if padded_size != size]
+    return te.if_then_else(te.all(*conditions), value, te.const(0, value.dtype)) if conditions else value
+
+
+def padded_to(x: Tensor, shape: Sequence[int], name: str) -> Tensor:
+    """``x`` grown to ``shape`` with zeros past its ends (``x`` itself where it has that shape)."""
+    if tuple(shape) == tuple(x.shape):
+        return x
+    return compute_nd(shape, lambda idx: zero_outside(x[idx], *zip(idx, x.shape, shape)), name)
+
+
+def cropped(product: Tensor, shape: Sequence[int], name: str) -> Tensor:
+    """``product``'s first ``shape`` elements along each axis: a product padded to whole tiles
+    without its padding (the GPU rules take it as the start of the product's epilogue)."""
+    return product if tuple(shape) == tuple(product.shape) else compute_nd(shape, lambda idx: product[idx], name)
+

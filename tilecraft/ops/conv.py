@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import te
 from ..errors import TeError
 from ..te.tensor import Tensor
-from .common import check_tensor, layout_free, padding4, pair, same_dtype, window
+from .common import check_tensor, cropped, layout_free, padding4, pair, rounded_up, same_dtype, window, zero_outside
 from .transform import pad
 
 Pair = int | tuple[int, int]
@@ -110,36 +110,28 @@ def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: in
     channel or window element are 0); a product padded in rows or columns
     (``{name}_padded``) is cropped into the output: a 14x14 image's 196 pixels, 208 rows."""
     _operands(data, kernel, "conv2d_nhwc_gemm")
-    if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
-        raise TeError(f"conv2d_nhwc_gemm: multiple must be a positive int, got {multiple!r}")
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
     _check_groups(C, F, CG, 1, data, kernel, "conv2d_nhwc_gemm")
     padded, sh, sw, dh, dw, OH, OW = _window(data, KH, KW, stride, padding, dilation, "conv2d_nhwc", name)
     pixels, depth = N * OH * OW, KH * KW * C
-    rows, deep, columns = (-(-size // multiple) * multiple for size in (pixels, depth, F))
+    rows, deep, columns = rounded_up((pixels, depth, F), multiple, "conv2d_nhwc_gemm")
 
     def window_of(m, k):  # pixel m's window at k = (ky * KW + kx) * C + c
         value = padded[m // (OH * OW), window(m // OW % OH, sh, k // (KW * C), dh),
                        window(m % OW, sw, k // C % KW, dw), k % C]
-        return _inside(value, (m, pixels, rows), (k, depth, deep))
+        return zero_outside(value, (m, pixels, rows), (k, depth, deep))
 
     def weight(k, f):
-        return _inside(kernel[k // (KW * C), k // C % KW, k % C, f], (k, depth, deep), (f, F, columns))
+        return zero_outside(kernel[k // (KW * C), k // C % KW, k % C, f], (k, depth, deep), (f, F, columns))
 
     windows = te.compute((rows, deep), window_of, name=f"{name}_im2col")
     weights = te.compute((deep, columns), weight, name=f"{name}_weights")
     r = te.reduce_axis((0, deep), "rk")
-    cropped = (rows, columns) != (pixels, F)
+    whole = (rows, columns) == (pixels, F)
     product = te.compute((rows, columns), lambda m, f: te.sum(windows[m, r] * weights[r, f], axis=r),
-                         name=f"{name}_padded" if cropped else name)
-    return te.compute((pixels, F), lambda m, f: product[m, f], name=name) if cropped else product
-
-
-def _inside(value, *bounds):
-    """``value``, or 0 where an index (of ``(index, size, padded size)``) lies in its padding."""
-    conditions = [index < size for index, size, padded_size in bounds if padded_size != size]
-    return te.if_then_else(te.all(*conditions), value, te.const(0, value.dtype)) if conditions else value
+                         name=name if whole else f"{name}_padded")
+    return cropped(product, (pixels, F), name)
 
 
 def depthwise_conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0,

@@ -28,11 +28,12 @@ def matmul_add(N: int, L: int, M: int, dtype: str = "float32"):
 
 
 @register_workload
-def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32"):
-    """``X @ W.T``, W of shape ``(out_features, in_features)``, as a fully connected layer."""
+def dense(batch: int, in_features: int, out_features: int, dtype: str = "float32", multiple: int = 1):
+    """``X @ W.T``, W of shape ``(out_features, in_features)``, as a fully connected layer; its
+    sizes padded to a ``multiple`` (16: tensor cores' tiles)."""
     X = te.placeholder((batch, in_features), name="X", dtype=dtype)
     W = te.placeholder((out_features, in_features), name="W", dtype=dtype)
-    return [X, W, ops.dense(X, W)]
+    return [X, W, ops.dense(X, W, multiple=multiple)]
 
 
 @register_workload
