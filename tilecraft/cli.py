@@ -173,8 +173,11 @@ def _workload_args(workload: str, shape: tuple[int, ...], dtype: str) -> tuple:
 
 
 def _size_parameters(workload: str) -> list[inspect.Parameter]:
-    """The parameters of a registered workload that ``--shape`` gives: all but its dtype."""
-    return [p for p in inspect.signature(WORKLOADS[workload]).parameters.values() if p.name != "dtype"]
+    """The parameters of a registered workload that ``--shape`` gives: those before its dtype
+    (any after it, a padding ``multiple``, keep their defaults)."""
+    parameters = list(inspect.signature(WORKLOADS[workload]).parameters.values())
+    names = [p.name for p in parameters]
+    return parameters[:names.index("dtype")] if "dtype" in names else parameters
 
 
 def _describe_sizes(workload: str) -> str:
@@ -583,8 +586,10 @@ def add_serve_command(subparsers: Any) -> None:
                                                "python -c 'import secrets; print(secrets.token_hex(32))' > FILE)")
     command.add_argument("--key", default="cpu", help="the device's label, RPCRunner's key= (default cpu)")
     command.add_argument("--target", type=_target, help="the target to report (default: this machine)")
-    command.add_argument("--device", type=_cuda_device, help="measure CUDA kernels on this GPU (cuda:0, cuda:1, ...) "
-                                                             "instead of CPU kernels; its arch is the target")
+    command.add_argument("--device", type=_cuda_devices, metavar="cuda:N[,cuda:M...]",
+                         help="measure CUDA kernels on these GPUs instead of CPU kernels, a client's session on each, "
+                              "all at once (RPCRunner opens a session a GPU); GPUs of one kind, the first one's arch "
+                              "the target")
     command.add_argument("--certfile", help="serve TLS with this PEM certificate (clients pass ca_file=)")
     command.add_argument("--keyfile", help="the certificate's private key, when not in --certfile")
     command.set_defaults(run=run_serve)
@@ -635,14 +640,15 @@ def run_serve(args: argparse.Namespace) -> int:
     from .measure import DeviceServer
     from .measure.rpc_protocol import secret_bytes
 
-    if args.device is not None:  # the workers (and the target's reading of "GPU 0") see that GPU alone
-        _show_only_gpus([args.device])
-        args.target = args.target or CudaTarget.device()  # no GPU there: a TargetError, one line
+    gpus = _measuring_gpus(args)  # the workers (and the target's reading of "GPU 0") see those GPUs alone
     with DeviceServer(args.host, args.port, secret_bytes(None, args.secret_file), args.key, target=args.target,
-                      certfile=args.certfile, keyfile=args.keyfile, log=lambda line: print(line, flush=True)) as server:
+                      certfile=args.certfile, keyfile=args.keyfile, log=lambda line: print(line, flush=True),
+                      gpus=gpus) as server:
         print(f"tilecraft serve: device {server.key!r} on {args.host}:{server.port}"
               f"{'' if server.secret else ' without a secret: any local user may run code as you'}\n"
               f"target: {server.target}", flush=True)
+        if gpus:
+            print(f"measuring on GPU(s) {', '.join(server.gpu_ids.values())}, a session on each", flush=True)
         try:
             server.serve_forever()
         except KeyboardInterrupt:

@@ -11,7 +11,9 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,10 +22,12 @@ from tilecraft import te
 from tilecraft.database import load_records
 from tilecraft.measure import (AuthenticationError, BuildResult, DeviceServer, MeasureErrorKind, MeasureInput,
                                RPCError, RPCRunner, rpc_protocol)
+from tilecraft.measure import runner as runner_module
 from tilecraft.measure.rpc_protocol import client_handshake
 from tilecraft.runtime import ArgSpec, compile_c
 from tilecraft.search.default import default_row
 from tilecraft.search.space import generate_sketches
+from test_runner import _visible_gpu  # tests/measure, beside this file
 
 SECRET = secrets.token_hex(32).encode()
 KERNELS = r"""
@@ -286,17 +290,57 @@ def test_tls_wraps_the_sessions_and_a_client_without_the_ca_is_refused(tmp_path,
             RPCRunner(port=server.port, secret=SECRET)
 
 
-def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file):
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
+def test_a_server_of_several_gpus_measures_a_session_on_each_at_once(monkeypatch):
+    """Two GPUs: the client opens a session for each, the first two candidates are in flight
+    together (each waits for the other), each session's worker sees its GPU alone, and each
+    result names the GPU that measured it; the re-measurement's runner uses one. The workers
+    are real; their replies, which would need a GPU, are made up."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    together, asked = threading.Barrier(2, timeout=30), []
+
+    def ask(worker, request, timeout_secs, run_limit_secs=None):
+        asked.append(worker.process.pid)
+        if len(asked) <= 2:
+            together.wait()
+        return {"error_kind": "none", "costs": [int(_visible_gpu(worker)) * 1e-3]}  # the cost says the GPU
+
+    monkeypatch.setattr(runner_module._Worker, "ask", ask)
+    with DeviceServer(port=0, secret=SECRET, target="cuda -arch=sm_90", gpus=[0, 1]).start() as server, \
+            RPCRunner(port=server.port, secret=SECRET) as runner:
+        task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=runner.target())
+        sketch = next(s for s in generate_sketches(task.compute_dag, target=task.target) if s.name == "gpu_tile")
+        inputs = [MeasureInput(task.compute_dag, task.target, sketch.trace_of(default_row(sketch, 1)))] * 6
+        builds = tc.LocalBuilder().build(inputs[:1]) * 6
+        assert runner.measures_at_once == 2
+        results = runner.run(inputs, builds)
+        with runner.on_one_device() as final:
+            finals = final.run(inputs[:2], builds[:2])
+    device = f"cpu@127.0.0.1:{server.port}/cuda:"
+    assert all(r.is_valid and r.device == f"{device}{round(r.costs[0] * 1e3)}" for r in results + finals)
+    assert {r.device for r in results} == {f"{device}3", f"{device}5"} and len({r.device for r in finals}) == 1
+
+
+@pytest.mark.parametrize("gpus", [None, "cuda:1,cuda:0"])
+def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file, gpus, monkeypatch):
+    """A CPU's server, or two GPUs' (CUDA_VISIBLE_DEVICES=3,5 as the shell set it): a client
+    opens a session on each GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    devices = ["--device", gpus, "--target", "cuda -arch=sm_90"] if gpus else []
     # Ctrl-C as in a terminal: a shell's background job (CI run with &) passes SIGINT on ignored
     serve = subprocess.Popen([sys.executable, "-m", "tilecraft.cli", "serve", "--port", "0", "--secret-file",
-                              str(secret_file), "--key", "cpu"], stdout=subprocess.PIPE, text=True,
+                              str(secret_file), "--key", "cpu", *devices], stdout=subprocess.PIPE, text=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first, second = serve.stdout.readline(), serve.stdout.readline()
         port = int(first.split(":")[-1])
-        assert first.startswith("tilecraft serve: device 'cpu' on 127.0.0.1:") and second.startswith("target: llvm")
+        assert first.startswith("tilecraft serve: device 'cpu' on 127.0.0.1:")
+        assert second.startswith("target: cuda -arch=sm_90" if gpus else "target: llvm")
+        assert not gpus or serve.stdout.readline() == "measuring on GPU(s) 5, 3, a session on each\n"
         with RPCRunner(port=port, secret_file=secret_file) as runner:
             assert str(runner.target()) == second.removeprefix("target: ").strip()
+            assert runner.measures_at_once == (2 if gpus else 1)
         serve.send_signal(signal.SIGINT)
         assert serve.wait(timeout=10) == 0
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import queue
+import re
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from time import perf_counter, sleep, time
@@ -31,6 +32,8 @@ from .runner import LocalRunner
 
 _REPLY_GRACE_SECS = 120.0  # beyond `timeout`: the upload, a worker's start, a turn at the device
 _IO_SECS = 60.0  # the most one frame may take to send or arrive (a workload's data may be large)
+_MAX_GPUS = 64  # the most GPUs a server may say it has: sessions opened to it
+_GPU_ID = re.compile(r"[A-Za-z0-9:_-]{1,64}")  # a CUDA_VISIBLE_DEVICES entry: an ordinal, a GPU or MIG UUID
 
 
 class RPCRunner:
@@ -39,7 +42,7 @@ class RPCRunner:
     The runner connects when made and learns the server's target: build for it
     (``SearchTask(..., target=runner.target())``). Results are those of ``LocalRunner``
     on the server (costs, or an error kind and message), each naming its device as
-    ``"<key>@<host>:<port>"``.
+    ``"<key>@<host>:<port>"`` (and ``/cuda:<n>``, the GPU that measured it, for a GPU server).
 
     Args:
         key: The device's label; the server must serve the same key.
@@ -47,7 +50,8 @@ class RPCRunner:
         port: The server's port, when ``addresses`` is not given.
         secret: The secret the server was started with.
         secret_file: A file holding it (``tilecraft serve --secret-file``), instead.
-        n_parallel: Sessions per server.
+        n_parallel: Sessions per server; None: one for each GPU it measures on (one for a
+            CPU), so that a server of several GPUs measures on all of them at once.
         timeout: The longest one candidate may run on the server (its RUN_TIMEOUT).
         number: Calls per measurement.
         repeat: Measurements per candidate.
@@ -66,12 +70,12 @@ class RPCRunner:
     """
 
     def __init__(self, key: str = "cpu", host: str = "127.0.0.1", port: int = 9190, secret: bytes | str | None = None,
-                 secret_file: str | Path | None = None, n_parallel: int = 1, timeout: float = 10,
+                 secret_file: str | Path | None = None, n_parallel: int | None = None, timeout: float = 10,
                  number: int = 3, repeat: int = 1, min_repeat_ms: float = 100, cooldown_interval: float = 0.0,
                  addresses: Sequence[tuple[str, int]] | None = None, enable_cpu_cache_flush: bool = False,
                  stop_slow_candidates: bool = True, ca_file: str | Path | None = None) -> None:
-        for name, value, least in (("n_parallel", n_parallel, 1), ("timeout", timeout, 1e-3), ("number", number, 1),
-                                   ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0),
+        for name, value, least in (("n_parallel", n_parallel or 1, 1), ("timeout", timeout, 1e-3),
+                                   ("number", number, 1), ("repeat", repeat, 1), ("min_repeat_ms", min_repeat_ms, 0),
                                    ("cooldown_interval", cooldown_interval, 0)):
             if value < least:
                 raise ValueError(f"RPCRunner: {name}={value} must be >= {least}")
@@ -83,10 +87,14 @@ class RPCRunner:
         self._secret = secret_bytes(secret, secret_file)
         self._data = LocalRunner()  # makes the reference data as local measurement does; its worker never starts
         self._references: dict[str, tuple[str, Path]] = {}  # workload key -> SHA-256 and .npz of its data
-        self._sessions = [_Session(self, *address) for address in self.addresses for _ in range(n_parallel)]
+        self._sessions = [_Session(self, *address) for address in self.addresses]
         try:
-            for session in self._sessions:
+            for session in list(self._sessions):  # then as many more on each server as n_parallel, or its GPUs, say
                 session.open()
+                more = [_Session(self, session.host, session.port) for _ in range((n_parallel or session.gpus) - 1)]
+                self._sessions += more
+                for extra in more:
+                    extra.open()
         except RPCError as error:
             self.close()
             raise type(error)(f"device server {session.host}:{session.port}: {error}") from None
@@ -122,7 +130,7 @@ class RPCRunner:
     def on_one_device(self, **changes: Any) -> RPCRunner:
         """``fresh``, one session on the first server alone: the re-measurement's, whose
         finalists are compared on one device, since two of a kind differ by more than
-        finalists may (and two sessions of one server would time candidates side by side)."""
+        finalists may (a second session would measure on a server's second GPU)."""
         return self.fresh(**{"addresses": self.addresses[:1], "n_parallel": 1, **changes})
 
     def close(self) -> None:
@@ -201,6 +209,7 @@ class _Session:
         self.device = f"{runner.key}@{host}:{port}"
         self.channel: Channel | None = None
         self.target = ""
+        self.gpus = 1  # the GPUs the server measures on
         self._sent: set[str] = set()  # SHA-256s of the reference data this session's server holds
 
     def open(self) -> None:
@@ -215,13 +224,15 @@ class _Session:
         channel.send({"kind": "open", "settings": runner.settings})
         _expect(channel, "opened")
         self.channel, self.target, self._sent = channel, str(hello["target"]), set()
+        gpus = hello.get("gpus", 1)  # an older server says nothing: one device
+        self.gpus = gpus if isinstance(gpus, int) and 1 <= gpus <= _MAX_GPUS else 1
 
     def measure(self, build: BuildResult, reference: tuple[str, Path] | str) -> MeasureResult:
         start = perf_counter()
 
-        def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = ()) -> MeasureResult:
+        def result(kind: MeasureErrorKind, message: str = "", costs: Sequence[float] = (), gpu: str | None = None):
             return MeasureResult(tuple(costs), kind, message, build.time_cost + perf_counter() - start, time(),
-                                 device=self.device)
+                                 device=self.device if gpu is None else f"{self.device}/cuda:{gpu}")
 
         if isinstance(reference, str):
             return result(MeasureErrorKind.RUNTIME, reference)
@@ -245,7 +256,11 @@ class _Session:
             reply, _ = self.channel.receive(wait_secs=self.runner.settings["timeout"] + _REPLY_GRACE_SECS)
             if reply["kind"] == "error":
                 return result(MeasureErrorKind.RUNTIME, f"device server {self.device}: {reply.get('message')}")
-            return result(MeasureErrorKind(reply["error_kind"]), str(reply["error_msg"]), map(float, reply["costs"]))
+            gpu = reply.get("gpu")
+            if gpu is not None and not (isinstance(gpu, str) and _GPU_ID.fullmatch(gpu)):
+                raise ValueError(f"the result names the GPU {str(gpu)[:40]!r}, not a CUDA_VISIBLE_DEVICES entry")
+            costs = map(float, reply["costs"])
+            return result(MeasureErrorKind(reply["error_kind"]), str(reply["error_msg"]), costs, gpu)
         except (RPCError, OSError, KeyError, ValueError, TypeError) as error:  # lost, or a reply out of protocol
             self.close()
             return result(MeasureErrorKind.RUNTIME, f"the session with {self.device} failed: {error_line(error)}; "

@@ -157,15 +157,7 @@ class LocalRunner:
         self.evict_weights = evict_weights
         self.max_memory_bytes = max_memory_bytes
         self.stop_slow_candidates = stop_slow_candidates
-        self.gpus = None if gpus is None else tuple(gpus)
-        if self.gpus is not None and (not self.gpus or len(set(self.gpus)) < len(self.gpus)
-                                      or any(not isinstance(gpu, int) or gpu < 0 for gpu in self.gpus)):
-            raise ValueError(f"LocalRunner: gpus={list(self.gpus)}; give the ordinals of distinct GPUs, at least one "
-                             f"([0, 1] for cuda:0 and cuda:1)")
-        try:  # ordinal -> its CUDA_VISIBLE_DEVICES entry
-            self._visible = {} if self.gpus is None else visible_gpu_ids(self.gpus)
-        except ValueError as error:
-            raise ValueError(f"LocalRunner: {error}") from None
+        self.gpus, self._visible = checked_gpus(gpus, "LocalRunner")
         self.device = f"local@{socket.gethostname()}"
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-measure-")
         self._references: dict[str, Path] = {}  # workload key -> .npz of inputs and expected outputs
@@ -367,6 +359,25 @@ class LocalRunner:
         path = Path(self._directory.name) / f"{hashlib.sha256(dag.workload_key.encode()).hexdigest()[:24]}.npz"
         np.savez(path, **arrays)
         return path
+
+
+def checked_gpus(gpus: Sequence[int] | None, who: str) -> tuple[tuple[int, ...] | None, dict[int, str]]:
+    """``gpus`` as a tuple, and the ``CUDA_VISIBLE_DEVICES`` entry of each (``visible_gpu_ids``).
+
+    Raises:
+        ValueError: Naming ``who``, if ``gpus`` is empty, repeats a GPU or names one this
+            process cannot see.
+    """
+    if gpus is None:
+        return None, {}
+    gpus = tuple(gpus)
+    if not gpus or len(set(gpus)) < len(gpus) or any(not isinstance(gpu, int) or gpu < 0 for gpu in gpus):
+        raise ValueError(f"{who}: gpus={list(gpus)}; give the ordinals of distinct GPUs, at least one "
+                         f"([0, 1] for cuda:0 and cuda:1)")
+    try:
+        return gpus, visible_gpu_ids(gpus)
+    except ValueError as error:
+        raise ValueError(f"{who}: {error}") from None
 
 
 def visible_gpu_ids(gpus: Sequence[int]) -> dict[int, str]:

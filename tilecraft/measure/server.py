@@ -10,7 +10,9 @@ server. It listens on loopback unless told otherwise, and beyond it only with a 
 
 Each connection is a session with a runner and a worker of its own (a fresh connection
 is a fresh process, as the re-measurement at the end of a tuning wants), but one
-candidate is measured at a time across all of them: timings must not overlap. The
+candidate is measured at a time across all of them: timings must not overlap. A server
+of several GPUs (``gpus``) gives each session the GPU with the fewest sessions, its
+worker seeing that GPU alone, and measures one candidate at a time on each GPU. The
 reference data (inputs and NumPy's outputs) arrive once per workload as an ``.npz``,
 named by its SHA-256, and stay until the server stops.
 
@@ -35,13 +37,13 @@ import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..runtime.module import ArgSpec, PackSpec
 from ..target import Target
 from .result import BuildResult, MeasureErrorKind, MeasureInput, error_line
 from .rpc_protocol import MAX_FRAME_BYTES, SECRET_HINT, Channel, RPCError, secret_bytes, server_handshake
-from .runner import LocalRunner
+from .runner import LocalRunner, checked_gpus
 
 PROTOCOL_VERSION = 1
 _IDLE_SECS = 900.0  # a session without a request this long is closed; its tuner reconnects
@@ -61,7 +63,8 @@ class DeviceServer:
         port: The TCP port; 0 for a free one (``port`` then holds it).
         secret: The pre-shared secret (at least 16 bytes); None only on loopback.
         key: The device's label; a client asking for another key is refused.
-        max_connections: Sessions at once; a connection beyond them is closed at once.
+        max_connections: Sessions at once; a connection beyond them is closed at once
+            (None: 4, or two a GPU where that is more).
         request_timeout: Seconds within which a frame, once begun, must arrive, and the
             most one candidate may run (a client's ``timeout`` is capped by it).
         max_frame_bytes: The largest frame accepted (a library, or a workload's data).
@@ -70,23 +73,28 @@ class DeviceServer:
         certfile: A PEM certificate (chain) to serve TLS with; None for plain TCP.
         keyfile: Its private key, when not in ``certfile``.
         log: Called with a line for each session's start and end.
+        gpus: The GPUs that measure CUDA kernels, by their ordinals in this process, one a
+            session, all at once (``LocalRunner``'s ``gpus``); None: the first GPU alone.
 
     Raises:
         RPCError: If asked to listen beyond loopback without a secret, or the secret is short.
-        ValueError: If ``max_connections`` is below 1 or ``request_timeout`` not positive.
+        ValueError: If ``max_connections`` is below 1, ``request_timeout`` not positive, or
+            ``gpus`` empty, repeating a GPU or naming one this process cannot see.
         OSError: If the address cannot be bound.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 9190, secret: bytes | str | None = None,
-                 key: str = "cpu", max_connections: int = 4, request_timeout: float = 60.0,
+                 key: str = "cpu", max_connections: int | None = None, request_timeout: float = 60.0,
                  max_frame_bytes: int = MAX_FRAME_BYTES, max_memory_bytes: int | None = None,
                  target: Target | str | None = None, certfile: str | None = None, keyfile: str | None = None,
-                 log: Callable[[str], object] | None = None) -> None:
+                 log: Callable[[str], object] | None = None, gpus: Sequence[int] | None = None) -> None:
         self.secret = secret_bytes(secret)
         if self.secret is None and not is_loopback(host):
             raise RPCError(f"refusing to listen on {host!r} without a secret: anyone who reaches it could run "
                            f"code here; give a secret (tilecraft serve --secret-file FILE; {SECRET_HINT}), "
                            f"or listen on 127.0.0.1")
+        self.gpus, self.gpu_ids = checked_gpus(gpus, "DeviceServer")  # gpu_ids: as the machine numbers them
+        max_connections = max(4, 2 * len(self.gpus or ())) if max_connections is None else max_connections
         if max_connections < 1 or not request_timeout > 0:
             raise ValueError(f"DeviceServer: max_connections={max_connections} must be >= 1 and "
                              f"request_timeout={request_timeout} > 0")
@@ -104,8 +112,10 @@ class DeviceServer:
         self._directory = tempfile.TemporaryDirectory(prefix="tilecraft-serve-", ignore_cleanup_errors=True)
         self.references: dict[str, Path] = {}  # SHA-256 of an .npz -> its file
         self._slots = threading.BoundedSemaphore(max_connections)
-        self.device_lock = threading.Lock()  # held while a candidate is measured
-        self._lock = threading.Lock()  # guards references and _sockets
+        self.device_lock = threading.Lock()  # held while a candidate is measured (without gpus)
+        self.gpu_locks = {gpu: threading.Lock() for gpu in self.gpus or ()}  # each held while its GPU measures one
+        self.sessions_on = {gpu: 0 for gpu in self.gpus or ()}  # sessions measuring on each GPU
+        self._lock = threading.Lock()  # guards references, _sockets and sessions_on
         self._sockets: set[socket.socket] = set()
         self._listener = socket.create_server((host, port))
         self.port: int = self._listener.getsockname()[1]
@@ -168,7 +178,8 @@ class DeviceServer:
                     self._sockets.add(sock)  # the TLS socket owns the connection now; close() shuts it down
             channel = server_handshake(sock, self.secret, handshake_secs, self.max_frame_bytes)
             channel.timeout_secs = self.request_timeout
-            channel.send({"kind": "hello", "version": PROTOCOL_VERSION, "key": self.key, "target": str(self.target)})
+            channel.send({"kind": "hello", "version": PROTOCOL_VERSION, "key": self.key, "target": str(self.target),
+                          "gpus": len(self.gpus or (0,))})
             self._log(f"{peer}: session opened")
             session.serve(channel)
         except (RPCError, OSError) as error:
@@ -187,6 +198,7 @@ class _Session:
     def __init__(self, server: DeviceServer) -> None:
         self.server = server
         self.runner: _UploadedDataRunner | None = None
+        self.gpu: int | None = None  # the GPU this session measures on, of the server's gpus
 
     def serve(self, channel: Channel) -> None:
         while True:
@@ -202,12 +214,17 @@ class _Session:
         if kind == "open":
             settings = header["settings"]
             self.close()
+            if server.gpus:  # the GPU fewest sessions measure on
+                with server._lock:
+                    self.gpu = min(server.gpus, key=lambda gpu: server.sessions_on[gpu])
+                    server.sessions_on[self.gpu] += 1
             self.runner = _UploadedDataRunner(
                 server.references, timeout_secs=min(float(settings["timeout"]), server.request_timeout),
                 number=int(settings["number"]), repeat=int(settings["repeat"]),
                 min_repeat_ms=float(settings["min_repeat_ms"]),
                 enable_cpu_cache_flush=bool(settings["enable_cpu_cache_flush"]),
-                stop_slow_candidates=bool(settings["stop_slow_candidates"]), max_memory_bytes=server.max_memory_bytes)
+                stop_slow_candidates=bool(settings["stop_slow_candidates"]), max_memory_bytes=server.max_memory_bytes,
+                gpus=None if self.gpu is None else [self.gpu])
             return {"kind": "opened"}
         if kind == "reference":
             digest = hashlib.sha256(payload).hexdigest()
@@ -239,17 +256,21 @@ class _Session:
             build = BuildResult(str(path), "", str(header["entry_name"]), args, packs, MeasureErrorKind.NONE, "", 0.0,
                                 launch)
             workload = SimpleNamespace(workload_key=header["reference"])  # all of a dag the runner reads
-            with self.server.device_lock:
+            with self.server.device_lock if self.gpu is None else self.server.gpu_locks[self.gpu]:
                 (result,) = self.runner.run([MeasureInput(workload, None, None)], [build])
         finally:
             path.unlink(missing_ok=True)
         return {"kind": "result", "costs": list(result.costs), "error_kind": result.error_kind.value,
-                "error_msg": result.error_msg}
+                "error_msg": result.error_msg, "gpu": self.server.gpu_ids.get(self.gpu)}
 
     def close(self) -> None:
         if self.runner is not None:
             self.runner.close()
             self.runner = None
+        if self.gpu is not None:
+            with self.server._lock:
+                self.server.sessions_on[self.gpu] -= 1
+            self.gpu = None
 
 
 class _UploadedDataRunner(LocalRunner):
