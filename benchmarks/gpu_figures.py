@@ -23,7 +23,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``tensor_cores``: a float16 matmul 4096³ tuned (its sketches include the tensor-core tiling)
   against cuBLAS's float16 GEMM;
 - ``bert_float16``: the BERT layer in float16, its products on float16 operands (tensor cores
-  among their sketches), untuned and tuned (200 trials), against PyTorch eager in float16.
+  among their sketches), untuned and tuned (200 trials), against PyTorch eager in float16;
+- ``vit_float16``: a ViT-B/16 encoder layer in float16 (197 tokens: its products padded to
+  whole tensor-core tiles), untuned and tuned (200 trials), against PyTorch eager in float16.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ STEPS = {
     "bert": ["gpu_models.py", "--only", "bert_layer", "--trials", "200"],
     "tensor_cores": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_fp16_4096"],
     "bert_float16": ["gpu_models.py", "--only", "bert_layer", "--trials", "200", "--dtype", "float16"],
+    "vit_float16": ["gpu_models.py", "--only", "vit_layer", "--trials", "200", "--dtype", "float16"],
 }
 TAIL_LINES = 40
 

@@ -130,6 +130,7 @@ MODELS = {
     "resnet50": (resnet50, (1, 3, 224, 224)),
     "mobilenet_v2": (mobilenet_v2, (1, 3, 224, 224)),
     "bert_layer": (BertLayer, (1, 128, 768)),
+    "vit_layer": (BertLayer, (1, 197, 768)),  # a ViT-B/16 encoder layer's shapes: 196 patches and a class token
     "inception": (inception, (1, 3, 224, 224)),
     "densenet_block": (densenet_block, (1, 3, 224, 224)),
 }

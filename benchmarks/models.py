@@ -4,7 +4,8 @@
                                 [--tasks REGEX] [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
-at sequence 128; batch 1, fp32) is exported to ONNX, imported and compiled by tilecraft
+at sequence 128 and at a ViT-B/16's 197 tokens, ...; batch 1, fp32; with --kept, those with a
+kept log) is exported to ONNX, imported and compiled by tilecraft
 with default schedules (untuned), and, with --trials N > 0, tuned for N trials shared by
 its tasks (TaskScheduler; with --tasks, only the tasks whose description matches the
 regular expression, say the 7x7 layers) and compiled again from the log. After tuning, each
@@ -189,7 +190,8 @@ def main() -> int:
         except re.error as error:
             parser.error(f"--tasks {options.tasks!r} is not a regular expression ({error}); "
                          f"match task descriptions such as '1x7x7x'")
-    names = [n for n in options.only.split(",") if n] or list(model_zoo.MODELS)
+    names = [n for n in options.only.split(",") if n] or [  # --kept: every model with a kept log
+        n for n in model_zoo.MODELS if not options.kept or (ARCHIVE / f"{n}_tuning.json.xz").exists()]
     unknown = [n for n in names if n not in model_zoo.MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(model_zoo.MODELS)}")
