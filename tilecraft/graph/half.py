@@ -54,8 +54,8 @@ def half_products(graph: Graph) -> Graph:
 TILE = 16
 """The rows, columns and reduction of a tensor core's tile (``ir/tensor_core.py``)."""
 MAX_PADDING = 2.0
-"""The most products, padded to whole tiles, a convolution computes as a matrix product for
-every one it needs. Tensor cores compute float16 products about 15 times as fast as CUDA
+"""The most products, padded to whole tiles, a convolution or matrix product computes on
+tensor cores for every one it needs. Tensor cores compute float16 products about 15 times as fast as CUDA
 cores compute float32 (H100: 990 against 67 TFLOPS), and the padding loads nothing (its
 windows and weights are zeros, not reads): twice the products still leaves them far ahead,
 where a skinny product (3 channels, a 1x1 window: 16/3 of its products padding) wastes most

@@ -225,8 +225,11 @@ def _other(node: Node, name: str) -> str | None:
 
 
 def _is_scalar(graph: Graph, name: str | None, value: float) -> bool:
+    """Whether constant ``name`` is the scalar ``value``, as nearly as its type holds it (a
+    float16 sqrt(2) is 1.4140625, 1.1e-4 off)."""
     array = graph.constants.get(name) if name else None
-    return array is not None and array.size == 1 and math.isclose(float(array.reshape(())), value, rel_tol=1e-4)
+    tolerance = max(1e-4, float(np.finfo(array.dtype).eps)) if array is not None and array.dtype.kind == "f" else 1e-4
+    return array is not None and array.size == 1 and math.isclose(float(array.reshape(())), value, rel_tol=tolerance)
 
 
 def _gelu_input(graph: Graph, erf: Node) -> str | None:

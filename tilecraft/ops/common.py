@@ -162,4 +162,3 @@ def cropped(product: Tensor, shape: Sequence[int], name: str) -> Tensor:
     """``product``'s first ``shape`` elements along each axis: a product padded to whole tiles
     without its padding (the GPU rules take it as the start of the product's epilogue)."""
     return product if tuple(shape) == tuple(product.shape) else compute_nd(shape, lambda idx: product[idx], name)
-
