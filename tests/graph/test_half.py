@@ -124,12 +124,11 @@ def test_a_float16_models_matrix_products_have_tensor_core_sketches_and_no_cast_
 def test_float16_matrix_products_are_padded_to_whole_tiles_where_that_at_most_doubles_them():
     """40 rows: the dense layer 40 x 64 x 48 and the scores 40 x 48 x 40 padded to 48 rows (and
     columns), both on tensor cores; 24 rows (the scores 24 x 48 x 24 would be 32 x 48 x 32,
-    1.8 times the products, and the dense layer 1.3) both; 8 rows, the dense layer alone
-    (twice the products), not the scores (four times)."""
+    1.8 times the products, and the dense layer 1.3) both; 8 rows, short of a tile, neither."""
     multiples = {rows: {n.op: n.attrs.get("multiple") for n in prepare_graph(half_layer(rows), None, GPU).nodes
                         if n.op in ("dense", "matmul")} for rows in (40, 24, 8, 32)}
     assert multiples == {40: {"dense": 16, "matmul": 16}, 24: {"dense": 16, "matmul": 16},
-                         8: {"dense": 16, "matmul": None}, 32: {"dense": None, "matmul": None}}
+                         8: {"dense": None, "matmul": None}, 32: {"dense": None, "matmul": None}}
     tasks, _ = tc.extract_tasks(half_layer(40), GPU)
     products = [task for task in tasks if task.desc.startswith(("dense", "matmul"))]
     assert len(products) == 2 and all(any("gpu_tensor_core" in s.name for s in generate_sketches(

@@ -361,7 +361,7 @@ def test_a_product_padded_to_whole_tiles_is_cropped_by_its_epilogue_in_the_same_
     64 x 368 x 32 (zeros past its ends): on tensor cores the warps store their whole tiles into
     shared memory, and the bias and ReLU store only the pixels and channels there are; tiled
     on CUDA cores, the epilogue copies out each thread's registers, as many blocks as its
-    tiles fill, storing only what lies inside."""
+    tiles fill, storing only what lies inside. A crop shorter than a tile is left to CUDA cores."""
     dag = half_conv_padded()
     sketches = {next(w for w in s.name.split() if w.startswith("gpu_")): s for s in generate_sketches(dag, target=TARGET)
                 if "gpu_" in s.name}
@@ -371,6 +371,9 @@ def test_a_product_padded_to_whole_tiles_is_cropped_by_its_epilogue_in_the_same_
         assert len(split_kernels(func)[0]) == 1 and "< 49)" in str(func) and "conv2d_padded[" not in str(func), name
     func = lower(sketches["gpu_tensor_core"].trace_of(default_row(sketches["gpu_tensor_core"], 1)).replay(dag))
     assert "conv2d_padded_shared" in str(func)
+    X, W = te.placeholder((40, 56), name="X", dtype="float16"), te.placeholder((8, 56), name="W", dtype="float16")
+    narrow = tc.ComputeDAG([X, W, dense(X, W, multiple=16)])  # 8 outputs: the warps would store part tiles
+    assert not any("gpu_tensor_core" in s.name for s in generate_sketches(narrow, target=TARGET))
 
 
 def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks_that_add_atomically():

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir.lower import ATOMIC_DTYPES
-from ..ir.tensor_core import WARP
+from ..ir.tensor_core import TILE, WARP
 from ..schedule.index_expr import index_expr_to_json
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
@@ -424,8 +424,10 @@ class GpuTensorCoreTiling(SketchRule):
     software_pipeline: bool = True  # also a sketch whose shared tiles are double-buffered
 
     def condition(self, draft: Draft, block: str) -> Condition:
+        epilogue = _epilogue(draft, block)  # a crop shorter than a tile would leave the warps' stores part tiles
+        short = epilogue is not None and min(draft.stage(epilogue).tensor.shape[-2:]) < TILE
         return Condition.APPLY if _needs_tiling(draft, block) and _on_tensor_cores(draft.stage(block).op) \
-            else Condition.SKIP
+            and not short else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
