@@ -74,7 +74,8 @@ def conv2d_nhwc_gemm(N: int, H: int, W: int, C: int, F: int, KH: int, KW: int, s
                      dtype: str = "float32", multiple: int = 1):
     """``conv2d_nhwc`` (and its bias and ReLU) as one matrix product of its pixels' windows
     by its kernel (implicit GEMM, ``ops.conv2d_nhwc_gemm``), rows of output pixels: in
-    float16 on a GPU, a product for tensor cores, its sizes padded to a ``multiple`` of 16."""
+    float16 on a GPU, a product for tensor cores; its sizes padded to a ``multiple`` (16:
+    tensor cores' tiles)."""
     data = te.placeholder((N, H, W, C), name="data", dtype=dtype)
     kernel = te.placeholder((KH, KW, C, F), name="kernel", dtype=dtype)
     bias = te.placeholder((F,), name="bias", dtype=dtype)
