@@ -232,6 +232,15 @@ def test_a_server_at_max_connections_refuses_one_more(kernel):
                 RPCRunner(port=server.port, secret=SECRET)
 
 
+def test_a_server_refuses_gpus_that_are_not_there_or_measure_a_cpu(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    for gpus, target, message in (([0, 2], "cuda -arch=sm_90", "this process sees 2 GPU"),
+                                  ([1, 1], "cuda -arch=sm_90", "distinct GPUs"),
+                                  ([0], "llvm -isa=avx2", "give a CUDA target, or no gpus")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            DeviceServer(port=0, secret=SECRET, target=target, gpus=gpus)
+
+
 def test_listening_beyond_loopback_needs_a_secret_and_a_secret_needs_16_bytes():
     with pytest.raises(RPCError, match="refusing to listen on '0.0.0.0' without a secret"):
         DeviceServer(host="0.0.0.0", port=0)

@@ -79,7 +79,8 @@ class DeviceServer:
     Raises:
         RPCError: If asked to listen beyond loopback without a secret, or the secret is short.
         ValueError: If ``max_connections`` is below 1, ``request_timeout`` not positive, or
-            ``gpus`` empty, repeating a GPU or naming one this process cannot see.
+            ``gpus`` empty, repeating a GPU, naming one this process cannot see, or given with
+            a CPU target.
         OSError: If the address cannot be bound.
     """
 
@@ -102,6 +103,9 @@ class DeviceServer:
         self.max_connections, self.max_frame_bytes = max_connections, max_frame_bytes
         self.max_memory_bytes = max_memory_bytes
         self.target = Target(target) if target is not None else serving_target()
+        if self.gpus and self.target.kind != "cuda":  # CPU kernels timed side by side would slow each other
+            raise ValueError(f"DeviceServer: gpus={list(self.gpus)} measure CUDA kernels, and the target "
+                             f"{self.target} is a CPU; give a CUDA target, or no gpus")
         self._tls = None
         if certfile is not None:
             import ssl
