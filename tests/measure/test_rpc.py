@@ -124,6 +124,7 @@ def test_a_tuning_through_the_server_records_the_device_that_measured(tmp_path, 
     assert runner.target().march not in ("native", "") and str(task.target) == str(runner.target())
 
 
+@pytest.mark.slow
 def test_a_crashing_kernel_is_an_error_record_and_the_server_measures_the_next(runner, kernel):
     crashed, good = _run(runner, kernel("write_null"), kernel("add"))
     assert crashed.error_kind is MeasureErrorKind.WORKER_CRASH and "SIGSEGV" in crashed.error_msg
@@ -265,6 +266,7 @@ def test_a_runner_refuses_another_key_and_candidates_built_for_another_target(se
         runner.run([other], [build])
 
 
+@pytest.mark.slow
 def test_a_lost_server_costs_the_candidate_in_flight_and_the_runner_reconnects(kernel, secret_file):
     target = kernel("add")[0].target
     with DeviceServer(port=0, secret=SECRET, target=target).start() as first:
@@ -299,6 +301,7 @@ def test_tls_wraps_the_sessions_and_a_client_without_the_ca_is_refused(tmp_path,
             RPCRunner(port=server.port, secret=SECRET)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
 def test_a_server_of_several_gpus_measures_a_session_on_each_at_once(monkeypatch):
@@ -331,7 +334,7 @@ def test_a_server_of_several_gpus_measures_a_session_on_each_at_once(monkeypatch
     assert {r.device for r in results} == {f"{device}3", f"{device}5"} and len({r.device for r in finals}) == 1
 
 
-@pytest.mark.parametrize("gpus", [None, "cuda:1,cuda:0"])
+@pytest.mark.parametrize("gpus", [None, pytest.param("cuda:1,cuda:0", marks=pytest.mark.slow)])
 def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file, gpus, monkeypatch):
     """A CPU's server, or two GPUs' (CUDA_VISIBLE_DEVICES=3,5 as the shell set it): a client
     opens a session on each GPU."""

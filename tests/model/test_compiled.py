@@ -309,7 +309,8 @@ def branches_into_concat(axis=1, also_read=False, concat_is_output=False):
 
 
 @pytest.mark.parametrize("kw", [{}, pytest.param({"axis": 0}, marks=pytest.mark.slow), {"concat_is_output": True},
-                                {"also_read": True}], ids=["columns", "rows", "output", "read-elsewhere"])
+                                pytest.param({"also_read": True}, marks=pytest.mark.slow)],
+                         ids=["columns", "rows", "output", "read-elsewhere"])
 def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else_reads_them(kw, tmp_path,
                                                                                              kernel_cache):
     graph = branches_into_concat(**kw)

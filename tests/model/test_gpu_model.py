@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the 
 TARGET = "cuda -arch=sm_90"
 
 
-@pytest.fixture(scope="module", params=[tiny_cnn, tiny_transformer], ids=["cnn", "transformer"])
+@pytest.fixture(scope="module", params=[tiny_cnn, pytest.param(tiny_transformer, marks=pytest.mark.slow)],
+                ids=["cnn", "transformer"])
 def compiled(request, tmp_path_factory):
     model = request.param()
     with warnings.catch_warnings(record=True) as caught:

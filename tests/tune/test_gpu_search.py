@@ -111,6 +111,7 @@ def test_a_proposal_over_the_gpus_limits_never_reaches_the_builder(monkeypatch):
         assert policy.sketches[candidate.sketch].within_gpu_limits(np.array([candidate.row]))[0]
 
 
+@pytest.mark.slow
 def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(monkeypatch):
     """The builder lowers each candidate; the policy lowers only each sketch's default once,
     for its structure, and still proposes nothing the verifier would refuse."""
