@@ -198,8 +198,11 @@ def test_a_convolution_padded_to_whole_tiles_is_a_product_cropped_in_its_own_ker
                for task in tasks if "conv2d" in task.desc)
 
 
-def test_a_convolution_that_padding_would_more_than_double_stays_direct():
-    rewritten = gemm_convolutions(convert_layout(half_products(residual_block(size=6, channels=4))))  # 4 -> 16
+@pytest.mark.parametrize("size, channels", [(5, 17), (6, 4)])
+def test_a_convolution_that_padding_would_more_than_double_or_that_is_short_of_a_tile_stays_direct(size, channels):
+    """5x5 pixels, 17 channels: 25 x 153 x 17 would be 32 x 160 x 32, 2.5 times the products;
+    4 channels are short of a tile."""
+    rewritten = gemm_convolutions(convert_layout(half_products(residual_block(size=size, channels=channels))))
     assert [n.op for n in rewritten.nodes].count("conv2d_nhwc") == 3
 
 

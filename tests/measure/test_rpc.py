@@ -11,7 +11,6 @@ import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,12 +21,11 @@ from tilecraft import te
 from tilecraft.database import load_records
 from tilecraft.measure import (AuthenticationError, BuildResult, DeviceServer, MeasureErrorKind, MeasureInput,
                                RPCError, RPCRunner, rpc_protocol)
-from tilecraft.measure import runner as runner_module
 from tilecraft.measure.rpc_protocol import client_handshake
 from tilecraft.runtime import ArgSpec, compile_c
 from tilecraft.search.default import default_row
 from tilecraft.search.space import generate_sketches
-from test_runner import _visible_gpu  # tests/measure, beside this file
+from test_runner import two_gpus_in_flight  # tests/measure, beside this file
 
 SECRET = secrets.token_hex(32).encode()
 KERNELS = r"""
@@ -309,16 +307,7 @@ def test_a_server_of_several_gpus_measures_a_session_on_each_at_once(monkeypatch
     together (each waits for the other), each session's worker sees its GPU alone, and each
     result names the GPU that measured it; the re-measurement's runner uses one. The workers
     are real; their replies, which would need a GPU, are made up."""
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    together, asked = threading.Barrier(2, timeout=30), []
-
-    def ask(worker, request, timeout_secs, run_limit_secs=None):
-        asked.append(worker.process.pid)
-        if len(asked) <= 2:
-            together.wait()
-        return {"error_kind": "none", "costs": [int(_visible_gpu(worker)) * 1e-3]}  # the cost says the GPU
-
-    monkeypatch.setattr(runner_module._Worker, "ask", ask)
+    two_gpus_in_flight(monkeypatch)
     with DeviceServer(port=0, secret=SECRET, target="cuda -arch=sm_90", gpus=[0, 1]).start() as server, \
             RPCRunner(port=server.port, secret=SECRET) as runner:
         task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=runner.target())

@@ -144,15 +144,12 @@ def _visible_gpu(worker) -> str:
     return next(item for item in environ if item.startswith(b"CUDA_VISIBLE_DEVICES=")).split(b"=", 1)[1].decode()
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
-def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_sees_its_gpu_alone(dag, monkeypatch):
-    """Two GPUs: the first two candidates are in flight together (each waits for the other,
-    so measuring one at a time would break the barrier), each worker started seeing one GPU,
-    counted within CUDA_VISIBLE_DEVICES, and each result names the GPU that measured it.
-    The workers are real; their replies, which would need a GPU, are made up."""
+def two_gpus_in_flight(monkeypatch) -> list:
+    """CUDA_VISIBLE_DEVICES=3,5, and workers whose replies are made up: the first two asked wait
+    for each other (measuring one at a time would break the barrier), each cost the number of
+    the GPU its worker sees. Returns the list of the asking workers' pids, as they ask."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    together = threading.Barrier(2, timeout=30)
-    asked = []
+    together, asked = threading.Barrier(2, timeout=30), []
 
     def ask(worker, request, timeout_secs, run_limit_secs=None):
         asked.append(worker.process.pid)
@@ -161,6 +158,16 @@ def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_see
         return {"error_kind": "none", "costs": [int(_visible_gpu(worker)) * 1e-3]}  # the cost says the GPU
 
     monkeypatch.setattr(runner_module._Worker, "ask", ask)
+    return asked
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
+def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_sees_its_gpu_alone(dag, monkeypatch):
+    """Two GPUs: the first two candidates are in flight together (each waits for the other,
+    so measuring one at a time would break the barrier), each worker started seeing one GPU,
+    counted within CUDA_VISIBLE_DEVICES, and each result names the GPU that measured it.
+    The workers are real; their replies, which would need a GPU, are made up."""
+    asked = two_gpus_in_flight(monkeypatch)
     heard = []
     with LocalRunner(gpus=[0, 1]) as runner:
         assert runner.measures_at_once == 2
