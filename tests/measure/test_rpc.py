@@ -21,6 +21,7 @@ from tilecraft import te
 from tilecraft.database import load_records
 from tilecraft.measure import (AuthenticationError, BuildResult, DeviceServer, MeasureErrorKind, MeasureInput,
                                RPCError, RPCRunner, rpc_protocol)
+from tilecraft.measure import server as server_module
 from tilecraft.measure.rpc_protocol import client_handshake
 from tilecraft.runtime import ArgSpec, compile_c
 from tilecraft.search.default import default_row
@@ -135,6 +136,19 @@ def test_a_hanging_kernel_is_a_run_timeout_and_the_server_measures_the_next(serv
     with RPCRunner(port=server.port, secret=SECRET, timeout=1, number=1, min_repeat_ms=0) as runner:
         hung, good = _run(runner, kernel("spin"), kernel("add"))
     assert hung.error_kind is MeasureErrorKind.RUN_TIMEOUT and good.is_valid
+
+
+@pytest.mark.parametrize("gpu, device", [("3", "/cuda:3"), ("../../etc", None), (7, None), ("x" * 65, None)])
+def test_a_result_names_its_gpu_only_as_a_cuda_visible_devices_entry(server, kernel, monkeypatch, gpu, device):
+    """A server's reply is not trusted: a GPU named otherwise fails the session, which reconnects."""
+    measure = server_module._Session.measure
+    monkeypatch.setattr(server_module._Session, "measure", lambda self, *a: {**measure(self, *a), "gpu": gpu})
+    with RPCRunner(port=server.port, secret=SECRET, number=1, min_repeat_ms=0) as runner:
+        (result,) = _run(runner, kernel("add"))
+    if device is not None:
+        assert result.is_valid and result.device == f"cpu@127.0.0.1:{server.port}{device}"
+    else:
+        assert result.error_kind is MeasureErrorKind.RUNTIME and "not a CUDA_VISIBLE_DEVICES entry" in result.error_msg
 
 
 def test_candidates_spread_over_several_servers(server, kernel):
