@@ -486,10 +486,27 @@ def test_a_device_array_is_a_gpu_array_to_a_call_and_comes_back_as_numpy(monkeyp
     np.testing.assert_array_equal(halves.numpy(), a.view("float64").reshape(2, N // 4))
     with pytest.raises(ValueError, match=r"a view of float32\[2, 1000\] reaches past the float32\[1000\] array"):
         cuda_runtime.DeviceArray.view(arrays[0], (2, N))
+    assert arrays[0].__dlpack_device__() == (2, 0) and halves.device == 0
+    assert cuda_runtime.DeviceArray.view(FakeGpuArray((N,), device=1), (N,)).device == 1  # a PyTorch tensor's GPU
     del halves
     del arrays, binding
     gc.collect()
     assert driver.memory == {} and driver.references == 1  # freed; the context kept
+
+
+def test_a_gpu_that_is_not_there_is_named_with_how_cuda_numbers_them(monkeypatch):
+    def cuDeviceGet(ordinal):  # a machine of two GPUs
+        return (101, None) if ordinal > 1 else (0, ordinal)
+
+    driver = FakeMemoryDriver()
+    driver.cuDeviceGet = cuDeviceGet
+    driver.cuGetErrorName = lambda status: (0, b"CUDA_ERROR_INVALID_DEVICE")
+    monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
+    monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
+    assert cuda_runtime.DeviceArray(np.ones(4, np.float32), 1).numpy().sum() == 4
+    with pytest.raises(TilecraftError, match="cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE .no GPU of that index "
+                                             "here: CUDA numbers the GPUs a process sees from 0"):
+        cuda_runtime.DeviceArray(np.ones(4, np.float32), 2)
 
 
 class AddInto:

@@ -14,24 +14,26 @@ H100 = "cuda -arch=sm_90"
 @pytest.fixture
 def no_gpu(monkeypatch):
     """The detector as it answers on a machine without a GPU or without cuda-bindings."""
-    monkeypatch.setattr(cuda, "_detect_device", lambda: TargetError("no GPU"))
+    monkeypatch.setattr(cuda, "_detect_device", lambda index=0: TargetError("no GPU"))
 
 
 def fake_driver(attributes, status="CUDA_SUCCESS"):
-    """A stand-in for ``cuda.bindings.driver``: every call returns ``(CUresult, value)``."""
+    """A stand-in for ``cuda.bindings.driver``: every call returns ``(CUresult, value)``;
+    ``attributes``: GPU 0's, or a list of each GPU's."""
     def cuInit(flags):
         return (status,)
 
     def cuDeviceGet(ordinal):
-        return status, 0
+        return status, ordinal
 
     def cuDeviceGetAttribute(attribute, device):
-        return status, attributes[attribute]
+        return status, (attributes[device] if isinstance(attributes, list) else attributes)[attribute]
 
     return types.SimpleNamespace(
         CUresult=types.SimpleNamespace(CUDA_SUCCESS="CUDA_SUCCESS"), cuInit=cuInit, cuDeviceGet=cuDeviceGet,
         cuDeviceGetAttribute=cuDeviceGetAttribute,
-        CUdevice_attribute=types.SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{k}": k for k in attributes}))
+        CUdevice_attribute=types.SimpleNamespace(**{f"CU_DEVICE_ATTRIBUTE_{k}": k for k in
+                                                    (attributes[0] if isinstance(attributes, list) else attributes)}))
 
 
 def install_driver(monkeypatch, driver):
@@ -185,10 +187,20 @@ def test_the_device_is_read_through_the_driver(monkeypatch):
     install_driver(monkeypatch, fake_driver(H100_PCIE))
     found = cuda._detect_device.__wrapped__()
     assert found == CudaTarget(H100, sm_count=114)
-    monkeypatch.setattr(cuda, "_detect_device", lambda: found)
+    monkeypatch.setattr(cuda, "_detect_device", lambda index=0: found)
     assert CudaTarget.device() is found
     assert CudaTarget("cuda") == found and CudaTarget("cuda -l2-bytes=1").to_json() == {**found.to_json(), "l2_bytes": 1}
     assert CudaTarget("cuda -arch=sm_80").sm_count == 108  # an arch names the table's facts, not the device's
+
+
+def test_the_facts_of_each_gpu_are_read_by_its_index(monkeypatch):
+    a100 = {**H100_PCIE, "COMPUTE_CAPABILITY_MAJOR": 8, "MULTIPROCESSOR_COUNT": 108,
+            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 166912, "L2_CACHE_SIZE": 40 << 20}
+    install_driver(monkeypatch, fake_driver([H100_PCIE, a100]))
+    assert cuda._detect_device.__wrapped__(1) == CudaTarget("cuda -arch=sm_80")
+    assert cuda._detect_device.__wrapped__() == CudaTarget(H100, sm_count=114)
+    monkeypatch.setattr(cuda, "_detect_device", lambda index=0: f"GPU {index}")
+    assert CudaTarget.device(1) == "GPU 1" and CudaTarget.device() == "GPU 0"
 
 
 def test_a_driver_error_is_named(monkeypatch):

@@ -56,15 +56,18 @@ def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, qu
         assert_close(compiled(again), net(again))
 
 
-def test_a_graph_on_gpu_0_compiles_for_the_gpu_and_one_elsewhere_runs_in_pytorch_saying_why():
-    choose = torch_backend._target_for
-    assert choose([], None) is None and choose([], "llvm -mcpu=znver3") == "llvm -mcpu=znver3"
-    assert choose(["cuda:0"], None) == "cuda" and choose(["cuda:0"], "cuda -arch=sm_80") == "cuda -arch=sm_80"
-    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:1; tilecraft compiles for the CPU, or for "
-                                                            r"cuda:0 with a CUDA target"):
-        choose(["cuda:1"], None)
-    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:0, cuda:1; .* \(options=\{'target': 'cuda'\}"):
+def test_a_graph_on_a_gpu_compiles_for_that_gpu_and_one_on_several_runs_in_pytorch_saying_why(monkeypatch):
+    choose = torch_backend._placement
+    assert choose([], None) == (None, None) and choose([], "llvm -mcpu=znver3") == ("llvm -mcpu=znver3", None)
+    assert choose(["cuda:0"], None) == ("cuda", 0) and choose(["cuda:0"], "cuda -arch=sm_80") == ("cuda -arch=sm_80", 0)
+    a100 = tc.CudaTarget("cuda -arch=sm_80")  # GPU 1 of a machine whose GPU 0 is another kind
+    monkeypatch.setattr(torch_backend.CudaTarget, "device", classmethod(lambda cls, index=0: a100 if index == 1 else 0))
+    assert choose(["cuda:1"], None) == (a100, 1) and choose(["cuda:1"], "cuda -arch=sm_90") == ("cuda -arch=sm_90", 1)
+    with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:0, cuda:1; tilecraft compiles for the CPU, or "
+                                                            r"for one GPU with a CUDA target \(options=\{'target': "):
         choose(["cuda:0", "cuda:1"], "cuda")
+    with pytest.raises(torch_backend.OnnxImportError, match=r"on mps:0; "):
+        choose(["mps:0"], None)
     with pytest.raises(torch_backend.OnnxImportError, match=r"on cuda:0; .*, not 'llvm'"):
         choose(["cuda:0"], "llvm")
 
@@ -89,6 +92,10 @@ def test_on_a_gpu_torch_compile_and_from_torch_run_the_model_there(name, kernel_
     assert got.is_cuda and model(x).is_cuda and type(model.compiled).__name__ == "GpuModel"
     assert_close(got, expected)
     assert_close(model(x), expected)
+    model.compiled.to(1)  # elsewhere than the tensors: said before anything runs, on a machine of any GPUs
+    with pytest.raises(ModelInputError, match=r"the model runs on cuda:1 but was given tensors on cuda:0; move "
+                                                 r"them with .to\('cuda:1'\), or the model with model.compiled.to"):
+        model(x)
 
 
 class Spectrum(nn.Module):
@@ -111,8 +118,8 @@ def test_operators_tilecraft_cannot_compile_run_in_pytorch_and_the_others_compil
     compiles = []
     compile_graph = torch_backend._compiled
     monkeypatch.setattr(torch_backend, "_compiled",
-                        lambda module, inputs, **options: compiles.append(module) or compile_graph(module, inputs,
-                                                                                                   **options))
+                        lambda module, inputs, gpu, **options: compiles.append(module) or compile_graph(
+                            module, inputs, gpu, **options))
     compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
     with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -3,6 +3,7 @@ GPU schedule; the model's steps checked against onnxruntime with each kernel emu
 and a call's traffic (weights uploaded once, activations in GPU buffers allocated once, outputs
 copied back) checked with a fake driver whose kernels run their emulations on its memory."""
 
+import ctypes
 import dataclasses
 import gc
 import shutil
@@ -68,9 +69,9 @@ class EmulatedKernel:
                 self.driver.memory[p][:values.nbytes] = values.tobytes()
 
 
-def on_fake_gpu(gpu, feeds, monkeypatch):
+def on_fake_gpu(gpu, feeds, monkeypatch, driver=None):
     """A fake driver, and ``gpu`` with each kernel's cubin standing for its emulation there."""
-    driver = FakeMemoryDriver()
+    driver = driver or FakeMemoryDriver()
     monkeypatch.setattr(cuda_runtime, "_driver", lambda: driver)
     monkeypatch.setattr(cuda_runtime, "_KEPT_CONTEXTS", {})
     gpu.emulate(feeds)  # makes the emulations
@@ -167,6 +168,104 @@ def test_from_its_second_call_a_model_launches_one_cuda_graph_and_one_the_driver
     np.testing.assert_allclose(got[model.outputs[0]], expected[model.outputs[0]], rtol=1e-4, atol=1e-5)
     with pytest.raises(TilecraftError, match="capture refused"):  # asked for, it says why
         refusing.capture(feeds)
+
+
+class FakeGpusDriver(FakeMemoryDriver):
+    """The fake memory of several GPUs: each allocation belongs to the GPU whose context is
+    current, and a copy, a kernel's loading or a launch happens on that GPU, touching its
+    memory alone (as the driver would fail, or copy between GPUs, were it otherwise)."""
+
+    def __init__(self):
+        super().__init__()
+        self.current, self.owner, self.loaded_on = [], {}, []
+
+    def cuDeviceGet(self, ordinal):
+        return 0, ordinal
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        super().cuDevicePrimaryCtxRetain(device)
+        return 0, ("context", device)
+
+    def cuCtxPushCurrent(self, context):
+        self.current.append(context[1])
+        return (0,)
+
+    def cuCtxPopCurrent(self):
+        self.current.pop()
+        return (0,)
+
+    def cuMemAlloc(self, size):
+        status, pointer = super().cuMemAlloc(size)
+        self.owner[pointer] = self.current[-1]
+        return status, pointer
+
+    def here(self, *pointers):
+        assert {self.owner[p] for p in pointers} == {self.current[-1]}, "memory of another GPU"
+
+    def cuMemcpyHtoD(self, pointer, host, size):
+        self.here(pointer)
+        return super().cuMemcpyHtoD(pointer, host, size)
+
+    def cuMemcpyDtoH(self, host, pointer, size):
+        self.here(pointer)
+        return super().cuMemcpyDtoH(host, pointer, size)
+
+    def cuMemcpyDtoD(self, destination, source, size):
+        self.here(destination, source)
+        return super().cuMemcpyDtoD(destination, source, size)
+
+    def cuModuleLoadData(self, cubin):
+        self.loaded_on.append(self.current[-1])
+        return super().cuModuleLoadData(cubin)
+
+    def _run(self, function, params):
+        count = len(self.kernels[function].args)
+        addresses = np.frombuffer((ctypes.c_uint64 * count).from_address(params), np.uint64)
+        self.here(*(int(np.frombuffer((ctypes.c_uint64 * 1).from_address(int(a)), np.uint64)[0]) for a in addresses))
+        super()._run(function, params)
+
+
+def test_a_model_moved_to_another_gpu_runs_there_alone_and_takes_arrays_from_there(compiled, monkeypatch):
+    gpu, feeds, expected = compiled
+    driver, model = on_fake_gpu(gpu, feeds, monkeypatch, FakeGpusDriver())
+    model.run(feeds)
+    assert model.device == 0 and set(driver.owner.values()) == set(driver.loaded_on) == {0}
+    loads = len(driver.loaded_on)
+    assert model.to("cuda:1") is model and model.device == 1 and repr(model).endswith("on cuda:1)")
+    for call in range(3):  # kernel by kernel, then captured in a graph; each launch's memory on GPU 1 (the driver)
+        got = model.run(feeds)
+        for name in model.outputs:
+            np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+    assert driver.graph_launches == 2 and driver.loaded_on[loads:] == [1] * loads
+    gc.collect()
+    assert {driver.owner[pointer] for pointer in driver.memory} == {1}  # GPU 0's buffers freed
+    on_one = model.run({name: cuda_runtime.DeviceArray(array, 1) for name, array in feeds.items()})
+    for name in model.outputs:
+        assert on_one[name].device == 1
+        np.testing.assert_allclose(on_one[name].numpy(), expected[name], rtol=1e-4, atol=1e-5)
+    name = model.inputs[0].name
+    elsewhere = {**feeds, name: FakeGpuArray(model.inputs[0].shape, device=0)}
+    with pytest.raises(ModelInputError, match=fr"input {name} is on cuda:0 but the model runs on cuda:1; move it "
+                                              fr"with .to\('cuda:1'\), or the model with model.to\('cuda:0'\)"):
+        model.run(elsewhere)
+    first = model.outputs[0]
+    given = {n: cuda_runtime.DeviceArray.empty(model.values[n].shape, model.values[n].dtype, 0) for n in model.outputs}
+    with pytest.raises(ModelInputError, match=f"out: output '{first}' is on cuda:0 but the kernel runs on cuda:1"):
+        model.run(feeds, out=given)
+    assert model.to(torch_device_like("cuda", 0)).device == 0 and model.to("cuda").device == 0
+    np.testing.assert_allclose(model.run(feeds)[first], expected[first], rtol=1e-4, atol=1e-5)  # loaded on 0 again
+    assert driver.loaded_on[-1] == 0
+    for wrong in ("cpu", "cuda:-1", -1, "cuda1"):
+        with pytest.raises(ValueError, match=f"device {wrong!r} names no GPU; name one as 1, 'cuda:1'"):
+            model.to(wrong)
+
+
+class torch_device_like:  # noqa: N801 - stands for torch.device, which prints as its name
+    def __init__(self, kind, index):
+        self.kind, self.index = kind, index
+
+    def __str__(self):
+        return f"{self.kind}:{self.index}"
 
 
 def test_a_wrong_input_is_named_before_anything_reaches_the_gpu(compiled):

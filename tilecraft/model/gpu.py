@@ -11,7 +11,8 @@ Inputs that are already GPU arrays (PyTorch, CuPy) are copied on the GPU, and th
 stay there.
 
 The values between kernels share GPU buffers once their readers have run, as the CPU plan's
-do. ``save`` writes the cubins, weights and plan that ``load_model`` reads. Without a GPU,
+do. A model runs on GPU 0 until ``to`` moves it to another. ``save`` writes the cubins, weights and
+plan that ``load_model`` reads. Without a GPU,
 ``emulate`` runs the same steps with each kernel's schedule emulated on the CPU
 (``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against NumPy
 on any machine.
@@ -19,6 +20,7 @@ on any machine.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -44,6 +46,7 @@ class GpuModel:
             ``module`` is a ``CudaModule``.
         capture_after: The calls that launch kernel by kernel before the launches are
             captured in a CUDA graph (``capture``); None: never.
+        device: The index of the GPU it runs on (``to`` changes it); 0 at first.
     """
 
     capture_after: int | None = 1
@@ -54,6 +57,7 @@ class GpuModel:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         self.untuned: tuple = ()
+        self.device = 0
         self._dags = tuple(dags)
         self._buffers: dict[str, Any] = {}  # a GPU array for every value, from the first call
         self._plan = None  # the launches over them
@@ -64,7 +68,28 @@ class GpuModel:
     def __repr__(self) -> str:
         tuned = sum(kernel.tuned for kernel in self.kernels)
         return (f"GpuModel(({', '.join(f'{v.name}: {v}' for v in self.inputs)}) -> ({', '.join(self.outputs)}); "
-                f"{len(self.steps)} steps, {len(self.kernels)} kernels of which {tuned} tuned; target {self.target})")
+                f"{len(self.steps)} steps, {len(self.kernels)} kernels of which {tuned} tuned; target {self.target}, "
+                f"on cuda:{self.device})")
+
+    def to(self, device: Any) -> GpuModel:
+        """Run the model on GPU ``device`` from its next call: ``1``, ``"cuda:1"`` or
+        ``torch.device("cuda", 1)`` (``"cuda"``: GPU 0). That call uploads the weights there
+        and loads the kernels there; the buffers on the GPU it leaves are freed. Returns the
+        model, as ``torch.nn.Module.to`` does. Its GPU arrays (inputs, ``out``) must then be on
+        that GPU. The kernels were built for the target's architecture: a GPU of another one
+        refuses them at the first call (``CUDA_ERROR_NO_BINARY_FOR_GPU``).
+
+        Raises:
+            ValueError: If ``device`` names no GPU. (A GPU that this machine lacks is named by
+                the first call: ``CUDA_ERROR_INVALID_DEVICE``.)
+        """
+        from ..runtime.cuda import gpu_index
+
+        index = gpu_index(device)
+        if index != self.device:
+            self.device, self._buffers, self._plan, self._graph, self._plan_runs = index, {}, None, None, 0
+            self.kernels = tuple(replace(kernel, module=kernel.module.unloaded()) for kernel in self.kernels)
+        return self
 
     def __call__(self, **inputs: Any):
         results = self.run(inputs)
@@ -74,11 +99,12 @@ class GpuModel:
         """Run the model once on the GPU; new outputs at every call, by name.
 
         With NumPy inputs, the call waits and the outputs are NumPy arrays. With GPU inputs
-        (PyTorch or CuPy arrays), it returns without waiting and the outputs are
-        ``DeviceArray``s, which ``torch.as_tensor(y, device="cuda")`` or ``cupy.asarray(y)``
-        take without a copy; with ``out`` (a GPU array for every output, by name), they are
-        copied into those instead: a library's own, from its allocator, where a new
-        ``DeviceArray`` costs the driver an allocation and a free that waits for the GPU.
+        (PyTorch or CuPy arrays, on the model's GPU), it returns without waiting and the
+        outputs are ``DeviceArray``s there, which ``torch.as_tensor(y, device="cuda")`` or
+        ``cupy.asarray(y)`` take without a copy; with ``out`` (a GPU array for every output,
+        by name), they are copied into those instead: a library's own, from its allocator,
+        where a new ``DeviceArray`` costs the driver an allocation and a free that waits for
+        the GPU.
 
         Raises:
             ModelInputError: If an input (or an array of ``out``) is missing or unknown, or has the
@@ -95,7 +121,7 @@ class GpuModel:
                 raise ModelInputError(f"{wanted}, not {sorted(out)}")
             try:
                 for name, value in ((name, self.values[name]) for name in self.outputs):
-                    device_pointer("out", ArgSpec(name, value.shape, value.dtype, True), out[name], 0)
+                    device_pointer("out", ArgSpec(name, value.shape, value.dtype, True), out[name], self.device)
             except (TypeError, ValueError) as error:
                 raise ModelInputError(f"{wanted}: {error}") from None
         on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
@@ -178,9 +204,22 @@ class GpuModel:
 
     def _launch(self, inputs: Mapping[str, Any], seconds: np.ndarray | None = None) -> None:
         """The inputs checked and copied into their GPU buffers, then every kernel launched."""
-        from .compiled import check_inputs
+        from ..runtime.cuda import device_pointer
+        from ..runtime.module import ArgSpec
+        from .compiled import ModelInputError, check_inputs
 
         given = check_inputs(self.inputs, inputs, gpu=True)
+        for value in self.inputs:
+            if hasattr(given[value.name], "__cuda_array_interface__"):
+                try:
+                    where, _ = device_pointer("the model", ArgSpec(value.name, value.shape, value.dtype, False),
+                                              given[value.name], None)
+                except (TypeError, ValueError) as error:
+                    raise ModelInputError(str(error)) from None
+                if where != self.device:
+                    raise ModelInputError(f"input {value.name} is on cuda:{where} but the model runs on "
+                                          f"cuda:{self.device}; move it with .to('cuda:{self.device}'), or the "
+                                          f"model with model.to('cuda:{where}')")
         if self._plan is None:
             self._plan = self._launch_plan()
         for name, array in given.items():
@@ -210,12 +249,13 @@ class GpuModel:
         from ..runtime.cuda import DeviceArray, LaunchPlan
         from .compiled import plan_buffers
 
-        buffers = {name: DeviceArray(array) for name, array in self.constants.items()}
+        device = self.device
+        buffers = {name: DeviceArray(array, device) for name, array in self.constants.items()}
         written = {name for step in self.steps if step.kernel is not None for name in step.outputs}
-        buffers.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype))
+        buffers.update((name, DeviceArray.empty(self.values[name].shape, self.values[name].dtype, device))
                        for name in [*(v.name for v in self.inputs), *(o for o in self.outputs if o in written)])
         buffers.update(plan_buffers(self.steps, self.values, set(self.outputs),
-                                    lambda nbytes: DeviceArray.empty((nbytes,), "uint8"),
+                                    lambda nbytes: DeviceArray.empty((nbytes,), "uint8", device),
                                     lambda raw, value: DeviceArray.view(raw, value.shape, value.dtype)))
         for step in self.steps:
             if step.kernel is None:
@@ -223,4 +263,4 @@ class GpuModel:
         self._buffers = buffers
         return LaunchPlan([(self.kernels[step.kernel].module, [buffers[name].pointer for name in step.inputs
                                                               + step.outputs])
-                           for step in self.steps if step.kernel is not None])
+                           for step in self.steps if step.kernel is not None], device)

@@ -18,10 +18,10 @@ them compiles as a graph of its own (torch's ``CapabilityBasedPartitioner``), wi
 ``TorchFallbackWarning`` that names the operators left to PyTorch; where none would be
 compiled, the whole graph runs in PyTorch. Outputs carry no autograd history.
 
-A graph whose tensors are on GPU 0 (``module.cuda()``) compiles for that GPU (``GpuModel``):
-its kernels take the tensors where they are and leave the outputs there, launched on the
-legacy default stream, PyTorch's own; where another stream is current, the call waits for it
-first and for the kernels after.
+A graph whose tensors are on a GPU (``module.cuda()``, ``module.to("cuda:1")``) compiles for
+that GPU (``GpuModel``, for its architecture, moved there): its kernels take the tensors where
+they are and leave the outputs there, launched on the legacy default stream, PyTorch's own;
+where another stream is current, the call waits for it first and for the kernels after.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import numpy as np
 from ..frontend.onnx import from_onnx
 from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
-from ..target import Target
+from ..runtime.cuda import gpu_index
+from ..target import CudaTarget, Target
 from .compiled import CompiledModel, ModelInputError, compile_model
 from .gpu import GpuModel
 
@@ -90,6 +91,10 @@ class TorchModel:
         if not isinstance(self.compiled, GpuModel):
             raise ModelInputError(f"the model runs on the CPU ({self.compiled.target}) but was given tensors on "
                                   f"{device}; pass CPU tensors, or compile it with target='cuda'")
+        if device.index != self.compiled.device:
+            raise ModelInputError(f"the model runs on cuda:{self.compiled.device} but was given tensors on {device}; "
+                                  f"move them with .to('cuda:{self.compiled.device}'), or the model with "
+                                  f"model.compiled.to('{device}')")
         # The model's kernels run on the legacy default stream, PyTorch's own unless another is current.
         waits = torch.cuda.current_stream(device) != torch.cuda.default_stream(device)
         if waits:
@@ -123,7 +128,7 @@ def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str 
         example_inputs: A tensor, or a tuple of them: the module's positional arguments.
         log: A tuning log, or several in order of preference, as in ``compile_model``.
         target: The target to compile for; None for the host, or for the GPU where the
-            example inputs are CUDA tensors.
+            example inputs are CUDA tensors (the model then runs on their GPU).
         cache_dir: Where kernels are compiled and cached; None for the default.
 
     Raises:
@@ -141,15 +146,27 @@ def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str 
     """
     torch = require_torch()
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    on_gpu = target is None and any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs)
-    return _compiled(module, inputs, log=log, target="cuda" if on_gpu else target, cache_dir=cache_dir)
+    gpu = next((x.device.index for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
+    if gpu is not None and target is None:
+        target = _gpu_target(gpu)
+    return _compiled(module, inputs, gpu, log=log, target=target, cache_dir=cache_dir)
 
 
-def _compiled(module: Any, inputs: Sequence[Any], **options: Any) -> TorchModel:
-    """``module`` traced with ``inputs``, exported and compiled with ``compile_model``'s ``options``."""
+def _compiled(module: Any, inputs: Sequence[Any], gpu: int | None, **options: Any) -> TorchModel:
+    """``module`` traced with ``inputs``, exported and compiled with ``compile_model``'s
+    ``options``; a model for a GPU moved to GPU ``gpu``."""
     names = [f"input_{n}" for n in range(len(inputs))]
     onnx_model = to_onnx(module, inputs, names)
-    return TorchModel(onnx_model, compile_model(onnx_model, **options), names)
+    compiled = compile_model(onnx_model, **options)
+    if gpu is not None and isinstance(compiled, GpuModel):
+        compiled.to(gpu)
+    return TorchModel(onnx_model, compiled, names)
+
+
+def _gpu_target(index: int) -> Any:
+    """The target of GPU ``index``: ``"cuda"`` for GPU 0 (its facts, or sm_90's where none can
+    be read), else that GPU's facts, which may be another architecture's."""
+    return "cuda" if index == 0 else CudaTarget.device(index)
 
 
 def tilecraft_backend(graph_module: Any, example_inputs: Sequence[Any], options: dict | None = None,
@@ -226,9 +243,9 @@ class CapturedGraph:
         devices = sorted({str(x.device) for x in args if isinstance(x, torch.Tensor)} - {"cpu"})
         placed = False  # whether tilecraft can run the graph where its tensors are
         try:
-            target = _target_for(devices, self.options.get("target"))
+            target, gpu = _placement(devices, self.options.get("target"))
             placed = True
-            model = _compiled(frozen, inputs, **{**self.options, "target": target})
+            model = _compiled(frozen, inputs, gpu, **{**self.options, "target": target})
             return lambda given: model.run([x for x, constant in zip(given, fixed) if not constant])
         except OnnxImportError as error:
             operators = [node for node in self.graph_module.graph.nodes if node.op in _CALLS]
@@ -277,22 +294,23 @@ class CapturedGraph:
 _CALLS = ("call_function", "call_method", "call_module")
 
 
-def _target_for(devices: Sequence[str], target: Any) -> Any:
-    """The target a graph whose tensors are on ``devices`` (besides the CPU) compiles for:
-    the one given, else the host; on GPU 0 (``cuda:0``), the GPU's (``"cuda"``), or a CUDA
-    target given.
+def _placement(devices: Sequence[str], target: Any) -> tuple[Any, int | None]:
+    """The target a graph whose tensors are on ``devices`` (besides the CPU) compiles for, and
+    the GPU it runs on (None: the CPU): the target given, else the host; on one GPU
+    (``cuda:N``), that GPU's (``_gpu_target``), or a CUDA target given.
 
     Raises:
         OnnxImportError: Where tilecraft cannot run the graph there (the graph runs in PyTorch).
     """
     if not devices:
-        return target
+        return target, None
     kind = getattr(Target.parse(target), "kind", "llvm") if target is not None else "cuda"
-    if list(devices) != ["cuda:0"] or kind != "cuda":
+    if len(devices) != 1 or not devices[0].startswith("cuda:") or kind != "cuda":
         raise OnnxImportError(f"its tensors are on {', '.join(devices)}; tilecraft compiles for the CPU, or for "
-                              f"cuda:0 with a CUDA target (options={{'target': 'cuda'}}, the default there)"
+                              f"one GPU with a CUDA target (options={{'target': 'cuda'}}, the default there)"
                               + (f", not {target!r}" if kind != "cuda" else ""))
-    return target or "cuda"
+    gpu = gpu_index(devices[0])
+    return target or _gpu_target(gpu), gpu
 
 
 def _as_module(captured: CapturedGraph, single: bool) -> Any:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import re
 import sys
 import time
 import weakref
@@ -49,7 +50,9 @@ L2_FLUSH_BYTES = 256 << 20  # Triton's do_bench; over twice the largest L2 (H100
 _STATIC_SHARED_LIMIT = 48 << 10  # more dynamic shared memory needs the kernel's opt-in attribute
 _CUDA, _DEVICE_NAMES = 2, {1: "the CPU", 3: "pinned host memory", 13: "CUDA managed memory"}  # DLPack device types
 _HINTS = {"CUDA_ERROR_NO_BINARY_FOR_GPU": " (the cubin was built for another GPU architecture: compile it for "
-                                          "this GPU's, CudaTarget.device().nvcc_arch)"}
+                                          "this GPU's, CudaTarget.device().nvcc_arch)",
+          "CUDA_ERROR_INVALID_DEVICE": " (no GPU of that index here: CUDA numbers the GPUs a process sees from 0, "
+                                       "CUDA_VISIBLE_DEVICES deciding which it sees)"}
 _INSTALL = "pip install -e '.[cuda]' (or pip install 'cuda-bindings>=13.0'; it needs an NVIDIA driver >= 580)"
 
 
@@ -214,6 +217,23 @@ def is_c_contiguous(shape: tuple[int, ...], strides: Sequence[int] | None, items
     return True
 
 
+def gpu_index(device: Any) -> int:
+    """The index of the GPU that ``device`` names: ``1``, ``"cuda:1"``, ``torch.device("cuda", 1)``;
+    ``"cuda"`` is GPU 0.
+
+    Raises:
+        ValueError: If ``device`` names no GPU.
+    """
+    if isinstance(device, int) and not isinstance(device, bool):
+        index = device
+    else:
+        named = re.fullmatch(r"cuda(?::(\d+))?", str(device))  # a torch.device prints as its name
+        index = int(named.group(1) or 0) if named else -1
+    if index < 0:
+        raise ValueError(f"device {device!r} names no GPU; name one as 1, 'cuda:1' or torch.device('cuda', 1)")
+    return index
+
+
 def cuda_available() -> bool:
     """Whether ``cuda-bindings`` is installed and the driver sees a GPU; never raises."""
     try:
@@ -284,6 +304,11 @@ class CudaModule:
         launches = ", ".join(f"grid={launch.grid}, block={launch.block}, shared_bytes={launch.shared_bytes}"
                              for launch in self.launches)
         return f"CudaModule({self.entry!r}, args=({', '.join(arg.name for arg in self.args)}), {launches})"
+
+    def unloaded(self) -> CudaModule:
+        """The same kernels, loaded on no GPU yet: a module stays on the GPU its first call
+        loaded it on, so a model moved to another GPU loads its kernels there afresh."""
+        return CudaModule(self.cubin, self.source, self.entry, self.args, self.launches, self.workspace)
 
     def to_json(self) -> dict[str, Any]:
         """The metadata that travels beside the cubin: entry, arguments, launch and workspace."""
@@ -519,7 +544,8 @@ class DeviceArray:
         view = cls.__new__(cls)
         view.shape, view.pointer = tuple(shape), int(face["data"][0])
         view.dtype = np.dtype(dtype or face["typestr"])
-        view.device, view.base = array.device if isinstance(array, DeviceArray) else 0, array
+        where = getattr(array, "__dlpack_device__", None)
+        view.device, view.base = int(where()[1]) if where is not None else 0, array
         if view.nbytes > math.prod(face["shape"]) * np.dtype(face["typestr"]).itemsize:
             raise ValueError(f"a view of {view.dtype.name}{list(view.shape)} reaches past the "
                              f"{np.dtype(face['typestr']).name}{list(face['shape'])} array it views")
@@ -533,6 +559,11 @@ class DeviceArray:
     def __cuda_array_interface__(self) -> dict[str, Any]:
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.pointer, False), "version": 3,
                 "strides": None}
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Where the data is, as DLPack says it (a CUDA GPU and its index): what the checks of a
+        call read, as they read a PyTorch or CuPy array's."""
+        return _CUDA, self.device
 
     def numpy(self) -> np.ndarray:
         """The data, copied back once the work queued on the legacy default stream is done."""

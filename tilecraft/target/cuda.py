@@ -104,13 +104,14 @@ class CudaTarget(Fields):
             object.__setattr__(self, name, value)
 
     @classmethod
-    def device(cls) -> CudaTarget:
-        """GPU 0's facts, read once through ``cuda-bindings``.
+    def device(cls, index: int = 0) -> CudaTarget:
+        """The facts of GPU ``index`` (as CUDA numbers the GPUs this process sees), read once
+        through ``cuda-bindings``.
 
         Raises:
-            TargetError: If ``cuda-bindings`` is not installed or no GPU answers.
+            TargetError: If ``cuda-bindings`` is not installed or the GPU does not answer.
         """
-        found = _detect_device()
+        found = _detect_device(index)
         if isinstance(found, TargetError):
             raise found
         return found
@@ -182,8 +183,8 @@ def _arch_facts(arch: Any, every_field_given: bool = False) -> dict[str, Any]:
 
 
 @functools.cache
-def _detect_device() -> CudaTarget | TargetError:
-    """GPU 0's facts through the driver API, or the error that says why they cannot be read."""
+def _detect_device(index: int = 0) -> CudaTarget | TargetError:
+    """GPU ``index``'s facts through the driver API, or the error that says why they cannot be read."""
     try:
         from cuda.bindings import driver
     except ImportError:
@@ -202,7 +203,7 @@ def _detect_device() -> CudaTarget | TargetError:
 
     try:
         call(driver.cuInit, 0)
-        device = call(driver.cuDeviceGet, 0)
+        device = call(driver.cuDeviceGet, index)
         major, minor = attribute("COMPUTE_CAPABILITY_MAJOR"), attribute("COMPUTE_CAPABILITY_MINOR")
         return CudaTarget({**_COMMON, "kind": "cuda", "arch": f"sm_{major}{minor}",
                            "sm_count": attribute("MULTIPROCESSOR_COUNT"), "warp_size": attribute("WARP_SIZE"),
