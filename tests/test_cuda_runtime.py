@@ -22,6 +22,7 @@ from tilecraft.runtime.cuda import CudaModule, LaunchSpec, bind_arrays, cuda_ava
 from tilecraft.runtime.compiler import BACKGROUND_NICENESS
 from tilecraft.runtime.cuda_compiler import compile_cuda
 from tilecraft.runtime.nvrtc import nvrtc_version
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 N = 1000
 ADD = """
@@ -487,6 +488,10 @@ def test_a_device_array_is_a_gpu_array_to_a_call_and_comes_back_as_numpy(monkeyp
     with pytest.raises(ValueError, match=r"a view of float32\[2, 1000\] reaches past the float32\[1000\] array"):
         cuda_runtime.DeviceArray.view(arrays[0], (2, N))
     assert arrays[0].__dlpack_device__() == (2, 0) and halves.device == 0
+    brain = cuda_runtime.DeviceArray(a.astype(NUMPY_DTYPES["bfloat16"]))  # typestr <V2: its dtype tells bfloat16
+    assert brain.numpy().dtype == cuda_runtime.DeviceArray.view(brain, (N,)).dtype == NUMPY_DTYPES["bfloat16"]
+    assert bind_arrays("scale", (ArgSpec("h", (N,), "bfloat16", False),), [brain]).on_device
+    del brain
     assert cuda_runtime.DeviceArray.view(FakeGpuArray((N,), device=1), (N,)).device == 1  # a PyTorch tensor's GPU
     del halves
     del arrays, binding

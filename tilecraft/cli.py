@@ -49,7 +49,7 @@ from .search.policy import SketchPolicy
 from .search.shared_model import SharedCostModel
 from .tables import print_table
 from .target import CudaTarget, Target
-from .te.dtype import DTYPES
+from .te.dtype import DTYPES, from_npy
 from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
 from .tune.task import WORKLOADS, SearchTask, TuningOptions
@@ -713,7 +713,7 @@ def _read_inputs(given: list[str], inputs) -> dict:
                                    f"name each, as --input NAME=path.npy")
             name, file = inputs[0].name, item
         try:
-            arrays[name] = np.load(file, allow_pickle=False)
+            arrays[name] = from_npy(np.load(file, allow_pickle=False))
         except (ValueError, OSError, EOFError) as error:
             raise CommandError(f"--input {item}: {file} is not a NumPy .npy array ({error})") from None
     return {**example_inputs([value for value in inputs if value.name not in arrays]), **arrays}

@@ -1,5 +1,6 @@
 """Generated C: vectorized loops take the explicit SIMD path for more than + - * / and equal NumPy."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -194,3 +195,40 @@ def test_parallel_loops_run_on_the_targets_cores_whatever_the_environment(kernel
     np.testing.assert_allclose(func(a), a * 2.0 + 1.0, rtol=1e-6)
     pragmas = [line.strip() for line in func.source.splitlines() if line.strip().startswith("#pragma omp parallel")]
     assert pragmas and all(f"num_threads({cores})" in p for p in pragmas), pragmas
+
+
+def _special_floats() -> np.ndarray:
+    """float32s whose rounding to bfloat16 is easy to get wrong: ties to even up and down,
+    the largest finite values (which round to inf), infinities, NaNs, signed zeros,
+    subnormals; then random bit patterns (NaNs with payloads among them)."""
+    special = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), 1 + 2 ** -8 + 2 ** -20, 3.4028235e38,
+                        -3.3961776e38, 3.3895314e38, np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-45, 1.1754942e-38,
+                        2.0 ** -130, 65504.0, 0.1, -7.3], np.float32)
+    random_bits = np.random.default_rng(0).integers(0, 2 ** 32, 4078, dtype=np.uint32).view(np.float32)
+    return np.concatenate([special, random_bits])
+
+
+@pytest.mark.parametrize("on", ["cpu", "gpu"])
+def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does_and_widens_exactly(on, kernel_cache):
+    """A float32 stored to bfloat16 (``tc_f2bf``) has the bits NumPy's bfloat16 (ml_dtypes)
+    gives it, a NaN stays a NaN; read back (``tc_bf2f``, a shift) it is exact. On the GPU in
+    emulation, with the same helpers NVRTC compiles."""
+    x = _special_floats()
+    X = te.placeholder(x.shape, name="X")
+    rounded = te.compute(x.shape, lambda i: X[i].astype("bfloat16"), name="rounded")
+    widened = te.compute(x.shape, lambda i: rounded[i].astype("float32") * 2.0, name="widened")
+    sch = tc.Schedule(tc.ComputeDAG([X, rounded, widened]))
+    if on == "gpu":
+        for name in ("rounded", "widened"):
+            blocks, threads = sch.split(sch.get_loops(sch.get_block(name))[0], [None, 128])
+            sch.bind(blocks, "blockIdx.x")
+            sch.bind(threads, "threadIdx.x")
+    run = tc.emulate_gpu(sch, "cuda -arch=sm_90") if on == "gpu" else tc.build(sch, "llvm", cache_dir=kernel_cache)
+    got, twice = run(x)
+    with np.errstate(invalid="ignore"):
+        want = x.astype(ml_dtypes.bfloat16)
+    nan = np.isnan(x)
+    assert got.dtype == want.dtype and np.isnan(got.astype(np.float32))[nan].all()
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(twice[~nan], want.astype(np.float32)[~nan] * np.float32(2))

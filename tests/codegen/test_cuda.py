@@ -23,6 +23,7 @@ from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
 from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.nodes import Allocate, walk_stmts
 from tilecraft.ir.slices import into_slice
+from tilecraft.te.dtype import NUMPY_DTYPES
 from tilecraft.ops.nn import softmax
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -529,34 +530,40 @@ def test_split_k_through_a_workspace_finishes_any_epilogue_in_a_second_kernel():
 
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("sketch", ["gpu_tile", "gpu_tile_pipelined"])
-def test_float16_tiles_are_fetched_sixteen_bytes_a_copy(sketch):
+def test_16_bit_float_tiles_are_fetched_sixteen_bytes_a_copy(sketch, dtype):
     """A cooperative fetch copies four 4-byte words a thread (a float4 of float32): of
-    float16, eight lanes as one uint4, or one 16-byte cp.async where the tiles are
-    double-buffered; the matmul still matches NumPy's to float16's precision."""
+    float16 or bfloat16, eight lanes as one uint4, or one 16-byte cp.async where the tiles
+    are double-buffered; the matmul still matches NumPy's to the type's precision (one
+    rounding, of the sum: 2^-11 of float16, 2^-8 of bfloat16)."""
     from tilecraft.search.default import default_row
     from tilecraft.search.space import generate_sketches
 
     target = tc.Target("cuda -arch=sm_90")
-    dag = matmul(128, 64, 128, "float16")
+    dag = matmul(128, 64, 128, dtype)
     drafted = {s.name: s for s in generate_sketches(dag, target=target)}[sketch]
     sch = drafted.trace_of(default_row(drafted, 1)).replay(dag)
     a, b = dag.random_inputs()
     want = a.astype(np.float32) @ b.astype(np.float32)
-    np.testing.assert_allclose(tc.emulate_gpu(sch, target)(a, b).astype(np.float32), want, rtol=2e-3, atol=2e-2)
+    rtol = 2e-3 if dtype == "float16" else 8e-3
+    np.testing.assert_allclose(tc.emulate_gpu(sch, target)(a, b).astype(np.float32), want, rtol=rtol, atol=10 * rtol)
     if shutil.which("nvcc"):
         source = tc.build(sch, "cuda" if tc.cuda_available() else target).source
         copy = "*(uint4*)&" if sketch == "gpu_tile" else "cp.async.cg.shared.global [%0], [%1], 16;"
         assert source.count(copy) == (2 if sketch == "gpu_tile" else 4), source  # A's tile and B's (and first steps)
 
 
-def test_float16_is_held_as_half_and_computed_in_float32():
-    """Element-wise and a sum across threads, of float16: loads widened (PTX's cvt), stores
-    rounded, the partial sums in float32; values as NumPy's to float16's precision."""
-    X = te.placeholder((6, 150), name="X", dtype="float16")
+@pytest.mark.parametrize("dtype, widen, rounding", [("float16", "tc_h2f", "tc_f2h"),
+                                                     ("bfloat16", "tc_bf2f", "tc_f2bf")])
+def test_16_bit_floats_are_held_as_their_bits_and_computed_in_float32(dtype, widen, rounding):
+    """Element-wise and a sum across threads, of float16 or bfloat16: loads widened (float16
+    by PTX's cvt, bfloat16 by a shift), stores rounded, the partial sums in float32; values
+    as NumPy's to the type's precision."""
+    X = te.placeholder((6, 150), name="X", dtype=dtype)
     k = te.reduce_axis((0, 150), name="k")
     total = te.compute((6,), lambda i: te.sum(X[i, k], axis=k), name="total")
-    halved = te.compute((6, 150), lambda i, j: X[i, j] * te.const(0.5, "float16") + total[i], name="halved")
+    halved = te.compute((6, 150), lambda i, j: X[i, j] * te.const(0.5, dtype) + total[i], name="halved")
     sch = tc.Schedule(tc.ComputeDAG([X, halved]))
     i, j = sch.get_loops(sch.get_block("halved"))
     sch.bind(i, "blockIdx.x")
@@ -564,12 +571,15 @@ def test_float16_is_held_as_half_and_computed_in_float32():
     sch.compute_at(sch.get_block("total"), i)
     _, lanes = sch.split(sch.get_loops(sch.get_block("total"))[-1], [None, 64])
     sch.bind(lanes, "threadIdx.x")
-    x = np.random.default_rng(0).standard_normal((6, 150)).astype(np.float16)
+    x = np.random.default_rng(0).standard_normal((6, 150)).astype(NUMPY_DTYPES[dtype])
     want = x.astype(np.float32) * 0.5 + x.astype(np.float32).sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(tc.emulate_gpu(sch, "cuda -arch=sm_90")(x).astype(np.float32), want, rtol=2e-3, atol=2e-2)
+    rtol = 2e-3 if dtype == "float16" else 8e-3
+    got = tc.emulate_gpu(sch, "cuda -arch=sm_90")(x)
+    assert got.dtype == x.dtype
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=rtol, atol=10 * rtol)
     if shutil.which("nvcc"):
         module = tc.build(sch, "cuda" if tc.cuda_available() else "cuda -arch=sm_90")
-        assert "tc_h2f(X[" in module.source and "halved[" in module.source and "tc_f2h(" in module.source
+        assert f"{widen}(X[" in module.source and "halved[" in module.source and f"{rounding}(" in module.source
         assert "float total_partial[1];" in module.source
         if tc.cuda_available():
-            np.testing.assert_allclose(module(x).astype(np.float32), want, rtol=2e-3, atol=2e-2)
+            np.testing.assert_allclose(module(x).astype(np.float32), want, rtol=rtol, atol=10 * rtol)

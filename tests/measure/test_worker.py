@@ -1,9 +1,12 @@
 """The worker's output check, in this process: tolerances by dtype, and what a mismatch message says."""
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
-from tilecraft.measure.worker import OutputCheck, poisoned
+from tilecraft.measure.worker import OutputCheck, _load_reference, poisoned
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 
 def compare(name, got, expected):
@@ -42,6 +45,20 @@ def test_float16_tolerance_is_looser_than_float32():
     assert compare("f", (expected * 1.005).astype(np.float32), expected.astype(np.float32)) is not None
 
 
+def test_bfloat16_passes_a_rounding_apart_and_a_saved_reference_keeps_its_type(tmp_path):
+    """bfloat16 keeps 8 bits (an ulp of 1.0 is 0.8%): a result two roundings from the
+    reference (a sum reassociated in float32, then rounded) passes, a lost term does not;
+    a reference saved as .npz, as the runner saves it, is read back as bfloat16."""
+    bfloat16 = NUMPY_DTYPES["bfloat16"]
+    expected = np.linspace(-60, 60, 16).astype(bfloat16)
+    nudged = (expected.astype(np.float32) * np.float32(1.015)).astype(bfloat16)
+    assert compare("b", nudged, expected) is None
+    assert "(expected -60, got -56); 16 of 16 elements" in compare("b", expected + np.asarray(4, bfloat16), expected)
+    np.savez(tmp_path / "reference.npz", b=expected)
+    loaded = _load_reference(str(tmp_path / "reference.npz"), OrderedDict())["b"]
+    assert loaded.dtype == bfloat16 and loaded.tobytes() == expected.tobytes()
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "bool"])
 def test_integers_and_bools_must_match_exactly(dtype):
     expected = (np.arange(12) % 3).astype(dtype).reshape(3, 4)
@@ -51,10 +68,10 @@ def test_integers_and_bools_must_match_exactly(dtype):
     assert "at index (2, 1)" in compare("q", got, expected) and "exact, for " + dtype in compare("q", got, expected)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "uint8", "bool"])
 def test_poisoned_buffers_differ_from_the_reference_everywhere(dtype):
     expected = np.random.default_rng(1).integers(0, 3, 50).astype(dtype)
-    if dtype.startswith("float"):
+    if "float" in dtype:
         expected[7] = np.nan
     assert not np.any(poisoned(expected) == expected)
     assert "50 of 50 elements" in compare("x", poisoned(expected), expected)

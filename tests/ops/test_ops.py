@@ -345,11 +345,15 @@ def test_activations(rng):
         ops.clip(X, 2, 1)
 
 
-def test_relu_float16_and_int(rng):
-    H, h = placeholder(rng, (8,), "H", "float16")
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_relu_and_max_pool_of_16_bit_floats_and_relu_of_ints(rng, half):
+    H, h = placeholder(rng, (8,), "H", half)
     out = run(ops.relu(H), {H: h})
-    assert out.dtype == np.float16
-    np.testing.assert_array_equal(out, np.maximum(h, 0))
+    assert out.dtype == h.dtype
+    np.testing.assert_array_equal(out, np.maximum(h.astype(np.float32), 0).astype(h.dtype))
+    P, p = placeholder(rng, (1, 1, 4, 4), "P", half)  # padded with the type's lowest value
+    pooled = run(ops.max_pool2d(P, 3, stride=2, padding=1), {P: p})
+    np.testing.assert_array_equal(pooled[0, 0, 0, 0], p[0, 0, :2, :2].astype(np.float32).max().astype(p.dtype))
     I, i = placeholder(rng, (8,), "I", "int32")
     np.testing.assert_array_equal(run(ops.relu(I), {I: i}), np.maximum(i, 0))
 

@@ -26,7 +26,7 @@ from tilecraft.search.default import default_row, default_schedule
 from tilecraft.search.features import FeatureSpace
 from tilecraft.search.gpu_rules import GPU_SKETCH_RULES, GpuMultiLevelTiling
 from tilecraft.search.space import generate_sketches
-from tilecraft.te.dtype import bytes_of
+from tilecraft.te.dtype import NUMPY_DTYPES, bytes_of
 
 TARGET = tc.Target("cuda -arch=sm_90")
 
@@ -124,11 +124,12 @@ def conv_relu_long_k():
     return tc.ComputeDAG([X, W, te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0)), name="relu")])
 
 
-def half_matmul(n, l, m, cast=False, bias_relu=False):
-    """float16 A @ B summed in float32 (each product cast), into float32, or rounded to float16
-    by a block after it (as ONNX's float16 MatMul imports), or plus a bias, through a ReLU."""
-    A = te.placeholder((n, l), name="A", dtype="float16")
-    B = te.placeholder((l, m), name="B", dtype="float16")
+def half_matmul(n, l, m, cast=False, bias_relu=False, dtype="float16"):
+    """float16 (or bfloat16) A @ B summed in float32 (each product cast), into float32, or
+    rounded to their type by a block after it (as ONNX's float16 MatMul imports), or plus a
+    bias, through a ReLU."""
+    A = te.placeholder((n, l), name="A", dtype=dtype)
+    B = te.placeholder((l, m), name="B", dtype=dtype)
     k = te.reduce_axis((0, l), name="k")
     C = te.compute((n, m), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"), axis=k),
                    name="C")
@@ -136,7 +137,7 @@ def half_matmul(n, l, m, cast=False, bias_relu=False):
         bias = te.placeholder((m,), name="bias")
         return tc.ComputeDAG([A, B, bias, te.compute((n, m), lambda i, j: te.max(C[i, j] + bias[j], te.const(0.0)),
                                                      name="D")])
-    out = te.compute((n, m), lambda i, j: C[i, j].astype("float16"), name="D") if cast else C
+    out = te.compute((n, m), lambda i, j: C[i, j].astype(dtype), name="D") if cast else C
     return tc.ComputeDAG([A, B, out])
 
 
@@ -174,6 +175,7 @@ def half_conv_padded():
 
 WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(33, 20, 45),
              "half_matmul": lambda: half_matmul(64, 48, 64),
+             "bfloat16_matmul": lambda: half_matmul(64, 48, 64, cast=True, dtype="bfloat16"),
              "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
              "half_attention_scores": half_attention_scores, "half_conv_as_matmul": half_conv_as_matmul,
              "half_conv_padded": half_conv_padded, "half_dense_padded": half_dense_padded,
@@ -183,10 +185,10 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "dense_bias_residual": dense_bias_residual, "dense_gelu": dense_gelu, "global_pool": global_pool,
              "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
 # Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
-# matmul, a matmul, a dense layer, the reductions), the full suite runs them all.
-HEAVY = {"half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul", "half_conv_padded",
-         "half_dense_padded", "matmul_long_k", "matmul_odd", "dense", "conv2d", "conv_bias_relu", "dense_bias_residual", "dense_gelu",
-         "conv_relu_long_k", "dense_bias_relu"}
+# matmul, a matmul, a dense layer, the reductions), the full suite runs them all (a bfloat16 one too).
+HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul",
+         "half_conv_padded", "half_dense_padded", "matmul_long_k", "matmul_odd", "dense", "conv2d", "conv_bias_relu",
+         "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
 EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]
 
 
@@ -542,8 +544,10 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
     dag = WORKLOADS[workload]()
     inputs = dag.random_inputs(np.random.default_rng(1))
     expected = dag.evaluate_numpy(inputs)[0]
-    # a float16 result summed in another order may round to the next float16 (a relative 1e-3)
-    close = dict(rtol=2e-3, atol=2e-3) if expected.dtype == np.float16 else dict(rtol=1e-4, atol=1e-4)
+    # a 16-bit result summed in another order may round to the next value (float16: a relative
+    # 1e-3; bfloat16: 8e-3)
+    close = {np.float16: dict(rtol=2e-3, atol=2e-3), NUMPY_DTYPES["bfloat16"]: dict(rtol=1.6e-2, atol=1.6e-2)}.get(
+        expected.dtype, dict(rtol=1e-4, atol=1e-4))
     for sketch in generate_sketches(dag, target=TARGET):
         valid = 0
         for row in sketch.sample_uniform(np.random.default_rng(0), 6):

@@ -1,4 +1,6 @@
 import math
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -8,6 +10,7 @@ from tilecraft import te
 from tilecraft.errors import TeError
 from tilecraft.te import reference
 from tilecraft.te.reference import evaluate
+from tilecraft.te.dtype import NUMPY_DTYPES, accumulates_in, computes_in, from_npy, is_float, result_dtype
 
 
 @pytest.fixture
@@ -156,20 +159,40 @@ def test_casts():
     np.testing.assert_array_equal(out[index_to_float], np.arange(6) * 0.5)
 
 
-def test_float16_is_computed_in_float32_and_stored_as_float16(rng):
-    A = te.placeholder((64,), name="A", dtype="float16")
-    B = te.placeholder((64,), name="B", dtype="float16")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_float_is_computed_in_float32_and_rounded_when_stored(rng, dtype):
+    half = NUMPY_DTYPES[dtype]
+    A = te.placeholder((64,), name="A", dtype=dtype)
+    B = te.placeholder((64,), name="B", dtype=dtype)
     C = te.compute((64,), lambda i: A[i] * B[i] + A[i] * 0.1, name="C")
     k = te.reduce_axis((0, 64), name="k")
     S = te.compute((1,), lambda i: te.sum(A[k] * B[k], axis=k), name="S")
-    a = rng.standard_normal(64).astype(np.float16)
-    b = rng.standard_normal(64).astype(np.float16)
+    a = rng.standard_normal(64).astype(half)
+    b = rng.standard_normal(64).astype(half)
     out = evaluate([C, S], {A: a, B: b})
-    assert out[C].dtype == np.float16 and out[S].dtype == np.float16
+    assert out[C].dtype == half and out[S].dtype == half
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
-    expected = (a32 * b32 + a32 * np.float32(0.1)).astype(np.float16)
+    expected = (a32 * b32 + a32 * np.float32(0.1)).astype(half)
     np.testing.assert_array_equal(out[C], expected)
-    assert out[S][0] == np.float16(a32.astype(np.float64) @ b32)
+    assert out[S][0] == (a32.astype(np.float64) @ b32).astype(half)
+
+
+def test_bfloat16_holds_float32s_range_and_mixed_with_float16_promotes_to_float32():
+    assert is_float("bfloat16") and result_dtype("bfloat16", "float16") == result_dtype("float16", "bfloat16") == \
+        "float32"
+    assert result_dtype("bfloat16", "int32") == "bfloat16" and result_dtype("bfloat16", "float32") == "float32"
+    assert accumulates_in("bfloat16") == computes_in("bfloat16") == "float32"
+    X = te.placeholder((3,), name="X", dtype="bfloat16")
+    assert te.compute((3,), lambda i: X[i] * 2.0, name="Y").dtype == "bfloat16"
+
+
+def test_a_bfloat16_array_saved_as_numpy_saves_it_is_read_back_as_bfloat16(tmp_path):
+    x = np.array([1.5, -3e38, np.inf], NUMPY_DTYPES["bfloat16"])
+    np.save(tmp_path / "x.npy", x)
+    raw = np.load(tmp_path / "x.npy")
+    assert raw.dtype == np.dtype("V2") and from_npy(raw).dtype == x.dtype  # NumPy's format has no name for it
+    np.testing.assert_array_equal(from_npy(raw), x)
+    assert from_npy(np.ones(2, np.float16)).dtype == np.float16
 
 
 def test_chained_computes_return_every_intermediate(rng):
@@ -277,3 +300,13 @@ def test_input_errors(rng):
         evaluate(C, {A: a, B: b, C: np.zeros((2, 3), np.float32)})
     with pytest.raises(TeError, match="outputs must be tensors"):
         evaluate(["C"], {A: a, B: b})
+
+
+def test_ml_dtypes_is_imported_only_once_a_bfloat16_is_named():
+    """Importing it takes half a second, which every measuring worker would pay."""
+    code = ("import sys, numpy as np, tilecraft, tilecraft.ops, tilecraft.graph.passes, tilecraft.measure.worker\n"
+            "assert 'ml_dtypes' not in sys.modules\n"
+            "from tilecraft import te\n"
+            "te.placeholder((2,), dtype='bfloat16')\n"
+            "assert np.dtype('bfloat16').itemsize == 2\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

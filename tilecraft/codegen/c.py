@@ -20,7 +20,7 @@ import re
 
 from ..errors import LoweringError
 from ..target import Target
-from ..te.dtype import C_TYPES, bytes_of, is_float
+from ..te.dtype import C_TYPES, HALVES, bytes_of, computes_in, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
 from ..te.arith import bounds, simplify, to_linear
 from ..ir.nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store,
@@ -47,11 +47,17 @@ static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; ret
 TC_MINMAX(float, f32) TC_MINMAX(double, f64) TC_MINMAX(int32_t, i32) TC_MINMAX(int64_t, i64)
 TC_MINMAX(int8_t, i8) TC_MINMAX(uint8_t, u8) TC_MINMAX(bool, b) TC_MINMAX(int16_t, i16) TC_MINMAX(uint16_t, u16)
 TC_MINMAX(uint32_t, u32) TC_MINMAX(uint64_t, u64)
+static inline float tc_bf2f(uint16_t h) { union { uint32_t u; float f; } v = {(uint32_t)h << 16}; return v.f; }
+static inline uint16_t tc_f2bf(float f) {  /* to nearest, ties to even; a NaN stays one */
+  union { float f; uint32_t u; } v = {f};
+  return (v.u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((v.u >> 16) | 0x40u)
+                                            : (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
 """
 
 _SUFFIX = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64", "int8": "i8", "uint8": "u8",
            "int16": "i16", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-           "bool": "b", "float16": "f32"}
+           "bool": "b", "float16": "f32", "bfloat16": "f32"}
 _C_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!=", "and": "&&", "or": "||", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
           "left_shift": "<<", "right_shift": ">>"}
@@ -60,14 +66,11 @@ _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf
                                     "atanh")}}
 
 
-def compute_dtype(dtype: str) -> str:
-    """float16 is stored as half but computed in float32."""
-    return "float32" if dtype == "float16" else dtype
-
-
 class _Emitter:
-    HALF_TO_FLOAT = "((float){})"  # a float16 element read, as the float32 it is computed in
-    FLOAT_TO_HALF = "(_Float16)({})"  # a float32 value stored to a float16 element, rounded to nearest even
+    # A 16-bit float element read, as the float32 it is computed in; a float32 value stored to
+    # one, rounded to nearest even (bfloat16 held as its bits)
+    WIDENED = {"float16": "((float){})", "bfloat16": "tc_bf2f({})"}
+    ROUNDED = {"float16": "(_Float16)({})", "bfloat16": "tc_f2bf({})"}
 
     def __init__(self, func: LoweredFunc, target: Target):
         self.func, self.target = func, target
@@ -115,7 +118,7 @@ class _Emitter:
             return _literal(e)
         if isinstance(e, TensorRead):
             text = f"{self.buffer_name(e.tensor)}[{self.expr(self.flat_index(e.tensor, e.indices))}]"
-            return self.HALF_TO_FLOAT.format(text) if e.tensor.dtype == "float16" else text
+            return self.WIDENED[e.tensor.dtype].format(text) if e.tensor.dtype in HALVES else text
         if isinstance(e, Binary):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in _C_OPS:
@@ -143,7 +146,7 @@ class _Emitter:
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
         if isinstance(e, Cast):
-            return f"(({C_TYPES[compute_dtype(e.to)]}){self.expr(e.value)})"
+            return f"(({C_TYPES[computes_in(e.to)]}){self.expr(e.value)})"
         if isinstance(e, Call):
             x = self.expr(e.args[0])
             f = _fsuffix(e.dtype)
@@ -165,8 +168,8 @@ class _Emitter:
                 self.stmt(child, unroll_budget)
         elif isinstance(s, Store):
             value = self.expr(s.value)
-            if s.buffer.dtype == "float16":
-                value = self.FLOAT_TO_HALF.format(value)
+            if s.buffer.dtype in HALVES:
+                value = self.ROUNDED[s.buffer.dtype].format(value)
             self.out.line(f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}] = {value};")
         elif isinstance(s, AtomicAdd):  # only in a GPU kernel's emulation, whose blocks run one after another
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
@@ -482,7 +485,7 @@ def _literal(c: Const) -> str:
         return "true" if c.value else "false"
     if is_float(c.dtype):
         value = float(c.value)
-        f = "f" if c.dtype in ("float32", "float16") else ""
+        f = "f" if c.dtype != "float64" else ""
         if math.isinf(value):
             return f"({'-' if value < 0 else ''}INFINITY)"
         if math.isnan(value):

@@ -23,7 +23,7 @@ from ..ir.kernels import split_kernels
 from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc,
                         MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
-from ..te.dtype import C_TYPES, bytes_of
+from ..te.dtype import C_TYPES, HALVES, bytes_of
 from ..te.expr import Const, Select, TensorRead, binary, const, free_vars, substitute
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
@@ -107,7 +107,8 @@ def bound_loops(s: Stmt) -> list[For]:
 
 
 class _CudaEmitter(_Emitter):
-    HALF_TO_FLOAT, FLOAT_TO_HALF = "tc_h2f({})", "tc_f2h({})"  # float16 held as its bits (_ctype)
+    WIDENED = {"float16": "tc_h2f({})", "bfloat16": "tc_bf2f({})"}  # held as their bits (_ctype)
+    ROUNDED = {"float16": "tc_f2h({})", "bfloat16": "tc_f2bf({})"}
 
     def __init__(self, func: LoweredFunc, target):
         super().__init__(func, target)
@@ -424,9 +425,10 @@ def registers_a_thread(threads, registers_per_block: int, max_registers_per_thre
 
 
 def _ctype(dtype: str) -> str:
-    """A buffer element's CUDA type: float16 as its bits (``unsigned short``), converted by
-    ``tc_h2f`` and ``tc_f2h`` (PTX's ``cvt``: no header, so NVRTC and nvcc alike)."""
-    return "unsigned short" if dtype == "float16" else C_TYPES[dtype]
+    """A buffer element's CUDA type: a 16-bit float as its bits (``unsigned short``), float16
+    converted by ``tc_h2f`` and ``tc_f2h`` (PTX's ``cvt``), bfloat16 by the C backend's
+    shift and rounding: no header, so NVRTC and nvcc alike."""
+    return "unsigned short" if dtype in HALVES else C_TYPES[dtype]
 
 
 def _picks_fragment_tiles(loop: For) -> bool:

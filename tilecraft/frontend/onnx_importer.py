@@ -15,7 +15,7 @@ from ..errors import TilecraftError
 from ..graph.builder import GraphBuilder
 from ..graph.ir import Node
 from ..graph.operators import BROADCAST, ELEMENTWISE, OPERATORS, build_alone
-from ..te.dtype import DTYPES
+from ..te.dtype import DTYPES, is_float
 
 
 class OnnxImportError(TilecraftError, ValueError):
@@ -55,8 +55,8 @@ class OnnxNode:
 
 _IDENTITIES = {  # what a reduction of nothing gives
     "sum": lambda dtype: 0,
-    "max": lambda dtype: False if dtype == bool else -np.inf if dtype.kind == "f" else np.iinfo(dtype).min,
-    "min": lambda dtype: True if dtype == bool else np.inf if dtype.kind == "f" else np.iinfo(dtype).max,
+    "max": lambda dtype: False if dtype == bool else -np.inf if is_float(dtype.name) else np.iinfo(dtype).min,
+    "min": lambda dtype: True if dtype == bool else np.inf if is_float(dtype.name) else np.iinfo(dtype).max,
 }
 
 

@@ -27,6 +27,7 @@ from typing import Callable
 import numpy as np
 
 from ..ops.common import broadcast_shape
+from ..te.dtype import is_float
 from .onnx_importer import Importer, OnnxNode
 
 Converter = Callable[[Importer, OnnxNode], None]
@@ -374,7 +375,7 @@ def _pool_indices(ctx: Importer, node: OnnxNode) -> None:
               for size, lo, hi, k, d, s in zip(sizes, pads[:rank], ends, kernel, dilations, strides)]
     if any(pads[:rank]) or any(ends):
         x = ctx.emit("pad", [x], {"pad_before": (0, 0, *pads[:rank]), "pad_after": (0, 0, *ends), "pad_value": (
-            -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min))}, f"{node.name}_indices_pad")
+            -np.inf if is_float(dtype.name) else int(np.iinfo(dtype).min))}, f"{node.name}_indices_pad")
     taps = np.array(list(np.ndindex(*kernel))) * dilations  # [K, rank], row-major as ONNX scans a window
     windows = ctx.emit("concat", [ctx.reshape(ctx.emit("strided_slice", [x], {
         "begin": tuple(tap), "end": tuple(t + (m - 1) * s + 1 for t, m, s in zip(tap, counts, strides)),

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import TeError
-from ..te.dtype import DTYPES
+from ..te.dtype import DTYPES, supported
 from .ir import Graph, Node, Value
 from .operators import HEAVY, OPERATORS, REDUCTION, build_alone
 from .reference import evaluate_node
@@ -88,7 +88,7 @@ class GraphBuilder:
     def _define(self, name: str, shape: tuple[int, ...], dtype: str) -> Value:
         if name in self.values:
             raise TeError(f"the graph already has a value named {name!r}; every value must be defined once")
-        if dtype not in DTYPES:
+        if not supported(dtype):
             raise TeError(f"value {name} has dtype {dtype}; tilecraft supports {', '.join(DTYPES)}")
         value = self.values[name] = Value(name, tuple(int(n) for n in shape), dtype)
         return value

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..te.dtype import finfo, is_float
 from .builder import unique_name
 from .ir import Graph, Node, Value
 from .operators import BROADCAST, ELEMENTWISE, OPERATORS
@@ -228,7 +229,8 @@ def _is_scalar(graph: Graph, name: str | None, value: float) -> bool:
     """Whether constant ``name`` is the scalar ``value``, as nearly as its type holds it (a
     float16 sqrt(2) is 1.4140625, 1.1e-4 off)."""
     array = graph.constants.get(name) if name else None
-    tolerance = max(1e-4, float(np.finfo(array.dtype).eps)) if array is not None and array.dtype.kind == "f" else 1e-4
+    floating = array is not None and is_float(array.dtype.name)
+    tolerance = max(1e-4, float(finfo(array.dtype.name).eps)) if floating else 1e-4
     return array is not None and array.size == 1 and math.isclose(float(array.reshape(())), value, rel_tol=tolerance)
 
 

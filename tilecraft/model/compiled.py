@@ -36,7 +36,7 @@ from rich.table import Table
 from ..build import build, build_lowered
 from ..database.log import best_of, load_records
 from ..errors import BuildError, ScheduleError, TilecraftError
-from ..runtime.cuda import is_c_contiguous
+from ..runtime.cuda import element_dtype, is_c_contiguous
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
 from ..ir.lower import lower
@@ -46,7 +46,7 @@ from ..schedule.trace import Trace
 from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
-from ..te.dtype import NUMPY_DTYPES
+from ..te.dtype import NUMPY_DTYPES, from_npy, is_float
 from ..graph.fuse import concat_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
@@ -312,7 +312,7 @@ def check_inputs(expected: Sequence[Value], inputs: Mapping[str, Any], gpu: bool
             array = np.asarray(array)
         face = getattr(array, "__cuda_array_interface__", None) if gpu else None
         if face is not None:
-            shape, dtype = tuple(face["shape"]), np.dtype(face["typestr"])
+            shape, dtype = tuple(face["shape"]), element_dtype(array)
         elif isinstance(array, np.ndarray):
             shape, dtype = array.shape, array.dtype
         else:
@@ -342,7 +342,8 @@ def _host_bytes(nbytes: int) -> np.ndarray:
 
 
 def _host_view(raw: np.ndarray, value: Value) -> np.ndarray:
-    return raw[:math.prod(value.shape) * np.dtype(value.dtype).itemsize].view(value.dtype).reshape(value.shape)
+    dtype = NUMPY_DTYPES[value.dtype]
+    return raw[:math.prod(value.shape) * dtype.itemsize].view(dtype).reshape(value.shape)
 
 
 def plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: set[str], allocate=_host_bytes,
@@ -367,7 +368,7 @@ def plan_buffers(steps: Sequence[Step], values: Mapping[str, Value], per_call: s
             if name in per_call or name in owned:  # a concatenation's later part
                 continue
             value = values[name]
-            nbytes = math.prod(value.shape) * np.dtype(value.dtype).itemsize
+            nbytes = math.prod(value.shape) * NUMPY_DTYPES[value.dtype].itemsize
             fits = [k for k, raw in enumerate(free) if raw.nbytes >= nbytes]
             raw = free.pop(min(fits, key=lambda k: free[k].nbytes)) if fits else allocate(nbytes)
             owned[name] = raw
@@ -383,7 +384,7 @@ def example_inputs(values: Sequence[Value], seed: int = 0) -> dict[str, np.ndarr
     integers and booleans (indices that are valid whatever the axis they index)."""
     rng = np.random.default_rng(seed)
     return {value.name: rng.standard_normal(value.shape).astype(value.dtype)
-            if np.issubdtype(np.dtype(value.dtype), np.floating) else np.zeros(value.shape, value.dtype)
+            if is_float(value.dtype) else np.zeros(value.shape, value.dtype)
             for value in values}
 
 
@@ -610,7 +611,7 @@ def load_model(directory: str | Path) -> CompiledModel | GpuModel:
 
 def _load_weight(path: Path, value: Value) -> np.ndarray:
     try:
-        array = np.load(path, allow_pickle=False)
+        array = from_npy(np.load(path, allow_pickle=False))
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot read the weight {value.name} from {path}: {error}; "
                              "save the model again") from None

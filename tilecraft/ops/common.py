@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import te
 from ..errors import TeError
-from ..te.dtype import is_float
+from ..te.dtype import finfo, is_float
 from ..te.expr import Expr
 from ..te.tensor import PlaceholderOp, Tensor
 
@@ -134,7 +134,7 @@ def window(out: Expr, stride: int, offset: Expr, dilation: int) -> Expr:
 
 def lowest(dtype: str) -> int | float:
     """The smallest finite value of ``dtype``: the identity of max over padding, as in TVM."""
-    info = np.finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
+    info = finfo(dtype) if is_float(dtype) else np.iinfo(dtype)
     return float(info.min) if is_float(dtype) else int(info.min)
 
 

@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import TargetError, TilecraftError
+from ..te.dtype import NUMPY_DTYPES
 from .module import ArgSpec
 from .timer import ProfileResult
 
@@ -174,6 +175,14 @@ def _host_array(entry: str, spec: ArgSpec, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def element_dtype(array: Any) -> np.dtype:
+    """The element type of a GPU array: its ``dtype`` where that is NumPy's (a CuPy array, a
+    ``DeviceArray``: bfloat16's has no ``__cuda_array_interface__`` typestr of its own, only
+    ``<V2``), else its typestr's (a PyTorch tensor's)."""
+    dtype = getattr(array, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else np.dtype(array.__cuda_array_interface__["typestr"])
+
+
 def device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -> tuple[int, int]:
     """The GPU and the data address of a GPU array, once checked as ``spec``."""
     role = "output" if spec.is_output else "input"
@@ -193,8 +202,8 @@ def device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) ->
         raise TypeError(f"{entry}: {role} {spec.name!r} ({type(array).__name__}) offers DLPack only, and tilecraft "
                         f"reads GPU addresses from __cuda_array_interface__; wrap it without a copy with "
                         f"torch.from_dlpack(x) or cupy.from_dlpack(x)")
-    shape, dtype = tuple(face["shape"]), np.dtype(face["typestr"])
-    if dtype != np.dtype(spec.dtype):
+    shape, dtype = tuple(face["shape"]), element_dtype(array)
+    if dtype != NUMPY_DTYPES[spec.dtype]:
         raise ValueError(f"{entry}: {role} {spec.name!r} has dtype {dtype.name}, expected {spec.dtype}")
     if shape != spec.shape:
         raise ValueError(f"{entry}: {role} {spec.name!r} has shape {shape}, expected {spec.shape}")
@@ -526,7 +535,7 @@ class DeviceArray:
     def empty(cls, shape: tuple[int, ...], dtype: str, device: int = 0) -> DeviceArray:
         """GPU memory for an array of ``shape`` and ``dtype``, not initialized."""
         out = cls.__new__(cls)
-        out._allocate(tuple(shape), np.dtype(dtype), device)
+        out._allocate(tuple(shape), NUMPY_DTYPES[dtype], device)
         return out
 
     def _allocate(self, shape: tuple[int, ...], dtype: np.dtype, device: int) -> None:
@@ -543,12 +552,12 @@ class DeviceArray:
         face = array.__cuda_array_interface__
         view = cls.__new__(cls)
         view.shape, view.pointer = tuple(shape), int(face["data"][0])
-        view.dtype = np.dtype(dtype or face["typestr"])
+        view.dtype = NUMPY_DTYPES[dtype] if dtype else element_dtype(array)
         where = getattr(array, "__dlpack_device__", None)
         view.device, view.base = int(where()[1]) if where is not None else 0, array
-        if view.nbytes > math.prod(face["shape"]) * np.dtype(face["typestr"]).itemsize:
+        if view.nbytes > math.prod(face["shape"]) * element_dtype(array).itemsize:
             raise ValueError(f"a view of {view.dtype.name}{list(view.shape)} reaches past the "
-                             f"{np.dtype(face['typestr']).name}{list(face['shape'])} array it views")
+                             f"{element_dtype(array).name}{list(face['shape'])} array it views")
         return view
 
     @property
@@ -683,7 +692,7 @@ def launch_json(launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = (
 
 
 def _bytes(spec: ArgSpec) -> int:
-    return math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+    return math.prod(spec.shape) * NUMPY_DTYPES[spec.dtype].itemsize
 
 
 def _arg_json(spec: ArgSpec) -> dict[str, Any]:

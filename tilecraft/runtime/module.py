@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import BuildError
 from ..target import Target
-from ..te.dtype import DTYPES
+from ..te.dtype import DTYPES, supported
 from .evict import weight_evictor
 from .plan import Call
 from .timer import ProfileResult, cache_flusher, time_callable
@@ -37,7 +37,7 @@ class ArgSpec:
     is_output: bool
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
+        if not supported(self.dtype):
             raise ValueError(f"argument {self.name!r} has dtype {self.dtype!r}; use one of {', '.join(DTYPES)}")
 
 

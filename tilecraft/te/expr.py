@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Union
 import numpy as np
 
 from ..errors import TeError
-from .dtype import DTYPES, is_float, is_int, result_dtype
+from .dtype import DTYPES, is_float, is_int, result_dtype, supported
 
 if TYPE_CHECKING:
     from .tensor import IterVar, Tensor
@@ -288,7 +288,7 @@ def const(value: Any, dtype: str | None = None) -> Const:
             dtype = "float32"
         else:
             raise TeError(f"te.const got {value!r} of type {type(value).__name__}; pass an int, float or bool")
-    if dtype not in DTYPES:
+    if not supported(dtype):
         raise TeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if dtype == "bool":
         value = bool(value)
@@ -366,7 +366,7 @@ def compare(op: str, a: ExprLike, b: ExprLike) -> Expr:
 
 
 def cast(dtype: str, value: ExprLike) -> Expr:
-    if dtype not in DTYPES:
+    if not supported(dtype):
         raise TeError(f"cannot cast to unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     value = convert(value)
     if value.dtype == dtype:

@@ -10,7 +10,7 @@ product (matmul, conv) is contracted with ``np.einsum``, which never materialise
 full iteration space.
 
 The semantics are those of the generated C: floor division and modulo on integers,
-float32 math in float32, float16 computed in float32 (constants and casts included) and
+float32 math in float32, float16 and bfloat16 computed in float32 (constants and casts included) and
 rounded only when stored, float-to-int casts truncating, no warnings for what C does silently (inf, nan, overflow).
 Reads under a condition (a ``Select`` branch, the right side of ``&``/``|``, the source
 of a ``Reduce`` with ``where``) are clipped into bounds, because C never performs them
@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import TeError
-from .dtype import NUMPY_DTYPES, is_float
+from .dtype import NUMPY_DTYPES, computes_in, is_float
 from .expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Reduce, Select, TensorRead, Var, free_vars
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 
@@ -90,8 +90,8 @@ def _checked_input(tensor: Tensor, inputs: Mapping[Tensor, np.ndarray]) -> np.nd
 
 
 def _compute_dtype(dtype: str) -> np.dtype:
-    """float16 is computed in float32, as the generated C does, and rounded only when stored."""
-    return NUMPY_DTYPES["float32" if dtype == "float16" else dtype]
+    """A 16-bit float is computed in float32, as the generated C does, and rounded only when stored."""
+    return NUMPY_DTYPES[computes_in(dtype)]
 
 
 @dataclass(frozen=True)

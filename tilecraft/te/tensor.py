@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..errors import TeError
-from .dtype import DTYPES
+from .dtype import DTYPES, supported
 from .expr import Const, Expr, ExprLike, Reduce, Select, TensorRead, Var, convert, walk
 
 
@@ -164,7 +164,7 @@ def placeholder(shape: Sequence[int], name: str = "placeholder", dtype: str = "f
         TeError: If an extent is not a positive int or the dtype is unknown.
     """
     shape = _check_shape(shape, f"placeholder {name}")
-    if dtype not in DTYPES:
+    if not supported(dtype):
         raise TeError(f"placeholder {name} has unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     return Tensor(PlaceholderOp(name, shape, dtype))
 
