@@ -15,6 +15,7 @@ from tilecraft.graph.reference import run_reference
 from tilecraft.model.compiled import DefaultScheduleWarning
 from tilecraft.model.tasks import prepare_graph
 from tilecraft.search.space import generate_sketches
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 GPU = tc.Target("cuda -arch=sm_90")
 
@@ -215,3 +216,26 @@ def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference
     assert any("conv2d_nhwc_gemm" in kernel.desc for kernel in gpu.kernels)
     np.testing.assert_allclose(got[graph.outputs[0]].astype("float32"),
                                expected[graph.outputs[0]].astype("float32"), rtol=4e-3, atol=4e-3)
+
+
+def test_a_bfloat16_product_and_softmax_compute_in_float32_between_casts(tmp_path):
+    """As a float16 node does: the sums rounded to bfloat16 once, where a softmax computed in
+    bfloat16 would round its maximum, its exponentials and their sum; compiled for a CPU, it
+    computes what the reference does."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("x", (4, 32), "bfloat16")
+    w = b.add_constant("w", rng.standard_normal((8, 32)).astype(NUMPY_DTYPES["bfloat16"]))
+    out = b.emit("softmax", [b.emit("dense", [x, w], {}, "fc")], {"axis": 1}, "probabilities")
+    graph = b.finish([out])
+    assert graph.values[out].dtype == "bfloat16"
+    assert sorted(n.attrs["dtype"] for n in graph.nodes if n.op == "cast") == ["bfloat16", "bfloat16", "float32",
+                                                                                "float32"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        model = tc.compile_model(graph, "llvm", cache_dir=tmp_path)
+    got, want = model.run(feeds(graph))[out], run_reference(graph, feeds(graph))[out]
+    assert got.dtype == want.dtype == NUMPY_DTYPES["bfloat16"]
+    # fused, the logits reach the softmax unrounded; the reference rounds them to bfloat16 (a
+    # logit of 8 by up to 0.03, its exponential by 3%)
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=5e-2, atol=1e-3)

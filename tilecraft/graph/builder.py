@@ -4,9 +4,9 @@ Each emitted node is built alone from placeholders of its inputs' shapes; its te
 gives the node's shape and dtype, so the operators' own shape rules are the only ones. A
 node whose inputs are all constants is evaluated at once with the te reference evaluator
 and becomes a constant (shape arithmetic, transposed or reshaped weights), never a node.
-A float16 node that accumulates (a heavy or a reduction pattern: products, sums, softmax)
-computes in float32 between casts, so that its sums are rounded to float16 once, as the
-reference rounds them, and not at every step of a compiled loop.
+A float16 or bfloat16 node that accumulates (a heavy or a reduction pattern: products, sums,
+softmax) computes in float32 between casts, so that its sums are rounded to its type once, as
+the reference rounds them, and not at every step of a compiled loop.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import TeError
-from ..te.dtype import DTYPES, supported
+from ..te.dtype import DTYPES, HALVES, supported
 from .ir import Graph, Node, Value
 from .operators import HEAVY, OPERATORS, REDUCTION, build_alone
 from .reference import evaluate_node
@@ -67,11 +67,11 @@ class GraphBuilder:
              output: str | None = None) -> str:
         """Add ``output = op(*inputs, **attrs)`` (a fresh output name when None), or fold it to a constant."""
         accumulates = op in OPERATORS and OPERATORS[op].pattern in (HEAVY, REDUCTION) and op not in _INDEX_VALUED
-        if accumulates and any(self.values[i].dtype == "float16" for i in inputs):
+        half = next((self.values[i].dtype for i in inputs if self.values[i].dtype in HALVES), None)
+        if accumulates and half is not None:
             wide = [self.emit("cast", [i], {"dtype": "float32"}, f"{name}_float32")
-                    if self.values[i].dtype == "float16" else i for i in inputs]
-            return self.emit("cast", [self.emit(op, wide, attrs, name)], {"dtype": "float16"}, f"{name}_float16",
-                             output)
+                    if self.values[i].dtype in HALVES else i for i in inputs]
+            return self.emit("cast", [self.emit(op, wide, attrs, name)], {"dtype": half}, f"{name}_{half}", output)
         node = Node(op, tuple(inputs), output or self.fresh_value(f"{name}_{op}"), dict(attrs),
                     unique_name(identifier(name), self._node_names))
         if all(i in self.constants for i in node.inputs):
