@@ -60,6 +60,23 @@ def test_a_half_matmul_on_tensor_cores_matches_numpy(out, b_transposed):
         assert "float C_local[4][8];" in source  # 4 tiles, 8 floats a lane each
 
 
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_a_bfloat16_matmul_on_tensor_cores_matches_numpy(b_transposed):
+    """bfloat16 A and B (4 registers a lane a tile, where float16's are 8) into float32."""
+    source = check(tensor_core_matmul(half_matmul(128, 96, 64, "float32", b_transposed, dtype="bfloat16"), k_tiles=3))
+    if source:
+        layout = "col" if b_transposed else "row"
+        assert f"tc_wmma_mma_bf16_row_{layout}(" in source and "tc_wmma_load_shared_bf16_a_row(" in source
+    mixed = half_matmul(64, 64, 64, "float32")
+    A, B = mixed.tensors[:2]
+    k = te.reduce_axis((0, 64), name="k")
+    B16 = te.placeholder(B.shape, name="B16", dtype="bfloat16")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k].astype("float32") * B16[k, j].astype("float32"), axis=k),
+                   name="C")
+    with pytest.raises(LoweringError, match=r"the product of two float16 \(or two bfloat16\) tiles"):
+        tc.lower(tensor_core_matmul(tc.ComputeDAG([A, B16, C])))
+
+
 def test_shared_tiles_fetched_sixteen_bytes_a_copy():
     source = check(tensor_core_matmul(half_matmul(128, 128, 128, "float16"), warps=(2, 2), tiles=(2, 2), vector=8))
     if source:

@@ -340,6 +340,21 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
     stored, read = text.index("C_shared[("), text.index("D[(")
     assert "(shared, strides [" in text and "# wmma.store" in text[stored:read] and "barrier()" in text[stored:read]
     assert "gpu_tensor_core" in names(half_attention_scores())  # batched, one operand broadcast
+
+
+def test_a_bfloat16_matmul_summed_in_float32_gets_tensor_cores_from_sm_80_on():
+    """Its cast to bfloat16 is an epilogue through shared memory (tensor cores store no
+    bfloat16); before sm_80, wmma has no bfloat16, and a bfloat16 sum has no tensor cores."""
+    dag = half_matmul(64, 48, 64, cast=True, dtype="bfloat16")
+    sketches = {s.name: s for s in generate_sketches(dag, target=TARGET)}
+    assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile"} <= set(sketches)
+    text = str(lower(sketches["gpu_tensor_core"].trace_of(default_row(sketches["gpu_tensor_core"], 1)).replay(dag)))
+    assert "A_shared_local: bfloat16" in text and "C_shared" in text and "# wmma.mma" in text
+    older = [s.name for s in generate_sketches(dag, target=tc.Target("cuda -arch=sm_75"))]
+    assert "gpu_tile" in older and not any("tensor_core" in name for name in older)
+    X, W = te.placeholder((64, 48), name="X", dtype="bfloat16"), te.placeholder((64, 48), name="W", dtype="bfloat16")
+    assert not any("tensor_core" in s.name for s in generate_sketches(tc.ComputeDAG([X, W, dense(X, W)]),
+                                                                       target=TARGET))  # summed into bfloat16
     dag = half_conv_as_matmul()  # its windows inlined into A's tile, fetched 8 channels a copy, zeros in the padding
     for sketch in (s for s in generate_sketches(dag, target=TARGET) if "gpu_tensor_core" in s.name):
         sch = sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)

@@ -58,6 +58,7 @@ REGISTERS_PER_THREAD = 128
 _VECTOR_TYPES = {("float32", 2): "float2", ("float32", 4): "float4", ("int32", 2): "int2", ("int32", 4): "int4",
                  ("float64", 2): "double2"}
 _BITS_TYPES = {4: "unsigned int", 8: "uint2", 16: "uint4"}  # a copy of narrower elements moves their bits
+_OPERAND_KINDS = {"float16": "", "bfloat16": "bf16_"}  # the wmma.cuh functions of each type of A and B
 
 
 STATIC_SHARED_BYTES = 48 << 10  # a block's static __shared__ arrays, on every architecture
@@ -240,7 +241,8 @@ class _CudaEmitter(_Emitter):
                     self.out.line(f"unsigned tc_{matrix}[8]; {_load(matrix, tile)}(tc_{matrix}, {address}, {ldm});")
                     operands.append((f"tc_{matrix}", _layout(tile)))
                 (a, a_layout), (b, b_layout) = operands
-                self.out.line(f"tc_wmma_mma_{a_layout}_{b_layout}({self._fragment_tile(s.tiles[0])}, {a}, {b});")
+                kind = _OPERAND_KINDS[s.tiles[1].buffer.dtype]
+                self.out.line(f"tc_wmma_mma_{kind}{a_layout}_{b_layout}({self._fragment_tile(s.tiles[0])}, {a}, {b});")
 
     def _fragment_tile(self, tile: MatrixTile) -> str:
         """The registers of one 16x16 tile of a fragment: ``name[number]``, 8 a lane."""
@@ -447,7 +449,8 @@ def _layout(tile: MatrixTile, transposed: bool = False) -> str:
 def _load(matrix: str, tile: MatrixTile, layout: str | None = None) -> str:
     """The wmma load of A's or B's tile, row or column major (the tile's own ``layout`` by
     default): from shared memory in its own state space (ldmatrix)."""
-    return f"tc_wmma_load_{'shared_' if tile.buffer.scope == 'shared' else ''}{matrix}_{layout or _layout(tile)}"
+    space = "shared_" if tile.buffer.scope == "shared" else ""
+    return f"tc_wmma_load_{space}{_OPERAND_KINDS[tile.buffer.dtype]}{matrix}_{layout or _layout(tile)}"
 
 
 def _halvings(width: int) -> list[int]:

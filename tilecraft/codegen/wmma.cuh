@@ -35,6 +35,34 @@ TC_WMMA_LOAD(a, row) TC_WMMA_LOAD(a, col) TC_WMMA_LOAD(b, row) TC_WMMA_LOAD(b, c
   }
 TC_WMMA_MMA(row, row) TC_WMMA_MMA(row, col) TC_WMMA_MMA(col, row) TC_WMMA_MMA(col, col)
 
+/* bfloat16, from sm_80 on: a tile of A or B is 4 registers of two bfloat16s a lane (a float16
+   one is 8), multiplied into the same float32 accumulator. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define TC_WMMA_LOAD_BF16(M, L)                                                                   \
+  __device__ __forceinline__ void tc_wmma_load_bf16_##M##_##L(unsigned* f, const void* p, unsigned ldm) { \
+    asm volatile("wmma.load." #M ".sync.aligned." #L ".m16n16k16.bf16 {%0, %1, %2, %3}, [%4], %5;"   \
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3]) : "l"(p), "r"(ldm) : "memory");  \
+  }                                                                                                \
+  __device__ __forceinline__ void tc_wmma_load_shared_bf16_##M##_##L(unsigned* f, const void* p,   \
+                                                                      unsigned ldm) {              \
+    asm volatile("wmma.load." #M ".sync.aligned." #L ".m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;" \
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])                                  \
+                 : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(ldm) : "memory");               \
+  }
+TC_WMMA_LOAD_BF16(a, row) TC_WMMA_LOAD_BF16(a, col) TC_WMMA_LOAD_BF16(b, row) TC_WMMA_LOAD_BF16(b, col)
+
+#define TC_WMMA_MMA_BF16(A, B)                                                                     \
+  __device__ __forceinline__ void tc_wmma_mma_bf16_##A##_##B(float* c, const unsigned* a, const unsigned* b) { \
+    asm volatile("wmma.mma.sync.aligned." #A "." #B ".m16n16k16.f32.bf16.bf16.f32 "                \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, {%12, %13, %14, %15}, "    \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7};"                                               \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]),                                 \
+                   "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7])                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3])); \
+  }
+TC_WMMA_MMA_BF16(row, row) TC_WMMA_MMA_BF16(row, col) TC_WMMA_MMA_BF16(col, row) TC_WMMA_MMA_BF16(col, col)
+#endif
+
 /* The accumulator into float32, or into float16: element i of a float16 fragment is element i
    of the float32 one, two a register (the first in the low half). */
 #define TC_WMMA_STORE(L)                                                                           \

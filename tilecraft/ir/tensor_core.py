@@ -5,10 +5,10 @@ A loop annotated ``tensor_core`` (``sch.annotate(loop, "tensor_core", 1)``) head
 MetaSchedule's ``wmma_*_16x16x16`` intrinsics):
 
 - a reduction's init, two loops storing 0 into the accumulator: ``fill``;
-- its update, three loops adding ``A[i, k] * B[k, j]`` (float16, read as they are or cast to
-  float32) into a float32 accumulator: ``mma``;
+- its update, three loops adding ``A[i, k] * B[k, j]`` (float16, or bfloat16 from sm_80 on,
+  read as they are or cast to float32) into a float32 accumulator: ``mma``;
 - its copy-out, two loops storing the accumulator (cast or not) into float32 or float16: ``store``;
-- a copy of A's or B's float16 tile into a local buffer that the update reads: ``load``, so
+- a copy of A's or B's 16-bit tile into a local buffer that the update reads: ``load``, so
   that the mma of several tiles of C share one load of each operand tile.
 
 The accumulator (and each operand's local buffer) becomes a ``fragment``: registers spread
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..errors import LoweringError
 from ..te.arith import simplify, to_linear
-from ..te.dtype import bytes_of
+from ..te.dtype import HALVES, bytes_of
 from ..te.expr import Binary, Cast, Const, Expr, TensorRead, Var, binary, const, substitute
 from .kernels import accesses
 from .nodes import (Allocate, AsyncCopies, Buffer, For, IfThenElse, MatrixTile, Seq, Stmt, Store, WarpMatrix, rebuffer,
@@ -81,7 +81,7 @@ def _warp_op(head: For, fragments: dict[int, Buffer]) -> Stmt:
         op, fragment, operands = "mma", TensorRead(target, s.indices), [operand(a, (rows, k)), operand(b, (k, cols))]
     elif isinstance(value, Const) and value.value == 0:
         op, fragment = "fill", TensorRead(target, s.indices)
-    elif target.scope == "local" and target.dtype == "float16" and isinstance(value, TensorRead):
+    elif target.scope == "local" and target.dtype in HALVES and isinstance(value, TensorRead):
         op, fragment = "load", TensorRead(target, s.indices)  # A's or B's tile into registers, for several mma
         operands = [_tile(value.tensor, value.indices, rows, cols, zero, where)]
     else:
@@ -99,19 +99,20 @@ def _warp_op(head: For, fragments: dict[int, Buffer]) -> Stmt:
 
 
 def _product(value: Expr, target: Buffer, indices, where: str) -> tuple[TensorRead, TensorRead]:
-    """A and B of ``target[indices] + A * B``, float16 reads (each cast to float32, or the product)."""
+    """A and B of ``target[indices] + A * B``, reads of one 16-bit float type (each cast to
+    float32, or the product)."""
     def read(e: Expr):
         e = e.value if isinstance(e, Cast) else e
-        return e if isinstance(e, TensorRead) and e.tensor.dtype == "float16" else None
+        return e if isinstance(e, TensorRead) and e.tensor.dtype in HALVES else None
 
     if isinstance(value, Binary) and value.op == "add" and isinstance(value.a, TensorRead) \
             and value.a.tensor is target and tuple(value.a.indices) == tuple(indices):
         product = value.b.value if isinstance(value.b, Cast) else value.b
-        if isinstance(product, Binary) and product.op == "mul" \
-                and read(product.a) is not None and read(product.b) is not None:
+        if isinstance(product, Binary) and product.op == "mul" and read(product.a) is not None \
+                and read(product.b) is not None and read(product.a).tensor.dtype == read(product.b).tensor.dtype:
             return read(product.a), read(product.b)
     raise LoweringError(f"{where} computes {target.name} = {value}; a tensor-core update adds the product of two "
-                        "float16 tiles into a float32 accumulator (C += A * B)")
+                        "float16 (or two bfloat16) tiles into a float32 accumulator (C += A * B)")
 
 
 def _tile_vars(buffer: Buffer, indices, loop_vars: list[Var], where: str) -> tuple[Var, Var]:

@@ -399,11 +399,18 @@ def _ends_epilogue(draft: Draft, block: str) -> bool:
 ROW_PADDING_BYTES = (64, 16)
 
 
+# The operands tensor cores multiply, and what they sum into (wmma: bfloat16 from sm_80 on;
+# no bfloat16 store, so a bfloat16 product sums into float32 and its epilogue rounds it)
+TENSOR_CORE_OUTPUTS = {"float16": ("float32", "float16"), "bfloat16": ("float32",)}
+BFLOAT16_CAPABILITY = (8, 0)
+
+
 @dataclass
 class GpuTensorCoreTiling(SketchRule):
-    """A float16 matmul on tensor cores (MetaSchedule's MultiLevelTilingTensorCore, wmma):
-    C's 16x16 tiles shared out over blocks, warps (``threadIdx.y``) and each warp's tiles,
-    the 16-steps of a stage too, all sampled; the accumulator a fragment of its warp; A's and
+    """A float16 matmul on tensor cores (MetaSchedule's MultiLevelTilingTensorCore, wmma), or a
+    bfloat16 one from sm_80 on: C's 16x16 tiles shared out over blocks, warps
+    (``threadIdx.y``) and each warp's tiles, the 16-steps of a stage too, all sampled; the
+    accumulator a fragment of its warp; A's and
     B's tiles in shared memory, fetched by the block's threads together, their rows padded
     against bank conflicts (``ROW_PADDING_BYTES``), and loaded from there into fragments once
     a 16-step, which a warp's mma share (column major where stored transposed); the init,
@@ -426,8 +433,10 @@ class GpuTensorCoreTiling(SketchRule):
     def condition(self, draft: Draft, block: str) -> Condition:
         epilogue = _epilogue(draft, block)  # a crop shorter than a tile would leave the warps' stores part tiles
         short = epilogue is not None and min(draft.stage(epilogue).tensor.shape[-2:]) < TILE
-        return Condition.APPLY if _needs_tiling(draft, block) and _on_tensor_cores(draft.stage(block).op) \
-            and not short else Condition.SKIP
+        operands = _on_tensor_cores(draft.stage(block).op)
+        before_bfloat16 = getattr(draft.target, "compute_capability", (9, 0)) < BFLOAT16_CAPABILITY
+        return Condition.APPLY if _needs_tiling(draft, block) and operands and not short \
+            and not (operands == "bfloat16" and before_bfloat16) else Condition.SKIP
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
@@ -474,7 +483,7 @@ class GpuTensorCoreTiling(SketchRule):
             cached = sch.cache_read(c, index, "shared")
             sch.compute_at(cached, ko)
             sch.annotate(cached, "meta_schedule.cooperative_fetch", 4)
-            sch.storage_align(cached, 0, len(operand.shape) - 2, *_row_padding("float16"))
+            sch.storage_align(cached, 0, len(operand.shape) - 2, *_row_padding(operand.dtype))
             first = first or cached.name
         for index, operand in enumerate(draft.stage(block).op.input_tensors):  # each warp's tiles of A and B,
             loaded = sch.cache_read(c, index, "local")  # loaded once a 16-step into fragments its mma share
@@ -550,28 +559,31 @@ def _row_padding(dtype: str) -> tuple[int, int]:
     return factor // bytes_of(dtype), offset // bytes_of(dtype)
 
 
-def _on_tensor_cores(op) -> bool:
-    """Whether ``op`` is C[..., i, j] = sum_k A[..., i, k] * B[..., k, j] (each operand's
-    indices either way: its tiles row or column major) of float16 A and B (each cast or the
-    product), into float32 or float16, the rows, columns and reduction multiples of 16; a
-    batched product's leading axes index both operands alike, or an operand of one matrix by
-    0 (``batch_matmul``'s broadcast)."""
+def _on_tensor_cores(op) -> str | None:
+    """The type of A and B where ``op`` is C[..., i, j] = sum_k A[..., i, k] * B[..., k, j]
+    (each operand's indices either way: its tiles row or column major) of float16 A and B,
+    into float32 or float16, or of bfloat16 A and B into float32 (each operand cast or the
+    product), the rows, columns and reduction multiples of 16; a batched product's leading
+    axes index both operands alike, or an operand of one matrix by 0 (``batch_matmul``'s
+    broadcast). None where it is not."""
     body = op.body
     if len(op.axis) < 2 or len(op.reduce_axis) != 1 or not hasattr(body, "combiner") or body.combiner != "sum" \
-            or op.dtype not in ("float32", "float16") or any(iv.extent % 16 for iv in (*op.axis[-2:], *op.reduce_axis)):
-        return False
+            or any(iv.extent % 16 for iv in (*op.axis[-2:], *op.reduce_axis)):
+        return None
     product = body.source.value if isinstance(body.source, Cast) else body.source
     if not (isinstance(product, Binary) and product.op == "mul"):
-        return False
+        return None
     reads = [r.value if isinstance(r, Cast) else r for r in (product.a, product.b)]
     *batch, i, j = (iv.var for iv in op.axis)
     k = op.reduce_axis[0].var
-    if not all(isinstance(r, TensorRead) and r.tensor.dtype == "float16" and len(r.indices) == len(op.axis)
-               and all(x is v or isinstance(x, Const) and x.value == 0 for x, v in zip(r.indices, batch))
-               for r in reads):
-        return False
+    operands = {getattr(r, "tensor", r).dtype for r in reads}
+    if len(operands) != 1 or op.dtype not in TENSOR_CORE_OUTPUTS.get(next(iter(operands)), ()) or not all(
+            isinstance(r, TensorRead) and len(r.indices) == len(op.axis)
+            and all(x is v or isinstance(x, Const) and x.value == 0 for x, v in zip(r.indices, batch)) for r in reads):
+        return None
     tails = sorted(str(tuple(r.indices[-2:])) for r in reads)
-    return any(tails == sorted(map(str, (a, b))) for a in ((i, k), (k, i)) for b in ((k, j), (j, k)))
+    on = any(tails == sorted(map(str, (a, b))) for a in ((i, k), (k, i)) for b in ((k, j), (j, k)))
+    return next(iter(operands)) if on else None
 
 
 def _casts_to_half(body) -> bool:

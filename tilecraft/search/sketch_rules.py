@@ -14,6 +14,7 @@ import abc
 import enum
 import math
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..schedule.schedule import Schedule
 from .access import (is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling, reduces_outside_lanes,
@@ -34,6 +35,7 @@ class Draft:
     num_cores: int  # of the target: how much parallelism a stage must expose
     tiled: frozenset[str] = frozenset()  # blocks with multi-level tiling
     steps: tuple[str, ...] = ()  # rule applications, for the sketch's name
+    target: Any = None  # what a rule needs beyond the cores: a GPU's architecture (None: the host)
 
     def stage(self, name: str):
         return self.sch.state.stage(name)
@@ -298,10 +300,11 @@ SKETCH_RULES: list[SketchRule] = [
 ]
 
 
-def derive_drafts(sch: Schedule, num_cores: int, rules: list[SketchRule] | None = None) -> list[Draft]:
-    """Every draft the rules derive for a target of ``num_cores``, visiting stages from the last to the first."""
+def derive_drafts(sch: Schedule, num_cores: int, rules: list[SketchRule] | None = None,
+                  target: Any = None) -> list[Draft]:
+    """Every draft the rules derive for a ``target`` of ``num_cores``, visiting stages from the last to the first."""
     rules = SKETCH_RULES if rules is None else rules
-    pending = [(Draft(sch, num_cores), len(sch.state.stages) - 1)]
+    pending = [(Draft(sch, num_cores, target=target), len(sch.state.stages) - 1)]
     done: list[Draft] = []
     while pending:
         draft, index = pending.pop()

@@ -605,7 +605,7 @@ def generate_sketches(dag: ComputeDAG, rules: list | None = None, target=None) -
         num_cores, rules, annotate = target.sm_count, GPU_SKETCH_RULES if rules is None else rules, annotate_gpu
     else:
         num_cores = (target or Target.host()).num_cores
-    for draft in derive_drafts(Schedule(dag, seed=0), num_cores, rules):
+    for draft in derive_drafts(Schedule(dag, seed=0), num_cores, rules, target):
         trace = annotate(draft).trace
         name = " ".join(draft.steps) or "default"
         if trace.dumps() not in {s.trace.dumps() for s in sketches.values()}:
