@@ -20,19 +20,20 @@ from tilecraft.te.dtype import NUMPY_DTYPES
 GPU = tc.Target("cuda -arch=sm_90")
 
 
-def half_layer(rows=32):
-    """As the importer builds a float16 model: a dense layer with a bias and a ReLU, the product of
-    its output with its own transpose (two activations), and a 3x3 convolution, each product in
-    float32 between casts, its float16 weights folded into float32 constants."""
+def half_layer(rows=32, dtype="float16"):
+    """As the importer builds a float16 (or bfloat16) model: a dense layer with a bias and a ReLU,
+    the product of its output with its own transpose (two activations), and a 3x3 convolution,
+    each product in float32 between casts, its 16-bit weights folded into float32 constants."""
     rng = np.random.default_rng(0)
+    half = NUMPY_DTYPES[dtype]
     b = GraphBuilder()
-    x = b.add_input("x", (rows, 64), "float16")
-    w = b.add_constant("w", (rng.standard_normal((48, 64)) / 8).astype("float16"))
-    bias = b.add_constant("bias", rng.standard_normal(48).astype("float16"))
+    x = b.add_input("x", (rows, 64), dtype)
+    w = b.add_constant("w", (rng.standard_normal((48, 64)) / 8).astype(half))
+    bias = b.add_constant("bias", rng.standard_normal(48).astype(half))
     h = b.emit("relu", [b.emit("add", [b.emit("dense", [x, w], {}, "fc"), bias], {}, "bias")], {}, "relu")
     scores = b.emit("matmul", [h, b.emit("transpose", [h], {"axes": (1, 0)}, "t")], {}, "scores")
-    image = b.add_input("image", (1, 16, 8, 8), "float16")
-    kernel = b.add_constant("kernel", (rng.standard_normal((32, 16, 3, 3)) / 12).astype("float16"))
+    image = b.add_input("image", (1, 16, 8, 8), dtype)
+    kernel = b.add_constant("kernel", (rng.standard_normal((32, 16, 3, 3)) / 12).astype(half))
     return b.finish([scores, b.emit("conv2d", [image, kernel], {"stride": 1, "padding": 1}, "conv")])
 
 
@@ -60,6 +61,23 @@ def test_float16_products_read_their_float16_operands_and_compute_the_same():
     before, after = run_reference(graph, feeds(graph)), run_reference(halved, feeds(graph))
     for name in graph.outputs:  # the same sums in float32, each rounded once
         np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_bfloat16_products_read_bfloat16_sum_into_float32_and_round_after_computing_the_same():
+    """Tensor cores store no bfloat16: each product reads bfloat16 and sums into float32
+    (out_dtype), the cast after it rounds; the casts before it go."""
+    graph = half_layer(dtype="bfloat16")
+    halved = half_products(graph)
+    products = [n for n in halved.nodes if n.op in PRODUCTS]
+    assert {halved.values[w].dtype for n in products for w in n.inputs} == {"bfloat16"}
+    assert all(n.attrs["out_dtype"] == "float32" and halved.values[n.output].dtype == "float32" for n in products)
+    assert [n.attrs["dtype"] for n in halved.nodes if n.op == "cast"] == ["bfloat16"] * 3  # each product's rounding
+    before, after = run_reference(graph, feeds(graph)), run_reference(halved, feeds(graph))
+    for name in graph.outputs:
+        np.testing.assert_array_equal(after[name], before[name])
+    prepared = prepare_graph(half_layer(dtype="bfloat16"), None, GPU)
+    assert [n.attrs.get("out_dtype") for n in prepared.nodes if n.op in (*PRODUCTS, "conv2d_nhwc_gemm")] == \
+        ["float32"] * 3  # the convolution as a matrix product too
 
 
 def test_casts_move_through_the_reshapes_around_a_product_and_no_further():
@@ -114,10 +132,11 @@ def test_only_a_gpu_model_is_prepared_with_float16_products():
     assert all(gpu_graph.values[w].dtype == "float16" for n in products[str(GPU)] for w in n.inputs)
 
 
-def test_a_float16_models_matrix_products_have_tensor_core_sketches_and_no_cast_kernels():
-    tasks, _ = tc.extract_tasks(half_layer(), GPU)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_16_bit_models_matrix_products_have_tensor_core_sketches_and_no_cast_kernels(dtype):
+    tasks, _ = tc.extract_tasks(half_layer(dtype=dtype), GPU)
     sketches = {task.desc: [s.name for s in generate_sketches(task.compute_dag, target=GPU)] for task in tasks}
-    assert not any("cast" in desc for desc in sketches), sketches
+    assert not any(desc.startswith("cast") for desc in sketches), sketches  # a bfloat16 rounding fuses after
     products = [names for desc, names in sketches.items() if desc.startswith(("dense", "matmul"))]
     assert len(products) == 2 and all(any("gpu_tensor_core" in name for name in names) for names in products)
 
@@ -138,25 +157,28 @@ def test_float16_matrix_products_are_padded_to_whole_tiles_where_that_at_most_do
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-@pytest.mark.parametrize("rows", [32, 40])
-def test_a_float16_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path, rows):
-    graph = half_layer(rows)
+@pytest.mark.parametrize("rows, dtype", [(32, "float16"), (40, "float16"), (40, "bfloat16")])
+def test_a_16_bit_model_compiled_for_a_gpu_computes_what_it_computes_on_a_cpu(tmp_path, rows, dtype):
+    graph = half_layer(rows, dtype)
     _, got, expected = emulated_on_gpu(graph, tmp_path)
+    tolerance = 2e-3 if dtype == "float16" else 1.6e-2
     for name in graph.outputs:
-        assert got[name].dtype == np.float16
-        np.testing.assert_allclose(got[name].astype("float32"), expected[name].astype("float32"), rtol=2e-3, atol=2e-3)
+        assert got[name].dtype == NUMPY_DTYPES[dtype]
+        np.testing.assert_allclose(got[name].astype("float32"), expected[name].astype("float32"), rtol=tolerance,
+                                   atol=tolerance)
 
 
-def residual_block(size=8, channels=32):
-    """A float16 stem and residual block as imported (NCHW): conv, bias, ReLU; then twice conv,
-    bias, the second time the stem's output added, ReLU. Its output pixels (size x size),
-    channels and windows are multiples of 16 where ``size`` is a multiple of 4."""
+def residual_block(size=8, channels=32, dtype="float16"):
+    """A float16 (or bfloat16) stem and residual block as imported (NCHW): conv, bias, ReLU; then
+    twice conv, bias, the second time the stem's output added, ReLU. Its output pixels (size x
+    size), channels and windows are multiples of 16 where ``size`` is a multiple of 4."""
     rng = np.random.default_rng(0)
+    half = NUMPY_DTYPES[dtype]
     b = GraphBuilder()
-    h = b.add_input("x", (1, channels, size, size), "float16")
+    h = b.add_input("x", (1, channels, size, size), dtype)
     for n in (0, 1, 2):
-        kernel = b.add_constant(f"k{n}", (rng.standard_normal((channels, channels, 3, 3)) / 16).astype("float16"))
-        bias = b.add_constant(f"b{n}", rng.standard_normal((channels, 1, 1)).astype("float16"))
+        kernel = b.add_constant(f"k{n}", (rng.standard_normal((channels, channels, 3, 3)) / 16).astype(half))
+        bias = b.add_constant(f"b{n}", rng.standard_normal((channels, 1, 1)).astype(half))
         h = b.emit("add", [b.emit("conv2d", [h, kernel], {"stride": 1, "padding": 1}, f"conv{n}"), bias], {},
                    f"bias{n}")
         h = b.emit("relu", [b.emit("add", [h, stem], {}, "residual") if n == 2 else h], {}, f"relu{n}")
@@ -209,13 +231,14 @@ def test_a_convolution_that_padding_would_more_than_double_or_that_is_short_of_a
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-@pytest.mark.parametrize("size", [8, 7])
-def test_a_float16_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path, size):
-    graph = residual_block(size)
+@pytest.mark.parametrize("size, dtype", [(8, "float16"), (7, "float16"), (8, "bfloat16")])
+def test_a_16_bit_residual_block_compiled_for_a_gpu_computes_what_the_reference_does(tmp_path, size, dtype):
+    graph = residual_block(size, dtype=dtype)
     gpu, got, expected = emulated_on_gpu(graph, tmp_path)
     assert any("conv2d_nhwc_gemm" in kernel.desc for kernel in gpu.kernels)
+    tolerance = 4e-3 if dtype == "float16" else 3e-2  # a sum rounded once, to 11 bits or to 8
     np.testing.assert_allclose(got[graph.outputs[0]].astype("float32"),
-                               expected[graph.outputs[0]].astype("float32"), rtol=4e-3, atol=4e-3)
+                               expected[graph.outputs[0]].astype("float32"), rtol=tolerance, atol=tolerance)
 
 
 def test_a_bfloat16_product_and_softmax_compute_in_float32_between_casts(tmp_path):

@@ -456,3 +456,28 @@ def test_pad(rng):
     np.testing.assert_array_equal(run(ops.pad(I, (2,), (0,)), {I: i}), np.pad(i, (2, 0)))
     with pytest.raises(TeError, match="must each give 2 ints >= 0"):
         ops.pad(X, (1, -1))
+
+
+def test_products_of_bfloat16_sum_into_float32_where_out_dtype_says(rng):
+    """TVM's out_dtype: each operand cast, the sum kept in float32 (tensor cores store no bfloat16)."""
+    A, a = placeholder(rng, (2, 16, 24), "A", "bfloat16")
+    B, b = placeholder(rng, (2, 24, 8), "B", "bfloat16")
+    M, m = placeholder(rng, (16, 24), "M", "bfloat16")
+    W, w = placeholder(rng, (8, 24), "W", "bfloat16")
+    exact = m.astype(np.float64) @ w.astype(np.float64).T
+    for out, feeds, expected in [
+            (ops.batch_matmul(A, B, out_dtype="float32"), {A: a, B: b}, a.astype(np.float64) @ b.astype(np.float64)),
+            (ops.matmul(M, W, transpose_b=True, out_dtype="float32"), {M: m, W: w}, exact),
+            (ops.dense(M, W, out_dtype="float32"), {M: m, W: w}, exact)]:
+        assert out.dtype == "float32"
+        np.testing.assert_allclose(run(out, feeds), expected, rtol=1e-5, atol=1e-5)
+    X, x = placeholder(rng, (1, 6, 6, 4), "X", "bfloat16")
+    K, kernel = placeholder(rng, (3, 3, 4, 8), "K", "bfloat16")
+    rounded = run(ops.conv2d_nhwc(X, K, padding=1), {X: x, K: kernel})  # summed in float32, rounded to bfloat16
+    for conv in (ops.conv2d_nhwc(X, K, padding=1, out_dtype="float32"),
+                 ops.conv2d_nhwc_gemm(X, K, padding=1, multiple=16, out_dtype="float32")):
+        assert conv.dtype == "float32"
+        summed = run(conv, {X: x, K: kernel}).reshape(rounded.shape)
+        np.testing.assert_array_equal(summed.astype(rounded.dtype), rounded)
+    with pytest.raises(TeError, match="out_dtype 'float8' is not a dtype"):
+        ops.dense(M, W, out_dtype="float8")

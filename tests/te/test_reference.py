@@ -302,6 +302,7 @@ def test_input_errors(rng):
         evaluate(["C"], {A: a, B: b})
 
 
+@pytest.mark.slow  # a second a process
 def test_ml_dtypes_is_imported_only_once_a_bfloat16_is_named():
     """Importing it takes half a second, which every measuring worker would pay."""
     code = ("import sys, numpy as np, tilecraft, tilecraft.ops, tilecraft.graph.passes, tilecraft.measure.worker\n"

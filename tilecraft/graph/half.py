@@ -1,4 +1,5 @@
-"""float16 products on a GPU: a float16 model's matrix products and convolutions read float16.
+"""16-bit products on a GPU: a float16 or bfloat16 model's matrix products and convolutions
+read their 16-bit operands.
 
 The ONNX importer computes a float16 product in float32 between casts (``builder.py``), so
 that its sum is rounded to float16 once; its float16 weights, cast by a constant node,
@@ -8,6 +9,8 @@ activation, and leaves tensor cores out: their sketch takes float16 operands
 (``GpuTensorCoreTiling``). A float16 sum is kept in float32 by every kernel and by the
 reference (``te.dtype.accumulates_in``, ``te/reference.py``), and rounded once when stored,
 so the product on the float16 values themselves computes the same numbers: the casts go.
+Tensor cores store no bfloat16, so a bfloat16 product reads bfloat16 and sums into float32
+(``out_dtype``), and the cast after it stays, to round it in the same kernel (an epilogue).
 A cast and a reshape commute, and the importer puts reshapes between a product and its casts
 (a 3-D MatMul is a reshape, a 2-D product and a reshape back), so the casts are first moved
 through them to the product.
@@ -19,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..te.dtype import HALVES, NUMPY_DTYPES
 from .builder import unique_name
 from .ir import Graph, Node
 from .passes import add_constant, add_value, eliminate_dead_code, sink_reshapes
@@ -27,26 +31,35 @@ PRODUCTS = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "depthwise_conv2d", "de
             "conv2d_transpose", "dense", "matmul", "batch_matmul", "axis_matmul")
 """Operators that sum products of their inputs' elements, each element read as it is stored."""
 EXACT = ("max_pool2d", "max", "min")
-"""Reductions whose result is one of their inputs' elements: float16 holds it exactly."""
+"""Reductions whose result is one of their inputs' elements: a 16-bit type holds it exactly."""
+SUMMED_WIDER = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "dense", "matmul", "batch_matmul")
+"""Products that sum into a wider type than their operands' (``out_dtype``)."""
 
 
 def half_products(graph: Graph) -> Graph:
     """``cast16(product(cast32(a), W))`` -> ``product(a, W16)`` wherever every operand is a float16
     value cast to float32 or a float32 constant that float16 holds exactly (a float16 weight the
     importer cast); a product with any other operand, or read before its cast, stays as it is.
-    So do the reductions that pick an element (``EXACT``: a max pool)."""
+    So do the reductions that pick an element (``EXACT``: a max pool). Of bfloat16 (a product
+    in ``SUMMED_WIDER``): ``cast16(product(a, W16, out_dtype="float32"))``."""
     graph = _casts_beside_products(graph)
-    halves: dict[str, str] = {}  # a float32 constant -> its float16 copy, made once for every product reading it
-    replaced: dict[str, Node] = {}  # a product's output -> the product on halves, computing its cast's output
+    halves: dict[tuple[str, str], str] = {}  # (a float32 constant, a 16-bit type) -> its copy, made once
+    replaced: dict[str, Node] = {}  # a product's output -> the product on 16-bit operands
+    rounded: set[str] = set()  # the casts that such a product computes the output of
     for node in graph.nodes:
         readers = graph.consumers(node.output)
-        if node.op not in (*PRODUCTS, *EXACT) or node.output in graph.outputs or len(readers) != 1 \
-                or not _casts_to(readers[0], "float16"):
+        half = _rounds_to(readers[0]) if len(readers) == 1 else None
+        if node.op not in (*PRODUCTS, *EXACT) or node.output in graph.outputs or half is None:
             continue
-        operands = [_half_operand(graph, name, halves) for name in node.inputs]
-        if None not in operands:
+        operands = [_half_operand(graph, name, halves, half) for name in node.inputs]
+        if None in operands:
+            continue
+        if half == "float16" or node.op in EXACT:
             replaced[node.output] = Node(node.op, tuple(operands), readers[0].output, node.attrs, node.name)
-    rounded = {node.output for node in replaced.values()}
+            rounded.add(readers[0].output)
+        elif node.op in SUMMED_WIDER:
+            replaced[node.output] = Node(node.op, tuple(operands), node.output,
+                                         {**node.attrs, "out_dtype": "float32"}, node.name)
     graph.nodes = [replaced.get(node.output, node) for node in graph.nodes if node.output not in rounded]
     return eliminate_dead_code(graph)
 
@@ -63,7 +76,7 @@ image: 2.06 times)."""
 
 
 def gemm_convolutions(graph: Graph) -> Graph:
-    """Each float16 NHWC convolution computed as one matrix product (``conv2d_nhwc_gemm``,
+    """Each float16 (or bfloat16) NHWC convolution computed as one matrix product (``conv2d_nhwc_gemm``,
     implicit GEMM: the product tensor cores take), its output pixels, channels and window
     (kernel rows x columns x input channels) padded to multiples of ``TILE`` where they are
     not, if that adds at most ``MAX_PADDING`` (a 14x14 image's 196 pixels become 208 rows,
@@ -74,11 +87,12 @@ def gemm_convolutions(graph: Graph) -> Graph:
     for node in graph.nodes:
         out = graph.values[node.output]
         kernel = graph.values[node.inputs[1]].shape if node.op == "conv2d_nhwc" else ()
-        if node.op != "conv2d_nhwc" or out.dtype != "float16" or node.attrs.get("groups", 1) != 1 \
+        if node.op != "conv2d_nhwc" or graph.values[node.inputs[0]].dtype not in HALVES \
+                or node.attrs.get("groups", 1) != 1 \
                 or _padding(math.prod(out.shape[:3]), out.shape[3], math.prod(kernel[:3])) > MAX_PADDING:
             nodes.append(node)
             continue
-        rows = add_value(graph, f"{node.output}_rows", (math.prod(out.shape[:3]), out.shape[3]), "float16")
+        rows = add_value(graph, f"{node.output}_rows", (math.prod(out.shape[:3]), out.shape[3]), out.dtype)
         attrs = {name: value for name, value in node.attrs.items() if name != "groups"} | {"multiple": TILE}
         view = unique_name(f"{node.name}_nhwc", {n.name for n in graph.nodes})
         views.add(view)
@@ -89,7 +103,7 @@ def gemm_convolutions(graph: Graph) -> Graph:
 
 
 def padded_products(graph: Graph) -> Graph:
-    """Each float16 matrix product (``dense``, ``matmul``, ``batch_matmul``) whose rows,
+    """Each 16-bit matrix product (``dense``, ``matmul``, ``batch_matmul``) whose rows,
     columns or reduction are no multiple of ``TILE`` computed padded to whole tiles and
     cropped (``multiple``), if that adds at most ``MAX_PADDING``: a ViT's 197 tokens become
     208 rows, and its products take tensor cores."""
@@ -97,7 +111,7 @@ def padded_products(graph: Graph) -> Graph:
     for node in graph.nodes:
         shapes = [graph.values[name].shape for name in node.inputs[:2]]
         sizes = _product_sizes(node, shapes) if node.op in ("dense", "matmul", "batch_matmul") else None
-        if sizes is not None and graph.values[node.output].dtype == "float16" and any(s % TILE for s in sizes) \
+        if sizes is not None and graph.values[node.inputs[0]].dtype in HALVES and any(s % TILE for s in sizes) \
                 and _padding(*sizes) <= MAX_PADDING:
             node = Node(node.op, node.inputs, node.output, {**node.attrs, "multiple": TILE}, node.name)
         nodes.append(node)
@@ -120,8 +134,8 @@ def _padding(*sizes: int) -> float:
 
 
 def _casts_beside_products(graph: Graph) -> Graph:
-    """The same graph, each widening cast of a float16 value moved below the reshapes that lead
-    to products, each rounding cast to float16 above the reshape of a product it reads."""
+    """The same graph, each widening cast of a 16-bit value moved below the reshapes that lead
+    to products, each rounding cast to a 16-bit type above the reshape of a product it reads."""
     graph = Graph(graph.inputs, graph.outputs, list(graph.nodes), dict(graph.constants), dict(graph.values))
     moved = True
     while moved:
@@ -130,10 +144,10 @@ def _casts_beside_products(graph: Graph) -> Graph:
         for node in graph.nodes:
             source = producers.get(node.inputs[0]) if node.inputs else None
             if node.op == "reshape" and source is not None and _casts_to(source, "float32") \
-                    and graph.values[source.inputs[0]].dtype == "float16" \
+                    and graph.values[source.inputs[0]].dtype in HALVES \
                     and _toward_products(graph.consumers(node.output)):  # cast32, reshape: reshape, cast32
                 nodes += _swapped(graph, node, source.inputs[0], node.attrs)
-            elif _casts_to(node, "float16") and source is not None and source.op == "reshape" \
+            elif _rounds_to(node) and source is not None and source.op == "reshape" \
                     and source.output not in graph.outputs and len(graph.consumers(source.output)) == 1 \
                     and _toward_products([producers.get(source.inputs[0])]):  # reshape, cast16: cast16, reshape
                 nodes += _swapped(graph, node, source.inputs[0], source.attrs)
@@ -154,12 +168,14 @@ def _toward_products(nodes: list[Node | None]) -> bool:
 def _swapped(graph: Graph, node: Node, source: str, reshape: dict) -> list[Node]:
     """``node`` (a reshape after a cast, or a cast after a reshape) as the other order, from ``source``."""
     names = {n.name for n in graph.nodes}
-    if node.op == "reshape":  # the reshape first, of the float16 value; then the cast to float32
-        middle = add_value(graph, f"{node.output}_float16", graph.values[node.output].shape, "float16")
-        return [Node("reshape", (source,), middle, reshape, unique_name(f"{node.name}_float16", names)),
+    if node.op == "reshape":  # the reshape first, of the 16-bit value; then the cast to float32
+        half = graph.values[source].dtype
+        middle = add_value(graph, f"{node.output}_{half}", graph.values[node.output].shape, half)
+        return [Node("reshape", (source,), middle, reshape, unique_name(f"{node.name}_{half}", names)),
                 Node("cast", (middle,), node.output, {"dtype": "float32"}, unique_name(f"{node.name}_cast", names))]
-    middle = add_value(graph, f"{source}_float16", graph.values[source].shape, "float16")  # the cast first
-    return [Node("cast", (source,), middle, {"dtype": "float16"}, node.name),
+    half = node.attrs["dtype"]
+    middle = add_value(graph, f"{source}_{half}", graph.values[source].shape, half)  # the cast first
+    return [Node("cast", (source,), middle, {"dtype": half}, node.name),
             Node("reshape", (middle,), node.output, reshape, unique_name(f"{node.name}_reshape", names))]
 
 
@@ -167,16 +183,23 @@ def _casts_to(node: Node, dtype: str) -> bool:
     return node.op == "cast" and node.attrs.get("dtype") == dtype
 
 
-def _half_operand(graph: Graph, name: str, halves: dict[str, str]) -> str | None:
-    """The float16 value that operand ``name`` holds, or None where it holds more than float16 can."""
+def _rounds_to(node: Node) -> str | None:
+    """The 16-bit type that ``node`` casts to, if it is such a cast."""
+    dtype = node.attrs.get("dtype") if node.op == "cast" else None
+    return dtype if dtype in HALVES else None
+
+
+def _half_operand(graph: Graph, name: str, halves: dict[tuple[str, str], str], half: str) -> str | None:
+    """The value of type ``half`` that operand ``name`` holds, or None where it holds more than
+    that type can."""
     producer = graph.producer(name)
-    if producer is not None and _casts_to(producer, "float32") \
-            and graph.values[producer.inputs[0]].dtype == "float16":
+    if producer is not None and _casts_to(producer, "float32") and graph.values[producer.inputs[0]].dtype == half:
         return producer.inputs[0]
-    if name in halves or name not in graph.constants or graph.constants[name].dtype != np.float32:
-        return halves.get(name)
+    key = (name, half)
+    if key in halves or name not in graph.constants or graph.constants[name].dtype != np.float32:
+        return halves.get(key)
     weights = graph.constants[name]
-    half = weights.astype(np.float16)
-    if np.array_equal(half.astype(np.float32), weights, equal_nan=True):
-        halves[name] = add_constant(graph, f"{name}_float16", half)
-    return halves.get(name)
+    narrow = weights.astype(NUMPY_DTYPES[half])
+    if np.array_equal(narrow.astype(np.float32), weights, equal_nan=True):
+        halves[key] = add_constant(graph, f"{name}_{half}", narrow)
+    return halves.get(key)

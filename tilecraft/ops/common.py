@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import te
 from ..errors import TeError
-from ..te.dtype import finfo, is_float
+from ..te.dtype import DTYPES, finfo, is_float, supported
 from ..te.expr import Expr
 from ..te.tensor import PlaceholderOp, Tensor
 
@@ -50,6 +50,16 @@ def require_float(x: Tensor, op: str) -> None:
 def same_dtype(a: Tensor, b: Tensor, op: str) -> None:
     if a.dtype != b.dtype:
         raise TeError(f"{op}: {a.name} is {a.dtype} but {b.name} is {b.dtype}; cast one with ops.cast")
+
+
+def product_of(a: Expr, b: Expr, out_dtype: str | None) -> Expr:
+    """``a * b``, each cast to ``out_dtype`` first where one is given (TVM's ``out_dtype``: a
+    product of 16-bit floats summed into float32, as tensor cores sum a bfloat16 product)."""
+    if out_dtype is None:
+        return a * b
+    if not supported(out_dtype):
+        raise TeError(f"out_dtype {out_dtype!r} is not a dtype; use one of {', '.join(DTYPES)}")
+    return a.astype(out_dtype) * b.astype(out_dtype)
 
 
 def layout_free(weight: Tensor) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from .. import te
 from ..errors import TeError
 from ..te.tensor import Tensor
-from .common import check_tensor, cropped, layout_free, padding4, pair, rounded_up, same_dtype, window, zero_outside
+from .common import (check_tensor, cropped, layout_free, padding4, pair, product_of, rounded_up, same_dtype, window,
+                     zero_outside)
 from .transform import pad
 
 Pair = int | tuple[int, int]
@@ -61,8 +62,9 @@ def _window(data: Tensor, KH: int, KW: int, stride: Pair, padding, dilation: Pai
 
 
 def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
-                groups: int = 1, name: str = "conv2d") -> Tensor:
-    """data [N, C, H, W], kernel [F, C/groups, KH, KW] (OIHW) -> [N, F, OH, OW]."""
+                groups: int = 1, name: str = "conv2d", out_dtype: str | None = None) -> Tensor:
+    """data [N, C, H, W], kernel [F, C/groups, KH, KW] (OIHW) -> [N, F, OH, OW]; summed in
+    ``out_dtype`` where given (``product_of``)."""
     _operands(data, kernel, "conv2d_nchw")
     N, C, H, W = data.shape
     F, CG, KH, KW = kernel.shape
@@ -74,14 +76,15 @@ def conv2d_nchw(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
     def body(n, f, y, x):
         channel = rc.var if groups == 1 else f // per_group * CG + rc.var
         value = padded[n, channel, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw)]
-        return te.sum(value * kernel[f, rc, ry, rx], axis=[rc, ry, rx])
+        return te.sum(product_of(value, kernel[f, rc, ry, rx], out_dtype), axis=[rc, ry, rx])
 
     return te.compute((N, F, OH, OW), body, name=name, attrs=layout_free(kernel))
 
 
 def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
-                groups: int = 1, name: str = "conv2d") -> Tensor:
-    """data [N, H, W, C], kernel [KH, KW, C/groups, F] (HWIO) -> [N, OH, OW, F]."""
+                groups: int = 1, name: str = "conv2d", out_dtype: str | None = None) -> Tensor:
+    """data [N, H, W, C], kernel [KH, KW, C/groups, F] (HWIO) -> [N, OH, OW, F]; summed in
+    ``out_dtype`` where given (``product_of``)."""
     _operands(data, kernel, "conv2d_nhwc")
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
@@ -93,13 +96,13 @@ def conv2d_nhwc(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | t
     def body(n, y, x, f):
         channel = rc.var if groups == 1 else f // per_group * CG + rc.var
         value = padded[n, window(y, sh, ry.var, dh), window(x, sw, rx.var, dw), channel]
-        return te.sum(value * kernel[ry, rx, rc, f], axis=[ry, rx, rc])
+        return te.sum(product_of(value, kernel[ry, rx, rc, f], out_dtype), axis=[ry, rx, rc])
 
     return te.compute((N, OH, OW, F), body, name=name, attrs=layout_free(kernel))
 
 
 def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: int | tuple = 0, dilation: Pair = 1,
-                     multiple: int = 1, name: str = "conv2d") -> Tensor:
+                     multiple: int = 1, name: str = "conv2d", out_dtype: str | None = None) -> Tensor:
     """``conv2d_nhwc`` as one matrix product (implicit GEMM): data [N, H, W, C], kernel
     [KH, KW, C, F] (HWIO) -> [N*OH*OW, F], the NHWC output's memory, rows of pixels. The
     pixels' windows (``{name}_im2col``, [N*OH*OW, KH*KW*C]) and the kernel as a [KH*KW*C, F]
@@ -108,7 +111,8 @@ def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: in
     where the output's rows, channels and the reduction are multiples of 16. Each of the three
     sizes is padded up to a ``multiple`` (windows past the last pixel, weights past the last
     channel or window element are 0); a product padded in rows or columns
-    (``{name}_padded``) is cropped into the output: a 14x14 image's 196 pixels, 208 rows."""
+    (``{name}_padded``) is cropped into the output: a 14x14 image's 196 pixels, 208 rows.
+    Summed in ``out_dtype`` where given (``product_of``)."""
     _operands(data, kernel, "conv2d_nhwc_gemm")
     N, H, W, C = data.shape
     KH, KW, CG, F = kernel.shape
@@ -129,7 +133,8 @@ def conv2d_nhwc_gemm(data: Tensor, kernel: Tensor, stride: Pair = 1, padding: in
     weights = te.compute((deep, columns), weight, name=f"{name}_weights")
     r = te.reduce_axis((0, deep), "rk")
     whole = (rows, columns) == (pixels, F)
-    product = te.compute((rows, columns), lambda m, f: te.sum(windows[m, r] * weights[r, f], axis=r),
+    product = te.compute((rows, columns), lambda m, f: te.sum(product_of(windows[m, r], weights[r, f], out_dtype),
+                                                              axis=r),
                          name=name if whole else f"{name}_padded")
     return cropped(product, (pixels, F), name)
 

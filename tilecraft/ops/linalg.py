@@ -12,7 +12,7 @@ from .. import te
 from ..errors import TeError
 from ..te.tensor import Tensor
 from .common import (broadcast_shape, check_tensor, compute_nd, cropped, layout_free, normalize_axis, padded_to,
-                     rounded_up, same_dtype)
+                     product_of, rounded_up, same_dtype)
 
 
 def _check_reduction(a_shape, a_size, b_shape, b_size, a_name, b_name, op) -> None:
@@ -24,9 +24,10 @@ def _check_reduction(a_shape, a_size, b_shape, b_size, a_name, b_name, op) -> No
 
 
 def matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = False, multiple: int = 1,
-           name: str = "matmul") -> Tensor:
+           name: str = "matmul", out_dtype: str | None = None) -> Tensor:
     """``op(A) @ op(B)``: A is [M, K] ([K, M] if transpose_a), B is [K, N] ([N, K] if transpose_b).
-    M, K and N are each padded up to a ``multiple`` (``_on_whole_tiles``)."""
+    M, K and N are each padded up to a ``multiple`` (``_on_whole_tiles``); summed in
+    ``out_dtype`` where given (``product_of``), else in A's and B's type."""
     check_tensor(A, "matmul", 2, "first operand")
     check_tensor(B, "matmul", 2, "second operand")
     same_dtype(A, B, "matmul")
@@ -37,15 +38,18 @@ def matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = 
     def product(A, B, K, name):
         k = te.reduce_axis((0, K), name="k")
         return te.compute((A.shape[1] if transpose_a else A.shape[0], B.shape[0] if transpose_b else B.shape[1]),
-                          lambda i, j: te.sum((A[k, i] if transpose_a else A[i, k])
-                                              * (B[j, k] if transpose_b else B[k, j]), axis=k), name=name)
+                          lambda i, j: te.sum(product_of(A[k, i] if transpose_a else A[i, k],
+                                                         B[j, k] if transpose_b else B[k, j], out_dtype), axis=k),
+                          name=name)
 
     return _on_whole_tiles(product, A, B, (M, K, N), (transpose_a, transpose_b), multiple, name, "matmul")
 
 
-def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, multiple: int = 1, name: str = "dense") -> Tensor:
+def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, multiple: int = 1, name: str = "dense",
+          out_dtype: str | None = None) -> Tensor:
     """``X @ W.T (+ bias)``: X is [batch, in], W is [out, in], bias is [out] (``topi.nn.dense``);
-    its sizes each padded up to a ``multiple`` (``_on_whole_tiles``).
+    its sizes each padded up to a ``multiple`` (``_on_whole_tiles``); summed in ``out_dtype``
+    where given (``product_of``).
 
     The bias is a second compute, ``{name}_bias_add``.
     """
@@ -56,8 +60,8 @@ def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, multiple: int = 1, n
 
     def product(X_, W_, K, name):
         k = te.reduce_axis((0, K), name="k")
-        return te.compute((X_.shape[0], W_.shape[0]), lambda i, j: te.sum(X_[i, k] * W_[j, k], axis=k), name=name,
-                          attrs=layout_free(W))
+        return te.compute((X_.shape[0], W_.shape[0]), lambda i, j: te.sum(product_of(X_[i, k], W_[j, k], out_dtype),
+                                                                            axis=k), name=name, attrs=layout_free(W))
 
     out = _on_whole_tiles(product, X, W, (X.shape[0], X.shape[1], W.shape[0]), (False, True), multiple, name, "dense")
     if bias is None:
@@ -71,9 +75,10 @@ def dense(X: Tensor, W: Tensor, bias: Tensor | None = None, multiple: int = 1, n
 
 
 def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: bool = False, multiple: int = 1,
-                 name: str = "batch_matmul") -> Tensor:
+                 name: str = "batch_matmul", out_dtype: str | None = None) -> Tensor:
     """Batched ``op(A) @ op(B)``: A is [batch, M, K], B is [batch, K, N] (per-matrix transposes as
-    in matmul), M, K and N each padded up to a ``multiple`` (``_on_whole_tiles``).
+    in matmul), M, K and N each padded up to a ``multiple`` (``_on_whole_tiles``); summed in
+    ``out_dtype`` where given (``product_of``).
 
     A batch of 1 broadcasts against the other operand's batch.
     """
@@ -93,7 +98,7 @@ def batch_matmul(A: Tensor, B: Tensor, transpose_a: bool = False, transpose_b: b
             batch_b = b if B.shape[0] != 1 else 0
             a = A[batch_a, k, i] if transpose_a else A[batch_a, i, k]
             rhs = B[batch_b, j, k] if transpose_b else B[batch_b, k, j]
-            return te.sum(a * rhs, axis=k)
+            return te.sum(product_of(a, rhs, out_dtype), axis=k)
 
         return te.compute((batch, A.shape[2] if transpose_a else A.shape[1], B.shape[1] if transpose_b else B.shape[2]),
                           body, name=name)
