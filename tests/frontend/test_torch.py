@@ -5,6 +5,7 @@ command line reads a torch.export file; tilecraft works without torch."""
 
 import subprocess
 import sys
+import types
 import warnings
 
 import pytest
@@ -16,7 +17,8 @@ import tilecraft as tc  # noqa: E402
 from tilecraft.cli import main  # noqa: E402
 from tilecraft.database import TuningRecord, trace_key  # noqa: E402
 from tilecraft.frontend import UnsupportedOperatorError  # noqa: E402
-from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError  # noqa: E402
+from tilecraft.graph.ir import Value  # noqa: E402
+from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, check_inputs  # noqa: E402
 from tilecraft.model import torch as torch_backend  # noqa: E402
 from tilecraft.model.torch import TorchFallbackWarning  # noqa: E402
 from tilecraft.search.default import default_schedule  # noqa: E402
@@ -54,6 +56,21 @@ def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, qu
     with torch.no_grad():
         assert_close(model(again), net(again))
         assert_close(compiled(again), net(again))
+
+
+@pytest.mark.slow
+def test_a_bfloat16_module_compiles_and_computes_what_eager_pytorch_does(kernel_cache, quiet):
+    """bfloat16 tensors in and out (NumPy's bfloat16 is ml_dtypes', which PyTorch neither gives
+    nor takes: they cross as their bits); each product sums in float32 and rounds once, as
+    PyTorch's does."""
+    net, x = network("mlp")
+    net, x = net.to(torch.bfloat16).eval(), x.to(torch.bfloat16)
+    with torch.no_grad():
+        expected = net(x)
+        compiled = torch.compile(net, backend="tilecraft", options={"cache_dir": kernel_cache})
+        for got in (compiled(x), tc.from_torch(net, x, cache_dir=kernel_cache)(x)):
+            assert got.dtype == torch.bfloat16
+            assert ((got.float() - expected.float()).norm() / expected.float().norm()).item() <= 1e-2
 
 
 def test_a_graph_on_a_gpu_compiles_for_that_gpu_and_one_on_several_runs_in_pytorch_saying_why(monkeypatch):
@@ -96,6 +113,37 @@ def test_on_a_gpu_torch_compile_and_from_torch_run_the_model_there(name, kernel_
     with pytest.raises(ModelInputError, match=r"the model runs on cuda:1 but was given tensors on cuda:0; move "
                                                  r"them with .to\('cuda:1'\), or the model with model.compiled.to"):
         model(x)
+
+
+def test_a_bfloat16_gpu_tensor_is_read_through_its_int16_views_array_interface():
+    class CudaBFloat16:  # as PyTorch's: no __cuda_array_interface__ of its own, its int16 view's
+        dtype, shape = torch.bfloat16, (2, 3)
+
+        def view(self, dtype):
+            assert dtype == torch.int16
+            return types.SimpleNamespace(__cuda_array_interface__={
+                "shape": self.shape, "typestr": "<i2", "data": (0x7F0000000000, False), "strides": None, "version": 3})
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    bits = torch_backend._on_gpu(CudaBFloat16())
+    assert check_inputs([Value("x", (2, 3), "bfloat16")], {"x": bits}, gpu=True)["x"] is bits
+    with pytest.raises(ModelInputError, match=r"input x must be a GPU or numpy array float32\[2, 3\] but got bfloat16"):
+        check_inputs([Value("x", (2, 3), "float32")], {"x": bits}, gpu=True)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and PyTorch built for CUDA")
+def test_on_a_gpu_bfloat16_tensors_cross_as_their_bits(kernel_cache, quiet):
+    """PyTorch gives a bfloat16 CUDA tensor no __cuda_array_interface__; its int16 view's serves."""
+    net, x = network("mlp")
+    net, x = net.to("cuda", torch.bfloat16).eval(), x.to("cuda", torch.bfloat16)
+    with torch.no_grad():
+        expected = net(x)
+        got = tc.from_torch(net, x, cache_dir=kernel_cache)(x)
+    assert got.is_cuda and got.dtype == torch.bfloat16
+    assert ((got.float() - expected.float()).norm() / expected.float().norm()).item() <= 1e-2
 
 
 class Spectrum(nn.Module):

@@ -38,6 +38,7 @@ from ..frontend.onnx_importer import OnnxImportError
 from ..frontend.torch import require_torch, to_onnx
 from ..runtime.cuda import gpu_index
 from ..target import CudaTarget, Target
+from ..te.dtype import NUMPY_DTYPES
 from .compiled import CompiledModel, ModelInputError, compile_model
 from .gpu import GpuModel
 
@@ -84,10 +85,10 @@ class TorchModel:
         taken = {value.name for value in self.compiled.inputs}
         device = next((x.device for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda), None)
         if device is None:
-            arrays = {name: x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x
+            arrays = {name: _as_numpy(x) if isinstance(x, torch.Tensor) else x
                       for name, x in zip(self.input_names, inputs) if name in taken}
             results = self.compiled.run(arrays)
-            return tuple(torch.from_numpy(results[name]) for name in self.compiled.outputs)
+            return tuple(_as_tensor(results[name]) for name in self.compiled.outputs)
         if not isinstance(self.compiled, GpuModel):
             raise ModelInputError(f"the model runs on the CPU ({self.compiled.target}) but was given tensors on "
                                   f"{device}; pass CPU tensors, or compile it with target='cuda'")
@@ -99,11 +100,12 @@ class TorchModel:
         waits = torch.cuda.current_stream(device) != torch.cuda.default_stream(device)
         if waits:
             torch.cuda.current_stream(device).synchronize()
-        outputs = {name: torch.empty(self.compiled.values[name].shape, device=device,
-                                     dtype=torch.from_numpy(np.empty(0, self.compiled.values[name].dtype)).dtype)
-                   for name in self.compiled.outputs}  # by PyTorch's allocator: no driver call, no wait
-        self.compiled.run({name: x.detach().contiguous() if isinstance(x, torch.Tensor) else x
-                           for name, x in zip(self.input_names, inputs) if name in taken}, out=outputs)
+        values = [self.compiled.values[name] for name in self.compiled.outputs]
+        outputs = {value.name: torch.empty(value.shape, device=device, dtype=_torch_dtype(value.dtype))
+                   for value in values}  # by PyTorch's allocator: no driver call, no wait
+        self.compiled.run({name: _on_gpu(x.detach().contiguous()) if isinstance(x, torch.Tensor) else x
+                           for name, x in zip(self.input_names, inputs) if name in taken},
+                          out={name: _on_gpu(y) for name, y in outputs.items()})
         if waits:
             torch.cuda.synchronize(device)
         return tuple(outputs.values())
@@ -113,6 +115,49 @@ class TorchModel:
         import onnx
 
         onnx.save(self.onnx_model, os.fspath(path))
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """A CPU copy of tensor ``x`` as NumPy has it: a bfloat16 one as ml_dtypes' bfloat16 (PyTorch's
+    ``numpy()`` refuses it), by its bits."""
+    x = x.detach().cpu()
+    if x.dtype == require_torch().bfloat16:
+        return x.view(require_torch().int16).numpy().view(NUMPY_DTYPES["bfloat16"])
+    return x.numpy()
+
+
+def _as_tensor(array: np.ndarray) -> Any:
+    """A CPU tensor sharing ``array``'s memory; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
+    torch = require_torch()
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def _torch_dtype(dtype: str) -> Any:
+    """PyTorch's type for one of ours."""
+    return _as_tensor(np.empty(0, NUMPY_DTYPES[dtype])).dtype
+
+
+def _on_gpu(x: Any) -> Any:
+    """GPU tensor ``x`` as tilecraft reads GPU arrays; a bfloat16 one, which has no
+    ``__cuda_array_interface__`` in PyTorch, as its bits (``BFloat16Bits``)."""
+    return BFloat16Bits(x) if x.dtype == require_torch().bfloat16 else x
+
+
+class BFloat16Bits:
+    """A PyTorch bfloat16 GPU tensor, seen as its bits: the ``__cuda_array_interface__`` of its
+    int16 view, and ml_dtypes' bfloat16 as its ``dtype`` (which the checks of a call read)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor, self.dtype = tensor, NUMPY_DTYPES["bfloat16"]
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return self.tensor.view(require_torch().int16).__cuda_array_interface__
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.tensor.__dlpack_device__()
 
 
 def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str | Path] | None = None,
