@@ -21,7 +21,9 @@ from tilecraft.graph.ir import Value  # noqa: E402
 from tilecraft.model.compiled import DefaultScheduleWarning, ModelInputError, check_inputs  # noqa: E402
 from tilecraft.model import torch as torch_backend  # noqa: E402
 from tilecraft.model.torch import TorchFallbackWarning  # noqa: E402
+from tilecraft.runtime import cuda as cuda_runtime  # noqa: E402
 from tilecraft.search.default import default_schedule  # noqa: E402
+from tilecraft.te.dtype import NUMPY_DTYPES  # noqa: E402
 from torch_networks import MODELS, network  # noqa: E402
 
 nn = torch.nn
@@ -117,7 +119,11 @@ def test_on_a_gpu_torch_compile_and_from_torch_run_the_model_there(name, kernel_
 
 def test_a_bfloat16_gpu_tensor_is_read_through_its_int16_views_array_interface():
     class CudaBFloat16:  # as PyTorch's: no __cuda_array_interface__ of its own, its int16 view's
-        dtype, shape = torch.bfloat16, (2, 3)
+        __module__, dtype, shape = "torch", torch.bfloat16, (2, 3)
+
+        @property
+        def __cuda_array_interface__(self):
+            raise TypeError("bfloat16 has no typestr")
 
         def view(self, dtype):
             assert dtype == torch.int16
@@ -127,10 +133,14 @@ def test_a_bfloat16_gpu_tensor_is_read_through_its_int16_views_array_interface()
         def __dlpack_device__(self):
             return (2, 0)
 
-    bits = torch_backend._on_gpu(CudaBFloat16())
-    assert check_inputs([Value("x", (2, 3), "bfloat16")], {"x": bits}, gpu=True)["x"] is bits
+    tensor = CudaBFloat16()
+    bits = check_inputs([Value("x", (2, 3), "bfloat16")], {"x": tensor}, gpu=True)["x"]
+    assert isinstance(bits, cuda_runtime.BFloat16Bits) and bits.tensor is tensor
     with pytest.raises(ModelInputError, match=r"input x must be a GPU or numpy array float32\[2, 3\] but got bfloat16"):
-        check_inputs([Value("x", (2, 3), "float32")], {"x": bits}, gpu=True)
+        check_inputs([Value("x", (2, 3), "float32")], {"x": tensor}, gpu=True)
+    spec = cuda_runtime.ArgSpec("y", (2, 3), "bfloat16", True)
+    assert cuda_runtime.device_pointer("kernel", spec, tensor, 0) == (0, 0x7F0000000000)
+    assert cuda_runtime.DeviceArray.view(tensor, (3, 2)).dtype == NUMPY_DTYPES["bfloat16"]
 
 
 @pytest.mark.slow

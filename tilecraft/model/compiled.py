@@ -36,7 +36,7 @@ from rich.table import Table
 from ..build import build, build_lowered
 from ..database.log import best_of, load_records
 from ..errors import BuildError, ScheduleError, TilecraftError
-from ..runtime.cuda import element_dtype, is_c_contiguous
+from ..runtime.cuda import element_dtype, gpu_array, is_c_contiguous
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
 from ..ir.lower import lower
@@ -310,6 +310,7 @@ def check_inputs(expected: Sequence[Value], inputs: Mapping[str, Any], gpu: bool
         value = expected[name]
         if isinstance(array, np.generic):  # a NumPy scalar is a 0-d array
             array = np.asarray(array)
+        array = gpu_array(array) if gpu else array
         face = getattr(array, "__cuda_array_interface__", None) if gpu else None
         if face is not None:
             shape, dtype = tuple(face["shape"]), element_dtype(array)

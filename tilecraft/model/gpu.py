@@ -111,7 +111,7 @@ class GpuModel:
                 wrong shape or dtype.
             TargetError: If there is no GPU or cuda-bindings here.
         """
-        from ..runtime.cuda import DeviceArray, device_pointer
+        from ..runtime.cuda import DeviceArray, device_pointer, gpu_array
         from ..runtime.module import ArgSpec
         from .compiled import ModelInputError
 
@@ -124,7 +124,7 @@ class GpuModel:
                     device_pointer("out", ArgSpec(name, value.shape, value.dtype, True), out[name], self.device)
             except (TypeError, ValueError) as error:
                 raise ModelInputError(f"{wanted}: {error}") from None
-        on_gpu = any(hasattr(array, "__cuda_array_interface__") for array in inputs.values())
+        on_gpu = any(hasattr(gpu_array(array), "__cuda_array_interface__") for array in inputs.values())
         self._launch(inputs)
         if out is not None:
             for name in self.outputs:

@@ -103,9 +103,8 @@ class TorchModel:
         values = [self.compiled.values[name] for name in self.compiled.outputs]
         outputs = {value.name: torch.empty(value.shape, device=device, dtype=_torch_dtype(value.dtype))
                    for value in values}  # by PyTorch's allocator: no driver call, no wait
-        self.compiled.run({name: _on_gpu(x.detach().contiguous()) if isinstance(x, torch.Tensor) else x
-                           for name, x in zip(self.input_names, inputs) if name in taken},
-                          out={name: _on_gpu(y) for name, y in outputs.items()})
+        self.compiled.run({name: x.detach().contiguous() if isinstance(x, torch.Tensor) else x
+                           for name, x in zip(self.input_names, inputs) if name in taken}, out=outputs)
         if waits:
             torch.cuda.synchronize(device)
         return tuple(outputs.values())
@@ -137,27 +136,6 @@ def _as_tensor(array: np.ndarray) -> Any:
 def _torch_dtype(dtype: str) -> Any:
     """PyTorch's type for one of ours."""
     return _as_tensor(np.empty(0, NUMPY_DTYPES[dtype])).dtype
-
-
-def _on_gpu(x: Any) -> Any:
-    """GPU tensor ``x`` as tilecraft reads GPU arrays; a bfloat16 one, which has no
-    ``__cuda_array_interface__`` in PyTorch, as its bits (``BFloat16Bits``)."""
-    return BFloat16Bits(x) if x.dtype == require_torch().bfloat16 else x
-
-
-class BFloat16Bits:
-    """A PyTorch bfloat16 GPU tensor, seen as its bits: the ``__cuda_array_interface__`` of its
-    int16 view, and ml_dtypes' bfloat16 as its ``dtype`` (which the checks of a call read)."""
-
-    def __init__(self, tensor: Any) -> None:
-        self.tensor, self.dtype = tensor, NUMPY_DTYPES["bfloat16"]
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        return self.tensor.view(require_torch().int16).__cuda_array_interface__
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return self.tensor.__dlpack_device__()
 
 
 def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str | Path] | None = None,

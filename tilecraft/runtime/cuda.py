@@ -175,6 +175,30 @@ def _host_array(entry: str, spec: ArgSpec, array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
+def gpu_array(array: Any) -> Any:
+    """``array`` as tilecraft reads GPU arrays: itself, but a PyTorch bfloat16 tensor, which
+    PyTorch gives no ``__cuda_array_interface__``, as its bits (``BFloat16Bits``)."""
+    from_torch = type(array).__module__.startswith("torch")
+    return BFloat16Bits(array) if from_torch and str(getattr(array, "dtype", "")) == "torch.bfloat16" else array
+
+
+class BFloat16Bits:
+    """A PyTorch bfloat16 tensor seen as its bits: the ``__cuda_array_interface__`` of its int16
+    view, and ml_dtypes' bfloat16 as its ``dtype`` (which the checks of a call read)."""
+
+    def __init__(self, tensor: Any) -> None:
+        self.tensor, self.dtype = tensor, NUMPY_DTYPES["bfloat16"]
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        import torch
+
+        return self.tensor.view(torch.int16).__cuda_array_interface__
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.tensor.__dlpack_device__()
+
+
 def element_dtype(array: Any) -> np.dtype:
     """The element type of a GPU array: its ``dtype`` where that is NumPy's (a CuPy array, a
     ``DeviceArray``: bfloat16's has no ``__cuda_array_interface__`` typestr of its own, only
@@ -185,7 +209,7 @@ def element_dtype(array: Any) -> np.dtype:
 
 def device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) -> tuple[int, int]:
     """The GPU and the data address of a GPU array, once checked as ``spec``."""
-    role = "output" if spec.is_output else "input"
+    role, array = "output" if spec.is_output else "input", gpu_array(array)
     face = getattr(array, "__cuda_array_interface__", None)
     where = getattr(array, "__dlpack_device__", None)
     if face is None and where is None:
@@ -549,6 +573,7 @@ class DeviceArray:
     def view(cls, array: Any, shape: tuple[int, ...], dtype: str | None = None) -> DeviceArray:
         """The first bytes of ``array`` (a GPU array of any library, C-contiguous) seen with
         ``shape`` and ``dtype`` (its own by default), without a copy; it keeps ``array`` alive."""
+        array = gpu_array(array)
         face = array.__cuda_array_interface__
         view = cls.__new__(cls)
         view.shape, view.pointer = tuple(shape), int(face["data"][0])
@@ -583,7 +608,7 @@ class DeviceArray:
 
     def copy_from(self, array: Any) -> None:
         """Overwrite the data with ``array``'s, a NumPy array or a GPU array of the same size."""
-        cu, face = _driver(), getattr(array, "__cuda_array_interface__", None)
+        cu, face = _driver(), getattr(gpu_array(array), "__cuda_array_interface__", None)
         with _current(_primary_context(self.device)):
             if face is None:
                 array = np.ascontiguousarray(array)
