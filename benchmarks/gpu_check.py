@@ -177,7 +177,9 @@ def main() -> None:
                                              "tests/tune/test_gpu_search.py", "tests/search/test_gpu_sketches.py",
                                              "tests/frontend/test_torch.py::test_on_a_gpu_torch_compile_and_from_torch_"
                                              "run_the_model_there",
-                                             "tests/codegen/test_tensor_core.py"], 150))  # new, last: -x stops there
+                                             "tests/codegen/test_tensor_core.py",
+                                             "tests/frontend/test_torch.py::test_on_a_gpu_bfloat16_tensors_cross_as_"
+                                             "their_bits"], 150))  # new, last: -x stops there
     if not options.no_sanitizer:
         for tool in ("memcheck", "racecheck"):
             report["steps"].append(run(f"compute-sanitizer {tool}", ["compute-sanitizer", "--tool", tool,

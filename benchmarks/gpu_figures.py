@@ -25,7 +25,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``bert_float16``: the BERT layer in float16, its products on float16 operands (tensor cores
   among their sketches), untuned and tuned (200 trials), against PyTorch eager in float16;
 - ``vit_float16``: a ViT-B/16 encoder layer in float16 (197 tokens: its products padded to
-  whole tensor-core tiles), untuned and tuned (200 trials), against PyTorch eager in float16.
+  whole tensor-core tiles), untuned and tuned (200 trials), against PyTorch eager in float16;
+- ``bfloat16``: a bfloat16 matmul 4096³ summed into float32 on tensor cores against cuBLAS's
+  bfloat16 GEMM (``check`` runs a bfloat16 MLP through PyTorch, its tensors crossing as their bits).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ STEPS = {
     "tensor_cores": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_fp16_4096"],
     "bert_float16": ["gpu_models.py", "--only", "bert_layer", "--trials", "200", "--dtype", "float16"],
     "vit_float16": ["gpu_models.py", "--only", "vit_layer", "--trials", "200", "--dtype", "float16"],
+    "bfloat16": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_bf16_4096"],
 }
 TAIL_LINES = 40
 

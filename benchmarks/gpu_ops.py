@@ -48,6 +48,8 @@ WORKLOADS = {
     "matmul_256x16384x256": ("matmul", (256, 16384, 256), lambda F, a, b: a @ b, 2 * 256 * 16384 * 256),  # split-K's
     # float16 in, summed in float32: tensor cores (the gpu_tensor_core sketch) against cuBLAS's float16 GEMM
     **{f"matmul_fp16_{n}": ("matmul", (n, n, n, "float16"), lambda F, a, b: a @ b, 2 * n**3) for n in (2048, 4096)},
+    # bfloat16 in, summed into float32 (tensor cores store no bfloat16), against cuBLAS's bfloat16 GEMM
+    "matmul_bf16_4096": ("matmul", (4096, 4096, 4096, "bfloat16", "float32"), lambda F, a, b: a @ b, 2 * 4096**3),
     # an epilogue through the block's tile in shared memory, and a batch (BERT's attention scores, 48 heads of 512)
     "matmul_add_fp16_2048": ("matmul_add", (2048, 2048, 2048, "float16"), lambda F, a, b, c: a @ b + c, 2 * 2048**3),
     "batch_matmul_fp16_48x512": ("batch_matmul", (48, 512, 64, 512, "float16"), lambda F, a, b: a @ b,
@@ -70,6 +72,15 @@ WORKLOADS = {
     "layer_norm_128x768": ("layer_norm", (128, 768), lambda F, x, g, b: F.layer_norm(x, (768,), g, b, 1e-5),
                            8 * 128 * 768),
 }
+
+
+def _tensor(array: np.ndarray):
+    """A CPU tensor of ``array``; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
+    import torch
+
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def time_torch(fn, args, number: int, repeat: int) -> float:
@@ -115,7 +126,7 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
                                          time_budget_secs=budget), search_policy=policy)
     tune_secs = time.perf_counter() - started
     module = tc.build(task.apply_best(log), target)
-    inputs = [torch.from_numpy(a).cuda() for a in task.compute_dag.random_inputs(np.random.default_rng(0))]
+    inputs = [_tensor(a).cuda() for a in task.compute_dag.random_inputs(np.random.default_rng(0))]
     ours_out, reference = module(*inputs), torch_op(F, *inputs)
     torch.cuda.synchronize()
     error = float((ours_out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))

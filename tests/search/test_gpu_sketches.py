@@ -352,6 +352,8 @@ def test_a_bfloat16_matmul_summed_in_float32_gets_tensor_cores_from_sm_80_on():
     assert "A_shared_local: bfloat16" in text and "C_shared" in text and "# wmma.mma" in text
     older = [s.name for s in generate_sketches(dag, target=tc.Target("cuda -arch=sm_75"))]
     assert "gpu_tile" in older and not any("tensor_core" in name for name in older)
+    workload = tc.SearchTask(func="matmul", args=(64, 48, 64, "bfloat16", "float32"), target=TARGET)  # out_dtype
+    assert "gpu_tensor_core" in {s.name for s in generate_sketches(workload.compute_dag, target=TARGET)}
     X, W = te.placeholder((64, 48), name="X", dtype="bfloat16"), te.placeholder((64, 48), name="W", dtype="bfloat16")
     assert not any("tensor_core" in s.name for s in generate_sketches(tc.ComputeDAG([X, W, dense(X, W)]),
                                                                        target=TARGET))  # summed into bfloat16

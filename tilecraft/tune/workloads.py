@@ -4,17 +4,19 @@ benchmarks tune. Each returns its tensors, inputs first and outputs last."""
 from __future__ import annotations
 
 from .. import ops, te
+from ..ops.common import product_of
 from .task import register_workload
 
 
 @register_workload
-def matmul(N: int, L: int, M: int, dtype: str = "float32"):
-    """C = A @ B, with B a weight whose layout the tuner may choose (Ansor's tutorial)."""
+def matmul(N: int, L: int, M: int, dtype: str = "float32", out_dtype: str | None = None):
+    """C = A @ B, with B a weight whose layout the tuner may choose (Ansor's tutorial); summed
+    into ``out_dtype`` where given (bfloat16 into float32: tensor cores' form of it)."""
     A = te.placeholder((N, L), name="A", dtype=dtype)
     B = te.placeholder((L, M), name="B", dtype=dtype)
     k = te.reduce_axis((0, L), name="k")
-    C = te.compute((N, M), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="matmul",
-                   attrs={"layout_free_placeholders": [B]})
+    C = te.compute((N, M), lambda i, j: te.sum(product_of(A[i, k], B[k, j], out_dtype), axis=k),
+                   name="matmul", attrs={"layout_free_placeholders": [B]})
     return [A, B, C]
 
 
