@@ -10,7 +10,9 @@ compiled again from the log. Each compiled model's output is checked against onn
 on the CPU (rtol 1e-3). With ``--dtype float16`` the networks are exported in float16
 (``model.half()``), PyTorch eager runs them so (cuBLAS on tensor cores), their products read
 float16 in tilecraft too (``graph/half.py``, tensor-core sketches among the tuned), and the
-check is to 1e-2. Latencies are medians of interleaved rounds (each system timed
+check is to 1e-2. With ``--dtype bfloat16`` alike, checked against PyTorch eager in bfloat16
+(onnxruntime's CPU kernels lack most bfloat16 operators; on the CPU with ``--emulate``) to
+3e-2: PyTorch rounds each operator's output to bfloat16, tilecraft each kernel's. Latencies are medians of interleaved rounds (each system timed
 once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
 the input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
 tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
@@ -39,6 +41,7 @@ import torch
 
 import tilecraft as tc
 from tilecraft.model.compiled import DefaultScheduleWarning
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 sys.path.insert(0, str(Path(__file__).parent))
 from model_zoo import MODELS, export  # noqa: E402
@@ -62,7 +65,35 @@ def latency_ms(systems: dict, rounds: int = ROUNDS) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-TOLERANCES = {"float32": dict(rtol=1e-3, atol=1e-4), "float16": dict(rtol=1e-2, atol=1e-2)}
+TOLERANCES = {"float32": dict(rtol=1e-3, atol=1e-4), "float16": dict(rtol=1e-2, atol=1e-2),
+              "bfloat16": dict(rtol=3e-2, atol=3e-2)}
+
+
+def close(got: np.ndarray, expected: np.ndarray, dtype: str) -> bool:
+    return bool(np.allclose(got.astype(np.float32), expected.astype(np.float32), **TOLERANCES[dtype]))
+
+
+def _input(name: str, dtype: str) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal(MODELS[name][1]).astype(NUMPY_DTYPES[dtype])
+
+
+def _expected(name: str, path: Path, x: np.ndarray, dtype: str, device: str = "cpu") -> np.ndarray:
+    """The reference output: onnxruntime's on the CPU; of bfloat16, which most of its CPU kernels
+    lack, eager PyTorch's (the exported weights: seeded alike) on ``device``, as float32."""
+    if dtype != "bfloat16":
+        return ort.InferenceSession(str(path)).run(None, {"input": x})[0].astype(np.float32)
+    factory, _ = MODELS[name]
+    torch.manual_seed(0)
+    module = factory().eval().to(device, torch.bfloat16)
+    with torch.no_grad():
+        return module(_tensor(x).to(device)).float().cpu().numpy()
+
+
+def _tensor(x: np.ndarray):
+    """A CPU tensor of ``x``; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
 
 
 def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
@@ -70,19 +101,18 @@ def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
     factory, shape = MODELS[name]
     torch.manual_seed(0)
     module = factory().eval().cuda().to(getattr(torch, dtype))
-    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
-    close = TOLERANCES[dtype]
-    expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
-    tensor = torch.from_numpy(x).cuda()
+    x = _input(name, dtype)
+    expected = _expected(name, path, x, dtype, "cuda")
+    tensor = _tensor(x).cuda()
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         untuned = tc.compile_model(str(path), "cuda")
     untuned.capture_after = None  # kernel by kernel: the graph is the next system's
     row = {"model": name, "dtype": dtype, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
-           "untuned_correct": bool(np.allclose(untuned(input=x), expected, **close))}
+           "untuned_correct": close(untuned(input=x), expected, dtype)}
     graphed = _captured(str(path), None, tensor)
-    row["graph_correct"] = bool(np.allclose(graphed(input=x), expected, **close))
+    row["graph_correct"] = close(graphed(input=x), expected, dtype)
     systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor),
                "tilecraft_untuned_graph": lambda: graphed(input=tensor)}
     if trials:
@@ -95,7 +125,7 @@ def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
         tuned = tc.compile_model(str(path), "cuda", log=str(log))
         tuned.capture_after = None
         row.update(tasks=len(tasks), trials=trials, tuning_secs=time.perf_counter() - started,
-                   tuned_correct=bool(np.allclose(tuned(input=x), expected, **close)))
+                   tuned_correct=close(tuned(input=x), expected, dtype))
         tuned_graph = _captured(str(path), str(log), tensor)
         systems.update(tilecraft_tuned=lambda: tuned(input=tensor),
                        tilecraft_tuned_graph=lambda: tuned_graph(input=tensor))
@@ -139,19 +169,18 @@ def _captured(path: str, log: str | None, tensor):
 def emulate(name: str, directory: Path, dtype: str) -> dict:
     """The model compiled for sm_90 (default GPU schedules), emulated, against onnxruntime."""
     path = export(name, directory, dtype)
-    x = np.random.default_rng(0).standard_normal(MODELS[name][1]).astype(dtype)
-    expected = ort.InferenceSession(str(path)).run(None, {"input": x})[0]
+    x = _input(name, dtype)
+    expected = _expected(name, path, x, dtype)
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         model = tc.compile_model(str(path), "cuda -arch=sm_90")
     compiled = time.perf_counter() - started
     got = model.emulate({"input": x})["output"].astype("float32")
-    expected = expected.astype("float32")
     return {"model": name, "dtype": dtype, "kernels": len(model.kernels), "compile_secs": compiled,
             "emulate_secs": time.perf_counter() - started - compiled,
             "max_relative_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
-            "correct": bool(np.allclose(got, expected, **TOLERANCES[dtype]))}
+            "correct": close(got, expected, dtype)}
 
 
 def main() -> None:
@@ -167,7 +196,7 @@ def main() -> None:
             rows = [emulate(name, Path(scratch), args.dtype) for name in args.only.split(",")]
         table = numeric_table("model", "kernels", "nvcc s", "emulated s", "max rel. error", "correct",
                               title=f"whole models ({args.dtype}) compiled for sm_90, emulated on the CPU, "
-                                    "against onnxruntime")
+                                    f"against {'PyTorch' if args.dtype == 'bfloat16' else 'onnxruntime'}")
         for r in rows:
             table.add_row(r["model"], str(r["kernels"]), f"{r['compile_secs']:.1f}", f"{r['emulate_secs']:.1f}",
                           f"{r['max_relative_error']:.1e}", str(r["correct"]))

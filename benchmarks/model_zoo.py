@@ -147,4 +147,20 @@ def export(name: str, directory: Path, dtype: str = "float32") -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         torch.onnx.export(model, (torch.randn(*shape).to(getattr(torch, dtype)),), str(path), input_names=["input"],
                           output_names=["output"], opset_version=17, dynamo=False)
+        if dtype == "bfloat16":
+            _bfloat16_casts(path)
     return path
+
+
+def _bfloat16_casts(path: Path) -> None:
+    """The TorchScript exporter writes a cast to bfloat16 with PyTorch's number for the type (15),
+    which is ONNX's complex128: made ONNX's bfloat16 (16) again. These networks cast to no
+    complex type."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "Cast" and attribute.name == "to" and attribute.i == onnx.TensorProto.COMPLEX128:
+                attribute.i = onnx.TensorProto.BFLOAT16
+    onnx.save(model, str(path))
