@@ -26,7 +26,7 @@ from tilecraft.search.default import default_row, default_schedule
 from tilecraft.search.features import FeatureSpace
 from tilecraft.search.gpu_rules import GPU_SKETCH_RULES, GpuMultiLevelTiling
 from tilecraft.search.space import generate_sketches
-from tilecraft.te.dtype import NUMPY_DTYPES, bytes_of
+from tilecraft.te.dtype import bytes_of
 
 TARGET = tc.Target("cuda -arch=sm_90")
 
@@ -563,8 +563,8 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
     expected = dag.evaluate_numpy(inputs)[0]
     # a 16-bit result summed in another order may round to the next value (float16: a relative
     # 1e-3; bfloat16: 8e-3)
-    close = {np.float16: dict(rtol=2e-3, atol=2e-3), NUMPY_DTYPES["bfloat16"]: dict(rtol=1.6e-2, atol=1.6e-2)}.get(
-        expected.dtype, dict(rtol=1e-4, atol=1e-4))
+    close = {"float16": dict(rtol=2e-3, atol=2e-3), "bfloat16": dict(rtol=1.6e-2, atol=1.6e-2)}.get(
+        expected.dtype.name, dict(rtol=1e-4, atol=1e-4))
     for sketch in generate_sketches(dag, target=TARGET):
         valid = 0
         for row in sketch.sample_uniform(np.random.default_rng(0), 6):
