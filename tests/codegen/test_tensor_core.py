@@ -17,6 +17,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
+from tilecraft.codegen.gpu_verify import _local_buffers, local_words
 from tilecraft.errors import GpuLimitError, LoweringError
 
 TARGET = "cuda -arch=sm_90"
@@ -187,9 +188,17 @@ def test_a_block_on_tensor_cores_is_one_warp_wide():
 
 
 def test_the_verifier_counts_a_fragment_as_spread_over_the_warp():
-    """4x4 tiles a warp: 4,096 floats, 128 a lane, past the register budget of a 128-thread block."""
+    """4x4 tiles a warp: 4,096 floats, 128 a lane, past the register budget of a 128-thread block.
+    A lane holds 8 registers of a tile of a float16 operand (wmma holds it twice over), 4 of a
+    bfloat16 one's."""
     with pytest.raises(GpuLimitError, match="C_local"):
         tc.emulate_gpu(tensor_core_matmul(half_matmul(256, 64, 256), warps=(2, 2), tiles=(4, 4)), TARGET)
+    for dtype, words in (("float16", 8), ("bfloat16", 4)):
+        sch = example.schedule(half_matmul(128, 64, 128, "float32", dtype=dtype), warps=(2, 2), tiles=(2, 2),
+                               fragments=True)
+        fragments = [b for b in _local_buffers(tc.lower(sch).body) if b.scope == "fragment"]
+        assert {b.name: local_words([b]) for b in fragments} == {"A_shared_local": 2 * words,
+                                                                 "B_shared_local": 2 * words, "C_local": 4 * 8}
 
 
 def on_2x2_warps(sch: tc.Schedule, c, rows, columns) -> None:

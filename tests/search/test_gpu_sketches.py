@@ -460,12 +460,14 @@ def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kern
     (lambda: matmul(512, 512, 512), "gpu_split_k"), (lambda: half_matmul(512, 256, 512), "gpu_tensor_core"),
     (lambda: half_matmul(512, 256, 256, bias_relu=True), "gpu_tensor_core_pipelined"),
     (half_attention_scores, "gpu_tensor_core"),
+    (lambda: half_matmul(512, 256, 256, cast=True, dtype="bfloat16"), "gpu_tensor_core"),
     (lambda: tc.ComputeDAG([*(X := (te.placeholder((1, 32, 10, 10), name="X"),
                                     te.placeholder((16, 32, 3, 3), name="W"))), conv2d_nchw(*X, padding=1)]),
      "gpu_split_k"), (conv_relu_long_k, "gpu_split_k_workspace")],
     ids=["matmul", "conv", "conv_strided", "matmul_pipelined", "conv_transposed_tiles", "matmul_transposed_pipelined",
          "matmul_split_k",
-         "half_matmul_tensor_cores", "half_matmul_bias_relu_pipelined", "half_attention_scores", "conv_split_k", "conv_split_k_workspace"])
+         "half_matmul_tensor_cores", "half_matmul_bias_relu_pipelined", "half_attention_scores",
+         "bfloat16_matmul_tensor_cores", "conv_split_k", "conv_split_k_workspace"])
 def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_as_the_verifier_does(dag, kind):
     """The decision-matrix check agrees with the lowered loops, and sampling draws only
     candidates that pass it."""

@@ -111,9 +111,15 @@ def register_budget(registers):
 
 def local_words(buffers) -> int:
     """The 4-byte registers ``buffers`` (a thread's own) take, each rounded up to whole words; a
-    tensor-core fragment takes 8 a lane for each 16x16 tile."""
-    return sum(b.elements // 32 if b.scope == "fragment" else -(-b.elements * bytes_of(b.dtype) // 4)
-               for b in buffers)
+    tensor-core fragment takes ``fragment_registers`` a lane for each 16x16 tile."""
+    return sum(b.elements // 256 * fragment_registers(b.dtype) if b.scope == "fragment"
+               else -(-b.elements * bytes_of(b.dtype) // 4) for b in buffers)
+
+
+def fragment_registers(dtype: str) -> int:
+    """A lane's 4-byte registers for a 16x16 tile of a tensor-core fragment: 8 (float32's
+    accumulator; float16's operands, which wmma holds twice over), bfloat16's 4 (two a register)."""
+    return 4 if dtype == "bfloat16" else 8
 
 
 def _loops_on(loops: list[For], prefix: str) -> str:

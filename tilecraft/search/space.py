@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from ..codegen.cuda import registers_a_thread
-from ..codegen.gpu_verify import register_budget
+from ..codegen.gpu_verify import fragment_registers, register_budget
 from ..ir.pipeline import SHARED_BYTES
 from ..ir.tensor_core import WARP
 from ..schedule.sampling import PADDED_SHARE, factorizations, tile_factorizations
@@ -40,7 +40,6 @@ from .register_tile import apply_register_tiles, find_register_tiles
 
 GPU_REDRAWS = 1024  # draws a GPU candidate may take to keep the target's limits
 GPU_REDRAW_BATCH = 32  # of them drawn at once for every candidate still over a limit
-FRAGMENT_BYTES = 4 / WARP  # an element of a tensor-core fragment: a 4-byte word spread over the warp's lanes
 
 
 @dataclass(frozen=True)
@@ -437,9 +436,9 @@ def analyze(dag: ComputeDAG, trace: Trace, name: str, target=None) -> Sketch:
         stage = final.state.stage(block)
         shared_tiles[n] = (block, at, tile._replace(align=stage.align, order=stage.order,
                                                     pipelined=form_of(final, at) if piped else None))
-    if fragments:  # 8 registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
-        local_tiles = [tile._replace(element_bytes=FRAGMENT_BYTES) if owner in fragments else tile
-                       for tile, owner in zip(local_tiles, local_owners)]
+    if fragments:  # registers a lane for each 16x16 tile, on the 32 lanes of threadIdx.x (ir/tensor_core.py)
+        local_tiles = [tile._replace(element_bytes=4 * fragment_registers(final.state.stage(owner).tensor.dtype) / 256)
+                       if owner in fragments else tile for tile, owner in zip(local_tiles, local_owners)]
         gpu_axes.setdefault("threadIdx.x", []).append(LogForm((), math.log2(WARP)))
     sketch = Sketch(name, trace, tuple(slots), tuple(columns), parallel, vector,
                     gpu_axes={axis: tuple(forms_) for axis, forms_ in gpu_axes.items()},
