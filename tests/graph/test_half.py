@@ -132,7 +132,7 @@ def test_only_a_gpu_model_is_prepared_with_float16_products():
     assert all(gpu_graph.values[w].dtype == "float16" for n in products[str(GPU)] for w in n.inputs)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_a_16_bit_models_matrix_products_have_tensor_core_sketches_and_no_cast_kernels(dtype):
     tasks, _ = tc.extract_tasks(half_layer(dtype=dtype), GPU)
     sketches = {task.desc: [s.name for s in generate_sketches(task.compute_dag, target=GPU)] for task in tasks}
@@ -241,6 +241,7 @@ def test_a_16_bit_residual_block_compiled_for_a_gpu_computes_what_the_reference_
                                expected[graph.outputs[0]].astype("float32"), rtol=tolerance, atol=tolerance)
 
 
+@pytest.mark.slow  # its float16 siblings stay quick
 def test_a_bfloat16_product_and_softmax_compute_in_float32_between_casts(tmp_path):
     """As a float16 node does: the sums rounded to bfloat16 once, where a softmax computed in
     bfloat16 would round its maximum, its exponentials and their sum; compiled for a CPU, it

@@ -151,6 +151,7 @@ def test_a_result_names_its_gpu_only_as_a_cuda_visible_devices_entry(server, ker
         assert result.error_kind is MeasureErrorKind.RUNTIME and "not a CUDA_VISIBLE_DEVICES entry" in result.error_msg
 
 
+@pytest.mark.slow  # two more servers; a server's sessions stay in the quick subset
 def test_candidates_spread_over_several_servers(server, kernel):
     with DeviceServer(port=0, secret=SECRET, target=kernel("add")[0].target).start() as second:
         addresses = [("127.0.0.1", server.port), ("127.0.0.1", second.port)]

@@ -161,6 +161,7 @@ def two_gpus_in_flight(monkeypatch) -> list:
     return asked
 
 
+@pytest.mark.slow  # a worker a GPU; a kernel failing on one of two GPUs stays in the quick subset
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads a worker's environment from /proc")
 def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_sees_its_gpu_alone(dag, monkeypatch):
     """Two GPUs: the first two candidates are in flight together (each waits for the other,

@@ -342,6 +342,7 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
     assert "gpu_tensor_core" in names(half_attention_scores())  # batched, one operand broadcast
 
 
+@pytest.mark.slow  # the quick subset lowers and builds bfloat16 tensor cores in codegen/test_tensor_core.py
 def test_a_bfloat16_matmul_summed_in_float32_gets_tensor_cores_from_sm_80_on():
     """Its cast to bfloat16 is an epilogue through shared memory (tensor cores store no
     bfloat16); before sm_80, wmma has no bfloat16, and a bfloat16 sum has no tensor cores."""

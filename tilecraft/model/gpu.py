@@ -11,11 +11,10 @@ Inputs that are already GPU arrays (PyTorch, CuPy) are copied on the GPU, and th
 stay there.
 
 The values between kernels share GPU buffers once their readers have run, as the CPU plan's
-do. A model runs on GPU 0 until ``to`` moves it to another. ``save`` writes the cubins, weights and
-plan that ``load_model`` reads. Without a GPU,
-``emulate`` runs the same steps with each kernel's schedule emulated on the CPU
-(``tc.emulate_gpu``): the plan and every default GPU schedule can be checked against NumPy
-on any machine.
+do. A model runs on GPU 0 until ``to`` moves it to another. ``save`` writes the cubins,
+weights and plan that ``load_model`` reads. Without a GPU, ``emulate`` runs the same steps
+with each kernel's schedule emulated on the CPU (``tc.emulate_gpu``): the plan and every
+default GPU schedule can be checked against NumPy on any machine.
 """
 
 from __future__ import annotations

@@ -119,10 +119,8 @@ class TorchModel:
 def _as_numpy(x: Any) -> np.ndarray:
     """A CPU copy of tensor ``x`` as NumPy has it: a bfloat16 one as ml_dtypes' bfloat16 (PyTorch's
     ``numpy()`` refuses it), by its bits."""
-    x = x.detach().cpu()
-    if x.dtype == require_torch().bfloat16:
-        return x.view(require_torch().int16).numpy().view(NUMPY_DTYPES["bfloat16"])
-    return x.numpy()
+    torch, x = require_torch(), x.detach().cpu()
+    return x.view(torch.int16).numpy().view(NUMPY_DTYPES["bfloat16"]) if x.dtype == torch.bfloat16 else x.numpy()
 
 
 def _as_tensor(array: np.ndarray) -> Any:
