@@ -17,6 +17,7 @@ from tilecraft.model.compiled import (CompiledModel, DefaultScheduleWarning, Mod
                                       example_inputs)
 from tilecraft.runtime import Module
 from tilecraft.search.default import default_schedule
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -215,6 +216,25 @@ def test_save_and_load_give_the_same_outputs_without_the_kernel_cache(tmp_path):
     assert [(k.desc, k.tuned, k.trace) for k in loaded.kernels] == [(k.desc, k.tuned, k.trace)
                                                                    for k in compiled.kernels]
     assert repr(loaded) == repr(compiled)
+
+
+@pytest.mark.slow
+def test_a_bfloat16_model_saved_and_loaded_computes_the_same_bits(tmp_path):
+    """Its bfloat16 weights go to .npy as raw pairs of bytes and come back as bfloat16."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.add_input("x", (4, 32), "bfloat16")
+    bias = b.add_constant("bias", rng.standard_normal(32).astype(NUMPY_DTYPES["bfloat16"]))
+    w = b.add_constant("w", rng.standard_normal((8, 32)).astype(NUMPY_DTYPES["bfloat16"]))
+    graph = b.finish([b.emit("dense", [b.emit("add", [x, bias], {}, "biased"), w], {}, "fc")])
+    compiled = compile_quietly(graph, cache_dir=tmp_path / "cache")
+    compiled.save(tmp_path / "saved")
+    assert "bfloat16" in {str(weight.dtype) for weight in compiled.constants.values()}
+    loaded = tc.load_model(tmp_path / "saved")
+    feeds = {"x": rng.standard_normal((4, 32)).astype(NUMPY_DTYPES["bfloat16"])}
+    (name,) = graph.outputs
+    got, want = loaded.run(feeds)[name], compiled.run(feeds)[name]
+    assert got.dtype == want.dtype == NUMPY_DTYPES["bfloat16"] and got.tobytes() == want.tobytes()
 
 
 @pytest.fixture
