@@ -12,8 +12,8 @@ on the CPU (rtol 1e-3). With ``--dtype float16`` the networks are exported in fl
 float16 in tilecraft too (``graph/half.py``, tensor-core sketches among the tuned), and the
 check is to 1e-2. With ``--dtype bfloat16`` alike, checked against PyTorch eager in bfloat16
 (onnxruntime's CPU kernels lack most bfloat16 operators; on the CPU with ``--emulate``) to
-3e-2: PyTorch rounds each operator's output to bfloat16, tilecraft each kernel's. Latencies are medians of interleaved rounds (each system timed
-once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
+3e-2: PyTorch rounds each operator's output to bfloat16, tilecraft each kernel's. Latencies
+are medians of interleaved rounds (each system timed once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
 the input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
 tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
 (``GpuModel.capture``; a model does that by itself from its second call). PyTorch's
