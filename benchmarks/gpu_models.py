@@ -4,24 +4,25 @@
     python benchmarks/gpu_models.py --emulate [--only ...]      # any machine with nvcc, no GPU
 
 Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
-``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with
-``--trials N``, tuned on this GPU for N trials shared by its tasks (TaskScheduler) and
-compiled again from the log. Each compiled model's output is checked against onnxruntime
-on the CPU (rtol 1e-3). With ``--dtype float16`` the networks are exported in float16
-(``model.half()``), PyTorch eager runs them so (cuBLAS on tensor cores), their products read
-float16 in tilecraft too (``graph/half.py``, tensor-core sketches among the tuned), and the
-check is to 1e-2. With ``--dtype bfloat16`` alike, checked against PyTorch eager in bfloat16
+``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with ``--trials
+N``, tuned on this GPU for N trials shared by its tasks (TaskScheduler) and compiled again
+from the log. Each compiled model's output is checked against onnxruntime on the CPU (rtol
+1e-3). With ``--dtype float16`` the networks are exported in float16 (``model.half()``),
+PyTorch eager runs them so (cuBLAS on tensor cores), their products read float16 in
+tilecraft too (``graph/half.py``, tensor-core sketches among the tuned), and the check is to
+1e-2. With ``--dtype bfloat16`` alike, checked against PyTorch eager in bfloat16
 (onnxruntime's CPU kernels lack most bfloat16 operators; on the CPU with ``--emulate``) to
 3e-2: PyTorch rounds each operator's output to bfloat16, tilecraft each kernel's. Latencies
-are medians of interleaved rounds (each system timed once per round): PyTorch eager under ``no_grad`` with TF32 off, and tilecraft called with
-the input as a PyTorch CUDA tensor, both waited for with ``torch.cuda.synchronize``; each
-tilecraft model launched kernel by kernel (``capture_after = None``) and as one CUDA graph
-(``GpuModel.capture``; a model does that by itself from its second call). PyTorch's
-profiler then times each kernel of eager PyTorch and of the untuned model (``kernel_ms``:
-the slowest printed, all in the results file): which kernels to fix first. Needs a
-GPU, cuda-bindings, PyTorch with CUDA, onnx and onnxruntime. With ``--emulate``, each model
-is compiled for sm_90 and its kernels emulated on the CPU (``GpuModel.emulate``), checked
-against onnxruntime: what the GPU will compute, on a machine without one.
+are medians of interleaved rounds (each system timed once per round): PyTorch eager under
+``no_grad`` with TF32 off, and tilecraft called with the input as a PyTorch CUDA tensor,
+both waited for with ``torch.cuda.synchronize``; each tilecraft model launched kernel by
+kernel (``capture_after = None``) and as one CUDA graph (``GpuModel.capture``; a model does
+that by itself from its second call). PyTorch's profiler then times each kernel of eager
+PyTorch and of the untuned model (``kernel_ms``: the slowest printed, all in the results
+file): which kernels to fix first. Needs a GPU, cuda-bindings, PyTorch with CUDA, onnx and
+onnxruntime. With ``--emulate``, each model is compiled for sm_90 and its kernels emulated
+on the CPU (``GpuModel.emulate``), checked against the same reference: what the GPU will compute,
+on a machine without one.
 """
 
 from __future__ import annotations
