@@ -17,7 +17,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
-from tilecraft.cli import COMMANDS, _workload_args, build_parser, main
+from tilecraft.cli import COMMANDS, CommandError, _workload_args, build_parser, main
 from tilecraft.database import TuningRecord, load_records, trace_key
 from tilecraft.graph import run_reference
 
@@ -195,7 +195,7 @@ def test_device_lets_the_tuner_see_the_gpus_it_names_counted_as_the_shell_let_it
 
 
 def test_device_past_the_gpus_the_shell_lets_the_tuner_see_is_refused_with_the_fix(monkeypatch):
-    from tilecraft.cli import CommandError, _show_only_gpus
+    from tilecraft.cli import _show_only_gpus
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     with pytest.raises(CommandError, match=re.escape("--device: this process sees 1 GPU(s) (CUDA_VISIBLE_DEVICES=3), "
@@ -239,6 +239,9 @@ def test_the_command_as_a_person_runs_it_answers_a_mistake_in_one_line(tmp_path,
 def test_optional_sizes_left_out_of_the_shape_take_the_workloads_defaults():
     assert _workload_args("conv2d", (1, 3, 8, 8, 4, 3, 3), "float32") == (1, 3, 8, 8, 4, 3, 3, 1, 0, "float32")
     assert _workload_args("matmul", (4, 5, 6), "float16") == (4, 5, 6, "float16")
+    assert _workload_args("matmul", (4, 5, 6), "bfloat16", "float32") == (4, 5, 6, "bfloat16", "float32")
+    with pytest.raises(CommandError, match="--out-dtype: softmax sums in its own dtype; matmul take"):
+        _workload_args("softmax", (4, 5), "bfloat16", "float32")
 
 
 def test_best_of_a_log_of_errors_only_shows_them_and_fails_with_status_1(tmp_path, capsys):

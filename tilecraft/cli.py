@@ -104,6 +104,9 @@ def add_tune_command(subparsers: Any) -> None:
                          help=f"the workload's sizes, comma-separated, those in brackets optional ({sizes})")
     command.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
                          help=f"the element type, one of {', '.join(DTYPES)} (default float32)")
+    command.add_argument("--out-dtype", choices=DTYPES, metavar="DTYPE",
+                         help="sum into this type instead (matmul; bfloat16 summed into float32 is what tensor "
+                              "cores take)")
     command.add_argument("--trials", type=_at_least(1, "the number of measurements to make"), default=1000,
                          help="measurements to make (default 1000)")
     command.add_argument("--per-round", type=_at_least(1, "the measurements per search round"), default=64,
@@ -143,7 +146,7 @@ def _add_transfer_arguments(command: argparse.ArgumentParser, implicit: str) -> 
 
 def run_tune(args: argparse.Namespace) -> int:
     gpus = _measuring_gpus(args)
-    task = SearchTask(func=args.workload, args=_workload_args(args.workload, args.shape, args.dtype),
+    task = SearchTask(func=args.workload, args=_workload_args(args.workload, args.shape, args.dtype, args.out_dtype),
                       target=args.target)
     log = Path(args.log or _tuning_log_to_append(f"{args.workload}.json"))
     resume = str(log) if log.exists() else None
@@ -160,16 +163,24 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _workload_args(workload: str, shape: tuple[int, ...], dtype: str) -> tuple:
+def _workload_args(workload: str, shape: tuple[int, ...], dtype: str, out_dtype: str | None = None) -> tuple:
     """The arguments of a registered workload: the sizes of ``--shape``, the defaults of the
-    optional ones it leaves out, then the dtype."""
+    optional ones it leaves out, then the dtype, and the ``out_dtype`` where given (the
+    parameters between them at their defaults)."""
     sizes = _size_parameters(workload)
     required = sum(p.default is p.empty for p in sizes)
     if not required <= len(shape) <= len(sizes):
         takes = f"{required}" if required == len(sizes) else f"{required} to {len(sizes)}"
         raise CommandError(f"--shape: {workload} takes {takes} sizes ({_describe_sizes(workload)}), got "
                            f"{len(shape)}: {','.join(map(str, shape))}")
-    return (*shape, *(p.default for p in sizes[len(shape):]), dtype)
+    given = (*shape, *(p.default for p in sizes[len(shape):]), dtype)
+    if out_dtype is None:
+        return given
+    after = list(inspect.signature(WORKLOADS[workload]).parameters.values())[len(given):]
+    if "out_dtype" not in [p.name for p in after]:
+        takers = [name for name in sorted(WORKLOADS) if "out_dtype" in inspect.signature(WORKLOADS[name]).parameters]
+        raise CommandError(f"--out-dtype: {workload} sums in its own dtype; {', '.join(takers)} take(s) another")
+    return (*given, *(p.default for p in after[:[p.name for p in after].index("out_dtype")]), out_dtype)
 
 
 def _size_parameters(workload: str) -> list[inspect.Parameter]:
