@@ -42,6 +42,7 @@ import torch
 
 import tilecraft as tc
 from tilecraft.model.compiled import DefaultScheduleWarning
+from tilecraft.model.torch import as_tensor
 from tilecraft.te.dtype import NUMPY_DTYPES
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -87,14 +88,8 @@ def _expected(name: str, path: Path, x: np.ndarray, dtype: str, device: str = "c
     torch.manual_seed(0)
     module = factory().eval().to(device, torch.bfloat16)
     with torch.no_grad():
-        return module(_tensor(x).to(device)).float().cpu().numpy()
+        return module(as_tensor(x).to(device)).float().cpu().numpy()
 
-
-def _tensor(x: np.ndarray):
-    """A CPU tensor of ``x``; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
-    if x.dtype.name == "bfloat16":
-        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(x)
 
 
 def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
@@ -104,7 +99,7 @@ def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
     module = factory().eval().cuda().to(getattr(torch, dtype))
     x = _input(name, dtype)
     expected = _expected(name, path, x, dtype, "cuda")
-    tensor = _tensor(x).cuda()
+    tensor = as_tensor(x).cuda()
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)

@@ -26,6 +26,7 @@ import numpy as np
 import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.database.log import best_records
+from tilecraft.model.torch import as_tensor
 
 from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
 
@@ -74,15 +75,6 @@ WORKLOADS = {
 }
 
 
-def _tensor(array: np.ndarray):
-    """A CPU tensor of ``array``; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
-    import torch
-
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(array)
-
-
 def time_torch(fn, args, number: int, repeat: int) -> float:
     """Median over ``repeat`` of the mean of ``number`` calls, each after an L2 flush (as
     ``CudaModule.time_evaluator`` times ours)."""
@@ -126,7 +118,7 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
                                          time_budget_secs=budget), search_policy=policy)
     tune_secs = time.perf_counter() - started
     module = tc.build(task.apply_best(log), target)
-    inputs = [_tensor(a).cuda() for a in task.compute_dag.random_inputs(np.random.default_rng(0))]
+    inputs = [as_tensor(a).cuda() for a in task.compute_dag.random_inputs(np.random.default_rng(0))]
     ours_out, reference = module(*inputs), torch_op(F, *inputs)
     torch.cuda.synchronize()
     error = float((ours_out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))

@@ -88,7 +88,7 @@ class TorchModel:
             arrays = {name: _as_numpy(x) if isinstance(x, torch.Tensor) else x
                       for name, x in zip(self.input_names, inputs) if name in taken}
             results = self.compiled.run(arrays)
-            return tuple(_as_tensor(results[name]) for name in self.compiled.outputs)
+            return tuple(as_tensor(results[name]) for name in self.compiled.outputs)
         if not isinstance(self.compiled, GpuModel):
             raise ModelInputError(f"the model runs on the CPU ({self.compiled.target}) but was given tensors on "
                                   f"{device}; pass CPU tensors, or compile it with target='cuda'")
@@ -123,8 +123,9 @@ def _as_numpy(x: Any) -> np.ndarray:
     return x.view(torch.int16).numpy().view(NUMPY_DTYPES["bfloat16"]) if x.dtype == torch.bfloat16 else x.numpy()
 
 
-def _as_tensor(array: np.ndarray) -> Any:
-    """A CPU tensor sharing ``array``'s memory; of ml_dtypes' bfloat16, PyTorch's, by its bits."""
+def as_tensor(array: np.ndarray) -> Any:
+    """A CPU tensor sharing ``array``'s memory; of ml_dtypes' bfloat16 (which PyTorch's
+    ``from_numpy`` refuses), PyTorch's, by its bits."""
     torch = require_torch()
     if array.dtype.name == "bfloat16":
         return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
@@ -133,7 +134,7 @@ def _as_tensor(array: np.ndarray) -> Any:
 
 def _torch_dtype(dtype: str) -> Any:
     """PyTorch's type for one of ours."""
-    return _as_tensor(np.empty(0, NUMPY_DTYPES[dtype])).dtype
+    return as_tensor(np.empty(0, NUMPY_DTYPES[dtype])).dtype
 
 
 def from_torch(module: Any, example_inputs: Any, log: str | Path | Sequence[str | Path] | None = None,
