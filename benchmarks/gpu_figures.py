@@ -26,7 +26,7 @@ exit status, seconds and output tail, beside the files each step writes. The ste
   among their sketches), untuned and tuned (200 trials), against PyTorch eager in float16;
 - ``vit_float16``: a ViT-B/16 encoder layer in float16 (197 tokens: its products padded to
   whole tensor-core tiles), untuned and tuned (200 trials), against PyTorch eager in float16;
-- ``bfloat16``: a bfloat16 matmul 4096³ summed into float32 on tensor cores against cuBLAS's
+- ``bfloat16``: a bfloat16 matmul 4096³ (summed in float32) on tensor cores against cuBLAS's
   bfloat16 GEMM (``check`` runs a bfloat16 MLP through PyTorch, its tensors crossing as their bits).
 """
 

@@ -27,9 +27,9 @@ from tilecraft import te
 
 def half_matmul(n: int, l: int, m: int, out: str = "float16", b_transposed: bool = False,
                 dtype: str = "float16") -> tc.ComputeDAG:
-    """C = A @ B of float16 A and B (or bfloat16, into float32), summed in float32: C float16
-    (the sum rounded once) or float32 (each product cast); B stored (m, l), as a dense layer's
-    weight, where transposed."""
+    """C = A @ B of float16 A and B (or bfloat16), summed in float32: C of their type (the sum
+    rounded once) or float32 (each product cast); B stored (m, l), as a dense layer's weight,
+    where transposed."""
     A = te.placeholder((n, l), name="A", dtype=dtype)
     B = te.placeholder((m, l) if b_transposed else (l, m), name="B", dtype=dtype)
     k = te.reduce_axis((0, l), name="k")

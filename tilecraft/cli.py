@@ -105,8 +105,7 @@ def add_tune_command(subparsers: Any) -> None:
     command.add_argument("--dtype", default="float32", choices=DTYPES, metavar="DTYPE",
                          help=f"the element type, one of {', '.join(DTYPES)} (default float32)")
     command.add_argument("--out-dtype", choices=DTYPES, metavar="DTYPE",
-                         help="sum into this type instead (matmul; bfloat16 summed into float32 is what tensor "
-                              "cores take)")
+                         help="sum into this type instead (matmul: bfloat16 into float32, as TVM's out_dtype)")
     command.add_argument("--trials", type=_at_least(1, "the number of measurements to make"), default=1000,
                          help="measurements to make (default 1000)")
     command.add_argument("--per-round", type=_at_least(1, "the measurements per search round"), default=64,

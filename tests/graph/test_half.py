@@ -63,21 +63,21 @@ def test_float16_products_read_their_float16_operands_and_compute_the_same():
         np.testing.assert_array_equal(after[name], before[name])
 
 
-def test_bfloat16_products_read_bfloat16_sum_into_float32_and_round_after_computing_the_same():
-    """Tensor cores store no bfloat16: each product reads bfloat16 and sums into float32
-    (out_dtype), the cast after it rounds; the casts before it go."""
+def test_bfloat16_products_read_their_bfloat16_operands_and_compute_the_same():
+    """As float16's: each sum kept in float32 and rounded once, by the product itself; no cast
+    stays, and the convolution becomes a matrix product for tensor cores too."""
     graph = half_layer(dtype="bfloat16")
     halved = half_products(graph)
+    assert not any(n.op == "cast" for n in halved.nodes)
     products = [n for n in halved.nodes if n.op in PRODUCTS]
     assert {halved.values[w].dtype for n in products for w in n.inputs} == {"bfloat16"}
-    assert all(n.attrs["out_dtype"] == "float32" and halved.values[n.output].dtype == "float32" for n in products)
-    assert [n.attrs["dtype"] for n in halved.nodes if n.op == "cast"] == ["bfloat16"] * 3  # each product's rounding
+    assert all(halved.values[n.output].dtype == "bfloat16" for n in products)
     before, after = run_reference(graph, feeds(graph)), run_reference(halved, feeds(graph))
     for name in graph.outputs:
         np.testing.assert_array_equal(after[name], before[name])
     prepared = prepare_graph(half_layer(dtype="bfloat16"), None, GPU)
-    assert [n.attrs.get("out_dtype") for n in prepared.nodes if n.op in (*PRODUCTS, "conv2d_nhwc_gemm")] == \
-        ["float32"] * 3  # the convolution as a matrix product too
+    assert [prepared.values[n.output].dtype for n in prepared.nodes if n.op in (*PRODUCTS, "conv2d_nhwc_gemm")] == \
+        ["bfloat16"] * 3 and any(n.op == "conv2d_nhwc_gemm" for n in prepared.nodes)
 
 
 def test_casts_move_through_the_reshapes_around_a_product_and_no_further():

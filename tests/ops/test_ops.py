@@ -459,7 +459,7 @@ def test_pad(rng):
 
 
 def test_products_of_bfloat16_sum_into_float32_where_out_dtype_says(rng):
-    """TVM's out_dtype: each operand cast, the sum kept in float32 (tensor cores store no bfloat16)."""
+    """TVM's out_dtype: each operand cast, the sum kept in float32 and stored so."""
     A, a = placeholder(rng, (2, 16, 24), "A", "bfloat16")
     B, b = placeholder(rng, (2, 24, 8), "B", "bfloat16")
     M, m = placeholder(rng, (16, 24), "M", "bfloat16")

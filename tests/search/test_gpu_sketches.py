@@ -343,21 +343,37 @@ def test_a_half_matmul_gets_sketches_on_tensor_cores_that_a_float32_does_not():
 
 
 @pytest.mark.slow  # the quick subset lowers and builds bfloat16 tensor cores in codegen/test_tensor_core.py
-def test_a_bfloat16_matmul_summed_in_float32_gets_tensor_cores_from_sm_80_on():
-    """Its cast to bfloat16 is an epilogue through shared memory (tensor cores store no
-    bfloat16); before sm_80, wmma has no bfloat16, and a bfloat16 sum has no tensor cores."""
+def test_a_bfloat16_matmul_gets_tensor_cores_from_sm_80_on():
+    """Summed in float32, its cast to bfloat16 folded into the copy-out, which rounds in
+    registers, or summed into bfloat16 alike; a float16 sum cast to bfloat16 (two roundings)
+    goes through shared memory. Before sm_80, wmma has no bfloat16, and a bfloat16 sum has
+    no tensor cores."""
     dag = half_matmul(64, 48, 64, cast=True, dtype="bfloat16")
     sketches = {s.name: s for s in generate_sketches(dag, target=TARGET)}
     assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile"} <= set(sketches)
     text = str(lower(sketches["gpu_tensor_core"].trace_of(default_row(sketches["gpu_tensor_core"], 1)).replay(dag)))
-    assert "A_shared_local: bfloat16" in text and "C_shared" in text and "# wmma.mma" in text
+    assert "A_shared_local: bfloat16" in text and "C_shared" not in text and "# wmma.store" in text
     older = [s.name for s in generate_sketches(dag, target=tc.Target("cuda -arch=sm_75"))]
     assert "gpu_tile" in older and not any("tensor_core" in name for name in older)
     workload = tc.SearchTask(func="matmul", args=(64, 48, 64, "bfloat16", "float32"), target=TARGET)  # out_dtype
     assert "gpu_tensor_core" in {s.name for s in generate_sketches(workload.compute_dag, target=TARGET)}
     X, W = te.placeholder((64, 48), name="X", dtype="bfloat16"), te.placeholder((64, 48), name="W", dtype="bfloat16")
-    assert not any("tensor_core" in s.name for s in generate_sketches(tc.ComputeDAG([X, W, dense(X, W)]),
-                                                                       target=TARGET))  # summed into bfloat16
+    bias = te.placeholder((64,), name="bias", dtype="bfloat16")
+    summed_into_bfloat16 = tc.ComputeDAG([X, W, bias, relu(dense(X, W, bias))])
+    for sketch in (s for s in generate_sketches(summed_into_bfloat16, target=TARGET) if "tensor_core" in s.name):
+        for row in sketch.sample(np.random.default_rng(0), 2, 1):
+            sch = sketch.trace_of(row).replay(summed_into_bfloat16)
+            inputs = summed_into_bfloat16.random_inputs(np.random.default_rng(0))
+            np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs).astype(np.float32),
+                                       summed_into_bfloat16.evaluate_numpy(inputs)[0].astype(np.float32),
+                                       rtol=8e-3, atol=8e-2)
+            assert "dense_shared: bfloat16" in str(lower(sch))  # the warps' tiles rounded as they are stored
+    A, B = (te.placeholder((64, 64), name=name, dtype="float16") for name in "AB")
+    k = te.reduce_axis((0, 64), name="k")
+    C = te.compute((64, 64), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    rounded_twice = tc.ComputeDAG([A, B, te.compute(C.shape, lambda i, j: C[i, j].astype("bfloat16"), name="D")])
+    sketch = next(s for s in generate_sketches(rounded_twice, target=TARGET) if s.name == "gpu_tensor_core")
+    assert "C_shared: float16" in str(lower(sketch.trace_of(default_row(sketch, 1)).replay(rounded_twice)))
     dag = half_conv_as_matmul()  # its windows inlined into A's tile, fetched 8 channels a copy, zeros in the padding
     for sketch in (s for s in generate_sketches(dag, target=TARGET) if "gpu_tensor_core" in s.name):
         sch = sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)

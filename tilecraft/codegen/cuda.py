@@ -222,7 +222,7 @@ class _CudaEmitter(_Emitter):
             self.out.line(f"for (int tc_e = 0; tc_e < 8; ++tc_e) {self._fragment_tile(s.tiles[0])}[tc_e] = 0.0f;")
         elif s.op == "store":
             address, ldm = self._tile_address(s.tiles[0])  # a generic address, shared memory's too
-            kind = "f16" if s.tiles[0].buffer.dtype == "float16" else "f32"
+            kind = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}[s.tiles[0].buffer.dtype]
             self.out.line(f"tc_wmma_store_{kind}_{_layout(s.tiles[0])}({address}, {self._fragment_tile(s.tiles[1])}, "
                           f"{ldm});")
         elif s.op == "load":

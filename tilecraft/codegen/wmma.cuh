@@ -61,6 +61,18 @@ TC_WMMA_LOAD_BF16(a, row) TC_WMMA_LOAD_BF16(a, col) TC_WMMA_LOAD_BF16(b, row) TC
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3])); \
   }
 TC_WMMA_MMA_BF16(row, row) TC_WMMA_MMA_BF16(row, col) TC_WMMA_MMA_BF16(col, row) TC_WMMA_MMA_BF16(col, col)
+
+/* The accumulator into bfloat16, which wmma has no store of: each pair rounded to nearest even
+   (cvt.rn.bf16x2.f32) and the bits stored as a float16 fragment's, which a store moves as they are. */
+#define TC_WMMA_STORE_BF16(L)                                                                      \
+  __device__ __forceinline__ void tc_wmma_store_bf16_##L(void* p, const float* c, unsigned ldm) { \
+    unsigned h[4];                                                                                 \
+    for (int e = 0; e < 4; ++e)                                                                    \
+      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(h[e]) : "f"(c[2 * e + 1]), "f"(c[2 * e]));       \
+    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f16 [%0], {%1, %2, %3, %4}, %5;"    \
+                 :: "l"(p), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]), "r"(ldm) : "memory");      \
+  }
+TC_WMMA_STORE_BF16(row) TC_WMMA_STORE_BF16(col)
 #endif
 
 /* The accumulator into float32, or into float16: element i of a float16 fragment is element i

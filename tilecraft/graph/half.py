@@ -9,8 +9,7 @@ activation, and leaves tensor cores out: their sketch takes float16 operands
 (``GpuTensorCoreTiling``). A float16 sum is kept in float32 by every kernel and by the
 reference (``te.dtype.accumulates_in``, ``te/reference.py``), and rounded once when stored,
 so the product on the float16 values themselves computes the same numbers: the casts go.
-Tensor cores store no bfloat16, so a bfloat16 product reads bfloat16 and sums into float32
-(``out_dtype``), and the cast after it stays, to round it in the same kernel (an epilogue).
+A bfloat16 product alike (tensor cores round its float32 accumulator as they store it).
 A cast and a reshape commute, and the importer puts reshapes between a product and its casts
 (a 3-D MatMul is a reshape, a 2-D product and a reshape back), so the casts are first moved
 through them to the product.
@@ -32,16 +31,13 @@ PRODUCTS = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "depthwise_conv2d", "de
 """Operators that sum products of their inputs' elements, each element read as it is stored."""
 EXACT = ("max_pool2d", "max", "min")
 """Reductions whose result is one of their inputs' elements: a 16-bit type holds it exactly."""
-SUMMED_WIDER = ("conv2d", "conv2d_nhwc", "conv2d_nhwc_gemm", "dense", "matmul", "batch_matmul")
-"""Products that sum into a wider type than their operands' (``out_dtype``)."""
 
 
 def half_products(graph: Graph) -> Graph:
     """``cast16(product(cast32(a), W))`` -> ``product(a, W16)`` wherever every operand is a float16
     value cast to float32 or a float32 constant that float16 holds exactly (a float16 weight the
-    importer cast); a product with any other operand, or read before its cast, stays as it is.
-    So do the reductions that pick an element (``EXACT``: a max pool). Of bfloat16 (a product
-    in ``SUMMED_WIDER``): ``cast16(product(a, W16, out_dtype="float32"))``."""
+    importer cast), and of bfloat16 alike; a product with any other operand, or read before
+    its cast, stays as it is. So do the reductions that pick an element (``EXACT``: a max pool)."""
     graph = _casts_beside_products(graph)
     halves: dict[tuple[str, str], str] = {}  # (a float32 constant, a 16-bit type) -> its copy, made once
     replaced: dict[str, Node] = {}  # a product's output -> the product on 16-bit operands
@@ -54,12 +50,8 @@ def half_products(graph: Graph) -> Graph:
         operands = [_half_operand(graph, name, halves, half) for name in node.inputs]
         if None in operands:
             continue
-        if half == "float16" or node.op in EXACT:
-            replaced[node.output] = Node(node.op, tuple(operands), readers[0].output, node.attrs, node.name)
-            rounded.add(readers[0].output)
-        elif node.op in SUMMED_WIDER:
-            replaced[node.output] = Node(node.op, tuple(operands), node.output,
-                                         {**node.attrs, "out_dtype": "float32"}, node.name)
+        replaced[node.output] = Node(node.op, tuple(operands), readers[0].output, node.attrs, node.name)
+        rounded.add(readers[0].output)
     graph.nodes = [replaced.get(node.output, node) for node in graph.nodes if node.output not in rounded]
     return eliminate_dead_code(graph)
 

@@ -142,8 +142,9 @@ class MatrixTile:
 @dataclass(frozen=True, slots=True)
 class WarpMatrix:
     """One warp's tensor-core operation on 16x16 tiles (PTX ``wmma``, m16n16k16): ``fill``
-    zeroes an accumulator tile; ``mma`` adds to it the product of a float16 tile of A (rows by
-    k) and one of B (k by columns); ``store`` writes it into a float32 or float16 tile; ``load``
+    zeroes an accumulator tile; ``mma`` adds to it the product of a float16 (or bfloat16) tile
+    of A (rows by k) and one of B (k by columns); ``store`` writes it into a float32, float16 or
+    bfloat16 tile; ``load``
     reads a tile of A or B into registers that several mma then use. The accumulator (and
     such registers of A or B) is held spread over the warp's 32 lanes (``lane``, bound to
     ``threadIdx.x``) in an order the hardware keeps to itself, so only these operations touch

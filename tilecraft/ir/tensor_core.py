@@ -7,7 +7,8 @@ MetaSchedule's ``wmma_*_16x16x16`` intrinsics):
 - a reduction's init, two loops storing 0 into the accumulator: ``fill``;
 - its update, three loops adding ``A[i, k] * B[k, j]`` (float16, or bfloat16 from sm_80 on,
   read as they are or cast to float32) into a float32 accumulator: ``mma``;
-- its copy-out, two loops storing the accumulator (cast or not) into float32 or float16: ``store``;
+- its copy-out, two loops storing the accumulator (cast or not) into float32, float16 or
+  bfloat16 (rounded in registers, from sm_80 on): ``store``;
 - a copy of A's or B's 16-bit tile into a local buffer that the update reads: ``load``, so
   that the mma of several tiles of C share one load of each operand tile.
 
@@ -86,9 +87,10 @@ def _warp_op(head: For, fragments: dict[int, Buffer]) -> Stmt:
         operands = [_tile(value.tensor, value.indices, rows, cols, zero, where)]
     else:
         fragment = value.value if isinstance(value, Cast) else value
-        if not isinstance(fragment, TensorRead) or target.dtype not in ("float32", "float16"):
+        if not isinstance(fragment, TensorRead) or target.dtype not in ("float32", *HALVES):
             raise LoweringError(f"{where} stores {value} into {target.dtype}: a tensor-core store copies the "
-                                "accumulator as it is into float32 or float16; apply epilogues in a block after it")
+                                "accumulator as it is into float32, float16 or bfloat16; apply epilogues in a block "
+                                "after it")
         op, operands = "store", [_tile(target, s.indices, rows, cols, zero, where)]
     fragments[id(fragment.tensor)] = fragment.tensor
     tile = _fragment(fragment.tensor, fragment.indices, rows, cols, zero, where)

@@ -24,7 +24,7 @@ its loops fused and split over blocks and threads (auto-binding, with the thread
 sampled decision; a block that reads a row reduction binds the rows to blocks); a reduction
 short of spatial parallelism, tiled or not (a matrix-vector product, its epilogue applied
 in the block), gets a sketch whose reduction runs across a row of threads. A float16 matmul
-also gets sketches on tensor cores (``GpuTensorCoreTiling``).
+(or a bfloat16 one, from sm_80 on) also gets sketches on tensor cores (``GpuTensorCoreTiling``).
 Injective blocks that are not outputs are inlined; a reduction feeding another block (a
 softmax's maximum) is computed at its consumer's block loop, by each thread or across the
 block's threads. ``GPU_SKETCH_RULES`` is the list users extend, as on CPUs.
@@ -44,7 +44,7 @@ from ..schedule.index_expr import index_expr_to_json
 from ..schedule.sampling import divisors
 from ..schedule.schedule import Schedule, adds_to_sum
 from ..schedule.trace import IndexMap
-from ..te.dtype import bytes_of
+from ..te.dtype import HALVES, bytes_of
 from ..te.expr import Binary, Cast, Const, TensorRead, Var, free_vars
 from .access import is_elementwise_reader, needs_multi_level_tiling, reads_of
 from .sketch_rules import Condition, Draft, SketchRule, SkipStage, _needs_tiling, multi_level_tile
@@ -399,9 +399,9 @@ def _ends_epilogue(draft: Draft, block: str) -> bool:
 ROW_PADDING_BYTES = (64, 16)
 
 
-# The operands tensor cores multiply, and what they sum into (wmma: bfloat16 from sm_80 on;
-# no bfloat16 store, so a bfloat16 product sums into float32 and its epilogue rounds it)
-TENSOR_CORE_OUTPUTS = {"float16": ("float32", "float16"), "bfloat16": ("float32",)}
+# The operands tensor cores multiply (wmma: bfloat16 from sm_80 on), and what their float32
+# accumulator is stored into (rounded in registers where a 16-bit type)
+TENSOR_CORE_OUTPUTS = {"float16": ("float32", "float16"), "bfloat16": ("float32", "bfloat16")}
 BFLOAT16_CAPABILITY = (8, 0)
 
 
@@ -416,8 +416,8 @@ class GpuTensorCoreTiling(SketchRule):
     a 16-step, which a warp's mma share (column major where stored transposed); the init,
     update and copy-out on the warp's tensor cores (``ir/tensor_core.py``). A batched
     product's leading axes go to the blocks. A second sketch double-buffers the shared tiles
-    (``software_pipeline``, ``cp.async``). An epilogue that only casts to float16 is folded
-    into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the block's
+    (``software_pipeline``, ``cp.async``). An epilogue that only rounds the sum to float16 or
+    bfloat16 is folded into the copy-out; any other element-wise epilogue (a bias, a GELU) reads the block's
     tile, which the warps store into shared memory, after a barrier, each warp's 32 lanes the
     elements of its own tiles. Offered beside the other tilings, which the search weighs it
     against; a block of sizes that are no multiple of 16 has only those. The copy-out is
@@ -449,7 +449,7 @@ class GpuTensorCoreTiling(SketchRule):
             sch.compute_inline(sch.cache_write(c, 0, "shared"))
         out = sch.cache_write(c, 0, "local")
         if epilogue is not None and not through_shared:
-            sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to float16
+            sch.reverse_compute_inline(sch.get_block(epilogue))  # the copy-out rounds to a 16-bit float
         i, j, k = sch.get_loops(c)[-3:]  # after a batched product's leading axes
         (io, ii), (jo, jj), (steps, ki) = (sch.split(loop, [None, 16]) for loop in (i, j, k))
         most = self.max_innermost_factor
@@ -561,9 +561,9 @@ def _row_padding(dtype: str) -> tuple[int, int]:
 
 def _on_tensor_cores(op) -> str | None:
     """The type of A and B where ``op`` is C[..., i, j] = sum_k A[..., i, k] * B[..., k, j]
-    (each operand's indices either way: its tiles row or column major) of float16 A and B,
-    into float32 or float16, or of bfloat16 A and B into float32 (each operand cast or the
-    product), the rows, columns and reduction multiples of 16; a batched product's leading
+    (each operand's indices either way: its tiles row or column major) of float16 A and B
+    into float32 or float16, or of bfloat16 A and B into float32 or bfloat16 (each operand
+    cast or the product), the rows, columns and reduction multiples of 16; a batched product's leading
     axes index both operands alike, or an operand of one matrix by 0 (``batch_matmul``'s
     broadcast). None where it is not."""
     body = op.body
@@ -587,7 +587,11 @@ def _on_tensor_cores(op) -> str | None:
 
 
 def _casts_to_half(body) -> bool:
-    return isinstance(body, Cast) and body.to == "float16" and isinstance(body.value, TensorRead)
+    """Whether ``body`` only rounds a float32 sum (or one of its own type) to a 16-bit float,
+    which the copy-out does as it stores: rounding one already rounded to the other type
+    would not be its store's single rounding."""
+    return isinstance(body, Cast) and body.to in HALVES and isinstance(body.value, TensorRead) \
+        and body.value.tensor.dtype in ("float32", body.to)
 
 
 def _epilogue(draft: Draft, block: str) -> str | None:

@@ -11,7 +11,7 @@ from .task import register_workload
 @register_workload
 def matmul(N: int, L: int, M: int, dtype: str = "float32", out_dtype: str | None = None):
     """C = A @ B, with B a weight whose layout the tuner may choose (Ansor's tutorial); summed
-    into ``out_dtype`` where given (bfloat16 into float32: tensor cores' form of it)."""
+    into ``out_dtype`` where given (bfloat16 into float32, as TVM's out_dtype)."""
     A = te.placeholder((N, L), name="A", dtype=dtype)
     B = te.placeholder((L, M), name="B", dtype=dtype)
     k = te.reduce_axis((0, L), name="k")
