@@ -26,6 +26,7 @@ import numpy as np
 import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.measure.worker import aligned_copy
+from tilecraft.model.torch import as_tensor
 from tilecraft.runtime import aligned_empty
 from tilecraft.runtime.peak import peak_gflops
 from tilecraft.search.cost_model import XGBModel
@@ -77,6 +78,11 @@ def conv_nhwc_torch(stride, pad):
                                            padding=pad))
 
 
+def half_matmul_numpy(a, b):
+    """NumPy has no fast 16-bit product: a user widens to float32 and rounds the result back."""
+    return (a.astype(np.float32) @ b.astype(np.float32)).astype(a.dtype)
+
+
 def softmax_numpy(x):
     e = np.exp(x - x.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True)
@@ -93,6 +99,9 @@ WORKLOADS = {
     "matmul_1024": ("matmul", (1024, 1024, 1024), lambda a, b: a @ b, lambda a, b: a @ b),
     # prime sizes: no tile or vector width divides them (issue 43's awkward shapes)
     "matmul_997x1021x1009": ("matmul", (997, 1021, 1009), lambda a, b: a @ b, lambda a, b: a @ b),
+    # 16-bit operands, summed in float32 and rounded once (PyTorch: oneDNN, AVX-512 BF16 where the CPU has it)
+    **{f"matmul_{short}_1024": ("matmul", (1024, 1024, 1024, dtype), half_matmul_numpy, lambda a, b: a @ b)
+       for short, dtype in (("bf16", "bfloat16"), ("fp16", "float16"))},
     "conv2d_r50_3x3": ("conv2d", (1, 64, 56, 56, 64, 3, 3, 1, 1), conv_numpy(1, 1), conv_torch(1, 1)),
     "conv2d_r50_1x1": ("conv2d", (1, 256, 56, 56, 64, 1, 1, 1, 0), conv_numpy(1, 0), conv_torch(1, 0)),
     "conv2d_r50_3x3_s2": ("conv2d", (1, 128, 56, 56, 128, 3, 3, 2, 1), conv_numpy(2, 1), conv_torch(2, 1)),
@@ -166,8 +175,10 @@ def time_best(name, log, repeat, min_ms):
     inputs = task.compute_dag.random_inputs()
     module = tc.build(task.apply_best(log), task.target)
     expected = task.compute_dag.evaluate_numpy(inputs)[0]
-    correct = bool(np.allclose(module(*inputs), expected, rtol=1e-3, atol=1e-3)) and bool(
-        np.allclose(numpy_fn(*inputs), expected, rtol=1e-3, atol=1e-3))
+    rtol, atol = {"float16": (2e-3, 1e-2), "bfloat16": (1.6e-2, 2e-2)}.get(expected.dtype.name, (1e-3, 1e-3))
+    expected = expected.astype(np.float32)  # two roundings of a 16-bit sum may differ by its last place
+    correct = all(np.allclose(got.astype(np.float32), expected, rtol=rtol, atol=atol)
+                  for got in (module(*inputs), numpy_fn(*inputs)))
     packed = {module.args[p.arg_index].name for p in module.packs}
     bound = module.bind_weights(**{a.name: x for a, x in zip(module.args, inputs) if a.name in packed})
     # On cache lines, as the runtime allocates a model's buffers; NumPy gives 16 bytes.
@@ -175,7 +186,7 @@ def time_best(name, log, repeat, min_ms):
     outputs = [aligned_empty(a.shape, a.dtype) for a in module.args if a.is_output]
     systems = {"tilecraft": lambda: bound(*free, *outputs), "numpy": lambda: numpy_fn(*inputs)}
     if torch is not None and torch_fn is not None:
-        tensors = [torch.from_numpy(x) for x in inputs]
+        tensors = [as_tensor(x) for x in inputs]
         systems["torch"] = lambda: torch_fn(*tensors)
     with torch.no_grad() if torch is not None else contextlib.nullcontext():
         secs = interleaved_times(systems, repeat, min_ms)

@@ -1,5 +1,7 @@
 """Generated C: vectorized loops take the explicit SIMD path for more than + - * / and equal NumPy."""
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -208,27 +210,56 @@ def _special_floats() -> np.ndarray:
     return np.concatenate([special, random_bits])
 
 
-@pytest.mark.parametrize("on", ["cpu", "gpu"])
-def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does_and_widens_exactly(on, kernel_cache):
-    """A float32 stored to bfloat16 (``tc_f2bf``) has the bits NumPy's bfloat16 (ml_dtypes)
-    gives it, a NaN stays a NaN; read back (``tc_bf2f``, a shift) it is exact. On the GPU in
-    emulation, with the same helpers NVRTC compiles."""
-    x = _special_floats()
+def _round_and_widen(dtype: str, x: np.ndarray, lanes: int | None = None) -> tc.Schedule:
+    """``x`` rounded to ``dtype``, then widened and doubled; each loop in vectors of ``lanes``
+    where given (the target's, or fewer in a shorter loop)."""
     X = te.placeholder(x.shape, name="X")
-    rounded = te.compute(x.shape, lambda i: X[i].astype("bfloat16"), name="rounded")
+    rounded = te.compute(x.shape, lambda i: X[i].astype(dtype), name="rounded")
     widened = te.compute(x.shape, lambda i: rounded[i].astype("float32") * 2.0, name="widened")
     sch = tc.Schedule(tc.ComputeDAG([X, rounded, widened]))
+    for name in ("rounded", "widened") if lanes else ():
+        sch.vectorize(sch.split(sch.get_loops(sch.get_block(name))[0], [None, lanes])[1])
+    return sch
+
+
+@pytest.mark.parametrize("on", ["cpu", "cpu_vectors", "gpu"])
+def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does_and_widens_exactly(on, kernel_cache):
+    """A float32 stored to bfloat16 (``tc_f2bf``) has the bits NumPy's bfloat16 (ml_dtypes)
+    gives it, a NaN stays a NaN; read back (``tc_bf2f``, a shift) it is exact. In vectors
+    alike (``tc_round_bf16x16``), and on the GPU in emulation, with the same helpers NVRTC
+    compiles."""
+    x = _special_floats()
+    sch = _round_and_widen("bfloat16", x, 16 if on == "cpu_vectors" else None)
     if on == "gpu":
         for name in ("rounded", "widened"):
             blocks, threads = sch.split(sch.get_loops(sch.get_block(name))[0], [None, 128])
             sch.bind(blocks, "blockIdx.x")
             sch.bind(threads, "threadIdx.x")
     run = tc.emulate_gpu(sch, "cuda -arch=sm_90") if on == "gpu" else tc.build(sch, "llvm", cache_dir=kernel_cache)
+    if on == "cpu_vectors":
+        assert re.search(r"tc_round_bf16x\d+\(", run.source) and re.search(r"tc_widen_bf16x\d+\(", run.source)
     got, twice = run(x)
     with np.errstate(invalid="ignore"):
         want = x.astype(ml_dtypes.bfloat16)
     nan = np.isnan(x)
     assert got.dtype == want.dtype and np.isnan(got.astype(np.float32))[nan].all()
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(twice[~nan], want.astype(np.float32)[~nan] * np.float32(2))
+
+
+@pytest.mark.parametrize("lanes", [16, 8, 4])
+def test_float16_vectors_round_to_nearest_even_and_widen_exactly(lanes, kernel_cache):
+    """Vectors of float16 as NumPy rounds and widens them, bit for bit: on AVX-512 16 lanes
+    convert with vcvtps2ph/vcvtph2ps, 8 with F16C's, 4 lane by lane (the generic code)."""
+    x = _special_floats()
+    run = tc.build(_round_and_widen("float16", x, lanes), "llvm", cache_dir=kernel_cache)
+    assert re.search(r"tc_round_f16x\d+\(", run.source) and re.search(r"tc_widen_f16x\d+\(", run.source)
+    got, twice = run(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = x.astype(np.float16)
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all()
     np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(twice[~nan], want.astype(np.float32)[~nan] * np.float32(2))

@@ -8,8 +8,9 @@ accesses as vector loads and stores, loop-invariant values broadcast, reads of e
 element as two loads and a shuffle, other accesses gathered lane by lane) with a scalar
 tail, in narrower vectors for a loop shorter than the target's unless it would gather. The
 vector value may use arithmetic, min/max, comparisons as lane masks, selects as blends, casts between types of
-one width and the math functions of ``vector_math``; any other vectorized loop is emitted
-scalar for the compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small
+one width and the math functions of ``vector_math``; 16-bit floats are float32 lanes, widened
+as loaded and rounded as stored. Any other vectorized loop is emitted scalar for the
+compiler to vectorize. Unrolled loops get ``#pragma GCC unroll``. Small
 local buffers are stack arrays, which gcc keeps in registers once the loops over them unroll.
 """
 
@@ -27,7 +28,7 @@ from ..ir.nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, L
                         ThreadAllReduce)
 from . import vector_math
 from .prefetch import flat_index, prefetches
-from .vector_math import MASK_DTYPES, VECTOR_DTYPES, vector_type
+from .vector_math import MASK_DTYPES, VECTOR_DTYPES, half_vector_type, vector_type
 from .writer import CodeWriter
 
 STACK_LIMIT_BYTES = 256 * 1024
@@ -80,6 +81,7 @@ class _Emitter:
         self.ranges: dict[Var, int] = {}
         self.vector_types: set[tuple[str, int]] = set()
         self.vector_helpers: set[tuple[str, str, int]] = set()  # (name, dtype, lanes)
+        self.half_vectors: set[tuple[str, int]] = set()  # 16-bit float vectors read or stored (dtype, lanes)
         self.in_parallel = False
         self.region_open = False
         self.prefetches = prefetches(func, target.l2_bytes)
@@ -254,12 +256,13 @@ class _Emitter:
         if not isinstance(body, Store):
             return False
         dtype = body.buffer.dtype
-        lanes = self.target.vector_lanes(dtype, s.extent)
-        if dtype not in VECTOR_DTYPES or lanes <= 1 or s.extent < lanes:
+        lane_dtype = computes_in(dtype)  # a 16-bit float's lanes are float32's, rounded when stored
+        lanes = self.target.vector_lanes(lane_dtype, s.extent)
+        if lane_dtype not in VECTOR_DTYPES or lanes <= 1 or s.extent < lanes:
             return False
-        if lanes < self.target.vector_lanes(dtype) and self._gathers(body.value, s.var):
+        if lanes < self.target.vector_lanes(lane_dtype) and self._gathers(body.value, s.var):
             return False  # a short loop of gathers: scalar, its accumulators kept in registers (6x faster)
-        if not self._vectorizable(body.value, s.var, bytes_of(dtype)):
+        if not self._vectorizable(body.value, s.var, bytes_of(lane_dtype)):
             return False
         store_index = self.flat_index(body.buffer, body.indices)
         if _stride(store_index, s.var, self.ranges) != 1:
@@ -272,7 +275,13 @@ class _Emitter:
         with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
             value = self.vector(body.value, s.var, lanes)
             target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
-            self.out.line(f"*({vector_type(dtype, lanes)}*)&{target} = {value};")
+            if dtype in HALVES:  # rounded as stored
+                self.half_vectors.add((dtype, lanes))
+                stored = half_vector_type(dtype, lanes)
+                value = f"tc_round_{stored}({value})"
+            else:
+                stored = vector_type(dtype, lanes)
+            self.out.line(f"*({stored}*)&{target} = {value};")
         if main < s.extent:
             with self.out.block(f"for (int32_t {var} = {main}; {var} < {s.extent}; ++{var})"):
                 self.stmt(body)
@@ -282,14 +291,15 @@ class _Emitter:
 
     def _vectorizable(self, e: Expr, var: Var, width: int) -> bool:
         """Whether ``vexpr`` has a rule for ``e``: every part that varies with ``var`` is a
-        ``width``-byte vector (or a lane mask), and nothing is evaluated that the scalar code
-        might skip (the other side of a select, the right side of && and ||) unless it is safe."""
+        ``width``-byte vector (or a lane mask; a 16-bit float's lanes are float32's), and
+        nothing is evaluated that the scalar code might skip (the other side of a select, the
+        right side of && and ||) unless it is safe."""
         if var not in _vars(e):
             return True
         if e.dtype == "bool":  # a lane mask, from a comparison or a cast
             if not isinstance(e, (Compare, Logical, Not, Cast)):
                 return False
-        elif e.dtype not in VECTOR_DTYPES or bytes_of(e.dtype) != width:
+        elif computes_in(e.dtype) not in VECTOR_DTYPES or bytes_of(computes_in(e.dtype)) != width:
             return False
         if isinstance(e, (TensorRead, Var)):
             return True
@@ -314,11 +324,11 @@ class _Emitter:
                 return False
         elif isinstance(e, Cast):
             parts = (e.value,)
-            if e.value.dtype != "bool" and e.dtype != "bool" and bytes_of(e.value.dtype) != width:
+            if e.value.dtype != "bool" and e.dtype != "bool" and bytes_of(computes_in(e.value.dtype)) != width:
                 return False
         elif isinstance(e, Call):
             parts = e.args
-            if not vector_math.has_helper(e.name, e.dtype):
+            if not vector_math.has_helper(e.name, computes_in(e.dtype)):
                 return False
         else:
             return False
@@ -352,7 +362,7 @@ class _Emitter:
         """``e`` as a vector of ``lanes``; a loop-invariant value is broadcast."""
         if var in _vars(e):
             return self.vexpr(e, var, lanes)
-        return f"{self.helper('broadcast', e.dtype, lanes)}({self.expr(e)})"
+        return f"{self.helper('broadcast', computes_in(e.dtype), lanes)}({self.expr(e)})"
 
     def helper(self, name: str, dtype: str, lanes: int) -> str:
         self.vector_helpers.add((name, dtype, lanes))
@@ -363,16 +373,21 @@ class _Emitter:
         loop-invariant operand stays scalar, as C's vector operators broadcast it."""
         if var not in _vars(e):
             return self.expr(e)
+        dtype = computes_in(e.dtype)  # a 16-bit float's lanes are float32's
         if e.dtype != "bool":
-            self.vector_types.add((e.dtype, lanes))
+            self.vector_types.add((dtype, lanes))
         if isinstance(e, TensorRead):
             index = self.flat_index(e.tensor, e.indices)
             name = self.buffer_name(e.tensor)
-            vtype = vector_type(e.dtype, lanes)
+            vtype = vector_type(dtype, lanes)
             stride = _stride(index, var, self.ranges)
+            if stride == 1 and e.dtype in HALVES:  # widened as loaded
+                self.half_vectors.add((e.dtype, lanes))
+                half = half_vector_type(e.dtype, lanes)
+                return f"tc_widen_{half}(*({half}*)&{name}[{self.expr(index)}])"
             if stride == 1:
                 return f"(*({vtype}*)&{name}[{self.expr(index)}])"
-            if stride == 2:  # every other element (a stride-2 window): two loads and one shuffle, not a gather
+            if stride == 2 and e.dtype not in HALVES:  # every other element (a stride-2 window): 2 loads, a shuffle
                 start, half = self.expr(index), range(lanes // 2)
                 mask = ", ".join([str(2 * n) for n in half] + [str(lanes + 2 * n + 1) for n in half])
                 return (f"__builtin_shuffle(*({vtype}*)&{name}[{start}], *({vtype}*)&{name}[{start} + {lanes - 1}], "
@@ -381,12 +396,13 @@ class _Emitter:
 
             lane_values = [self.expr(simplify(substitute(index, {var: binary("add", var, const(n))}), self.ranges))
                            for n in range(lanes)]
-            return f"(({vtype}){{{', '.join(f'{name}[{i}]' for i in lane_values)}}})"
+            element = self.WIDENED.get(e.dtype, "{}")  # a 16-bit float widened lane by lane
+            return f"(({vtype}){{{', '.join(element.format(f'{name}[{i}]') for i in lane_values)}}})"
         if isinstance(e, Var):  # the loop variable itself: lane n holds var + n
-            return f"({self.expr(e)} + ({vector_type(e.dtype, lanes)}){{{', '.join(map(str, range(lanes)))}}})"
+            return f"({self.expr(e)} + ({vector_type(dtype, lanes)}){{{', '.join(map(str, range(lanes)))}}})"
         if isinstance(e, Binary) and e.op in ("min", "max"):
             a, b = self.vector(e.a, var, lanes), self.vector(e.b, var, lanes)
-            return f"{self.helper(e.op, e.dtype, lanes)}({a}, {b})"
+            return f"{self.helper(e.op, dtype, lanes)}({a}, {b})"
         if isinstance(e, (Binary, Compare)):
             return f"({self.vexpr(e.a, var, lanes)} {_C_OPS[e.op]} {self.vexpr(e.b, var, lanes)})"
         if isinstance(e, Logical):  # on masks of -1/0; a scalar condition becomes -1/0 too
@@ -400,16 +416,18 @@ class _Emitter:
             t, f = self.vector(e.true_value, var, lanes), self.vector(e.false_value, var, lanes)
             if var not in _vars(e.cond):  # one branch for all lanes, evaluated only when chosen
                 return f"({self.expr(e.cond)} ? {t} : {f})"
-            return f"{self.helper('select', e.dtype, lanes)}({self.vexpr(e.cond, var, lanes)}, {t}, {f})"
+            return f"{self.helper('select', dtype, lanes)}({self.vexpr(e.cond, var, lanes)}, {t}, {f})"
         if isinstance(e, Cast):
             value = self.vexpr(e.value, var, lanes)
             if e.dtype == "bool":
                 return f"({value} != 0)"
             if e.value.dtype == "bool":  # a mask of -1/0 to 1/0
                 value = f"(-{value})"
-            return f"__builtin_convertvector({value}, {vector_type(e.dtype, lanes)})"
+            elif computes_in(e.value.dtype) == dtype:  # to or from a 16-bit float: rounded only when stored
+                return value
+            return f"__builtin_convertvector({value}, {vector_type(dtype, lanes)})"
         assert isinstance(e, Call)
-        return f"{self.helper(e.name, e.dtype, lanes)}({self.vexpr(e.args[0], var, lanes)})"
+        return f"{self.helper(e.name, dtype, lanes)}({self.vexpr(e.args[0], var, lanes)})"
 
     # ------------------------------------------------------------ function
     def function(self) -> str:
@@ -424,7 +442,9 @@ class _Emitter:
             self.body(f.body)
         self.out = saved
         pack_sources = [self.pack_function(p) for p in f.packs]
-        head = _PRELUDE + vector_math.helpers(self.vector_types, self.vector_helpers)
+        floats = {("float32", lanes) for _, lanes in self.half_vectors}  # what 16-bit floats widen to
+        head = (_PRELUDE + vector_math.helpers(self.vector_types | floats, self.vector_helpers)
+                + vector_math.half_helpers(self.half_vectors))
         return head + "\n" + "\n".join(pack_sources + [body.text()])
 
     def body(self, s: Stmt) -> None:

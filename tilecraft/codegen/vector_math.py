@@ -26,7 +26,8 @@ One exception to "no intrinsics": where gcc compiles for AVX-512, 16 float32 lan
 2^n with ``vscalefps``, which rounds a denormal or an infinite result once by itself. exp
 drops from 32 instructions to 17 and a softmax of 128x768 runs 1.4x faster; the results
 are the portable code's, bit for bit (``TC_PORTABLE_MATH`` keeps the portable code, for the
-tests that compare them).
+tests that compare them). A second exception: float16 vectors convert with F16C's instructions
+(``half_helpers``), which gcc does not emit for vectors of ``_Float16`` without AVX-512 FP16.
 """
 
 from __future__ import annotations
@@ -164,6 +165,61 @@ static inline $V tc_exp_$V($V x) {
 }
 _AVX512_GUARD = "#if defined(__AVX512F__) && !defined(TC_PORTABLE_MATH)\n"
 _ORDER = ("broadcast", "select", "max", "min", "abs", "sqrt", "rsqrt", "exp", "log", "sigmoid", "tanh", "erf")
+
+
+# 16-bit floats in vectors: held as their own type's lanes, widened to float32 lanes when read
+# and rounded back when stored (to nearest, ties to even, as the scalar code's tc_f2bf and
+# _Float16 casts round). bfloat16 is float32's top half, a shift either way. gcc widens and
+# rounds vectors of _Float16 lane by lane without AVX-512 FP16, so float16 takes the F16C
+# conversions (vcvtph2ps, vcvtps2ph) where the target has them: 16 lanes on AVX-512, 8 on F16C.
+_HALF_VECTOR = {"bfloat16": ("bf16", "uint16_t"), "float16": ("f16", "_Float16")}
+_BFLOAT16 = """\
+typedef uint32_t tc_u32x$N __attribute__((vector_size($WIDE), aligned(4)));
+static inline f32x$N tc_widen_bf16x$N(bf16x$N h) { return (f32x$N)(__builtin_convertvector(h, tc_u32x$N) << 16); }
+static inline bf16x$N tc_round_bf16x$N(f32x$N f) {
+  tc_u32x$N u = (tc_u32x$N)f, nan = (tc_u32x$N)((u & 0x7fffffffu) > 0x7f800000u);  /* a NaN stays one */
+  return __builtin_convertvector((nan & ((u >> 16) | 0x40u)) | (~nan & ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)),
+                                 bf16x$N);
+}
+"""
+_FLOAT16 = """\
+static inline f32x$N tc_widen_f16x$N(f16x$N h) { return __builtin_convertvector(h, f32x$N); }
+static inline f16x$N tc_round_f16x$N(f32x$N f) { return __builtin_convertvector(f, f16x$N); }
+"""
+_F16C = {  # lanes -> (the guard, the widening, the rounding)
+    16: ("defined(__AVX512F__)", "_mm512_cvtph_ps((__m256i)h)", "_mm512_cvtps_ph((__m512)f, $ROUND)"),
+    8: ("defined(__F16C__)", "_mm256_cvtph_ps((__m128i)h)", "_mm256_cvtps_ph((__m256)f, $ROUND)"),
+}
+_F16C_TEMPLATE = """\
+static inline f32x$N tc_widen_f16x$N(f16x$N h) { return (f32x$N)$WIDEN; }
+static inline f16x$N tc_round_f16x$N(f32x$N f) { return (f16x$N)$ROUNDED; }
+"""
+
+
+def half_vector_type(dtype: str, lanes: int) -> str:
+    """The vector type of ``lanes`` 16-bit floats of ``dtype`` as memory holds them."""
+    return f"{_HALF_VECTOR[dtype][0]}x{lanes}"
+
+
+def half_helpers(halves: set[tuple[str, int]]) -> str:
+    """Typedefs of the 16-bit float vectors ``halves`` (dtype, lanes) and their widening to
+    float32 vectors (``tc_widen_bf16x16``) and rounding back (``tc_round_bf16x16``); the
+    float32 vectors of as many lanes must be typedef'd before."""
+    text = ""
+    for dtype, lanes in sorted(halves):
+        short, ctype = _HALF_VECTOR[dtype]
+        text += f"typedef {ctype} {short}x{lanes} __attribute__((vector_size({2 * lanes}), aligned(2)));\n"
+        if dtype == "bfloat16":
+            text += Template(_BFLOAT16).substitute(N=lanes, WIDE=4 * lanes)
+        elif lanes in _F16C:
+            guard, widen, rounded = _F16C[lanes]
+            rounded = rounded.replace("$ROUND", "_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC")
+            text += (f"#if {guard}\n#include <immintrin.h>\n"
+                     + Template(_F16C_TEMPLATE).substitute(N=lanes, WIDEN=widen, ROUNDED=rounded)
+                     + "#else\n" + Template(_FLOAT16).substitute(N=lanes) + "#endif\n")
+        else:
+            text += Template(_FLOAT16).substitute(N=lanes)
+    return text
 
 
 def _catalogue(dtype: str) -> dict[str, tuple[tuple[str, ...], str]]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..te.dtype import computes_in
 from .access import broadcasts, row_kinds, vector_read_step, weights_outweigh_rows
 
 REGISTER_TILE_SHARE = 0.5
@@ -169,8 +170,8 @@ def find_register_tiles(sketch, ops: dict, target) -> tuple[RegisterTile, ...]:
                 table.setdefault(factors[-1], []).append(index)
             by_inner.append({v: np.array(i) for v, i in table.items()})
         op = ops.get(block)
-        lanes = target.vector_lanes(op.dtype if op is not None else "float32",  # as the code takes them
-                                    math.prod(sketch.slots[vector_slot].domain[0]))
+        lanes = target.vector_lanes(computes_in(op.dtype) if op is not None else "float32",  # as the code takes
+                                    math.prod(sketch.slots[vector_slot].domain[0]))  # them (16-bit: float32's)
         shapes = _filling_shapes(by_inner, lanes, target.vector_registers)
         axis = sketch.slots[vector_slot].name.split(".", 1)[1]
         broadcast = op is None or broadcasts(op, axis)

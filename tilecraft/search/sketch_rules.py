@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..schedule.schedule import Schedule
+from ..te.dtype import accumulates_in
 from .access import (is_elementwise_reader, is_strictly_inlineable, needs_multi_level_tiling, reduces_outside_lanes,
                      transposed_axis)
 
@@ -133,13 +134,17 @@ class AddRfactor(SketchRule):
 
 @dataclass
 class AddCacheWrite(SketchRule):
-    """Accumulate in a local buffer that the next rule tiles and places in a copy-out loop."""
+    """Accumulate in a local buffer that the next rule tiles and places in a copy-out loop;
+    a 16-bit float's sum always (its local buffer holds float32, ``accumulates_in``: summed in
+    its output, tiled loops inside its reduction, it would round at every step)."""
 
     name: str = "cache_write"
 
     def condition(self, draft: Draft, block: str) -> Condition:
-        wanted = _needs_tiling(draft, block) and _single_elementwise_consumer(draft, block) is None
-        return Condition.APPLY if wanted else Condition.SKIP
+        if not _needs_tiling(draft, block) or _single_elementwise_consumer(draft, block) is not None:
+            return Condition.SKIP
+        summed_wider = accumulates_in(draft.stage(block).op.dtype) != draft.stage(block).op.dtype
+        return Condition.APPLY_AND_SKIP_REST if summed_wider else Condition.APPLY
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
