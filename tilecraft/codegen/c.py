@@ -22,11 +22,13 @@ import re
 from ..errors import LoweringError
 from ..target import Target
 from ..te.dtype import C_TYPES, HALVES, bytes_of, computes_in, is_float
-from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, walk
+from ..te.expr import (Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var, binary, const,
+                       substitute, walk)
 from ..te.arith import bounds, simplify, to_linear
 from ..ir.nodes import (Allocate, AtomicAdd, Barrier, Buffer, For, IfThenElse, LoweredFunc, Seq, Stmt, Store,
                         ThreadAllReduce)
 from . import vector_math
+from .dot_pairs import DotPairs, dot_pairs
 from .prefetch import flat_index, prefetches
 from .vector_math import MASK_DTYPES, VECTOR_DTYPES, half_vector_type, vector_type
 from .writer import CodeWriter
@@ -82,6 +84,8 @@ class _Emitter:
         self.vector_types: set[tuple[str, int]] = set()
         self.vector_helpers: set[tuple[str, str, int]] = set()  # (name, dtype, lanes)
         self.half_vectors: set[tuple[str, int]] = set()  # 16-bit float vectors read or stored (dtype, lanes)
+        self.dots: set[int] = set()  # the lanes of bfloat16 dot products of pairs emitted (dot_pairs.py)
+        self.pairing: DotPairs | None = None  # the loop being emitted two steps at a time, if any
         self.in_parallel = False
         self.region_open = False
         self.prefetches = prefetches(func, target.l2_bytes)
@@ -222,11 +226,26 @@ class _Emitter:
             return
         if s.kind == "vectorize" and self.vector_loop(s):
             return
+        pairs = dot_pairs(s, self._read_stride) if self.pairing is None else None
+        lanes = pairs and self.target.vector_lanes("float32", pairs.vector.extent)
+        if pairs is None or lanes not in (4, 8, 16) or pairs.vector.extent % lanes:
+            self._serial_loop(s, var, budget)
+            return
+        self.out.line(vector_math.bfloat16_dot_guard(lanes).rstrip())  # bfloat16 pairs, or the usual loop
+        self.pairing = pairs
+        self._serial_loop(s, var, budget, step=2)
+        self.pairing = None
+        self.out.line("#else")
+        self._serial_loop(s, var, budget)
+        self.out.line("#endif")
+
+    def _serial_loop(self, s: For, var: str, budget: int, step: int = 1) -> None:
         if s.kind == "unroll" or (budget and _nest_size(s) <= budget):
-            self.out.line(f"#pragma GCC unroll {min(s.extent, 1024)}")
+            self.out.line(f"#pragma GCC unroll {min(s.extent // step, 1024)}")
         elif s.kind == "vectorize":
             self.out.line("#pragma GCC ivdep")
-        with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
+        advance = f"{var} += {step}" if step > 1 else f"++{var}"
+        with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; {advance})"):
             self.prefetch(s)
             self.stmt(s.body, budget)
 
@@ -273,8 +292,11 @@ class _Emitter:
             self.out.open(f"if ({self.expr(guard)})")
         self.out.line(f"#pragma GCC unroll {min(main // lanes, 16)}")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
-            value = self.vector(body.value, s.var, lanes)
             target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
+            if self.pairing is not None and self.pairing.vector is s:
+                value = self._dot(self.pairing, target, lanes)
+            else:
+                value = self.vector(body.value, s.var, lanes)
             if dtype in HALVES:  # rounded as stored
                 self.half_vectors.add((dtype, lanes))
                 stored = half_vector_type(dtype, lanes)
@@ -288,6 +310,26 @@ class _Emitter:
         if guard is not None:
             self.out.close()
         return True
+
+    def _dot(self, pairs: DotPairs, target: str, lanes: int) -> str:
+        """The store's value two steps of ``pairs.k`` at a time: its lanes plus the products of
+        A's pair and each lane's pair of B (their elements at k and k + 1, as their bits)."""
+        self.dots.add(lanes)
+        self.half_vectors.add(("bfloat16", lanes))
+        half = half_vector_type("bfloat16", lanes)
+
+        def at(read: TensorRead, step: int) -> str:
+            index = simplify(substitute(self.flat_index(read.tensor, read.indices),
+                                        {pairs.k: binary("add", pairs.k, const(step))}), self.ranges)
+            return f"{self.buffer_name(read.tensor)}[{self.expr(index)}]"
+
+        a = f"*(tc_bf16_pair*)&{at(pairs.a, 0)}" if pairs.a_adjacent else \
+            f"({at(pairs.a, 0)} | (uint32_t){at(pairs.a, 1)} << 16)"
+        return f"tc_dot_{half}(*({vector_type('float32', lanes)}*)&{target}, {a}, *({half}*)&{at(pairs.b, 0)}, " \
+               f"*({half}*)&{at(pairs.b, 1)})"
+
+    def _read_stride(self, read: TensorRead, var: Var) -> int | None:
+        return _stride(self.flat_index(read.tensor, read.indices), var, self.ranges)
 
     def _vectorizable(self, e: Expr, var: Var, width: int) -> bool:
         """Whether ``vexpr`` has a rule for ``e``: every part that varies with ``var`` is a
@@ -392,8 +434,6 @@ class _Emitter:
                 mask = ", ".join([str(2 * n) for n in half] + [str(lanes + 2 * n + 1) for n in half])
                 return (f"__builtin_shuffle(*({vtype}*)&{name}[{start}], *({vtype}*)&{name}[{start} + {lanes - 1}], "
                         f"({vector_type(MASK_DTYPES[e.dtype], lanes)}){{{mask}}})")
-            from ..te.expr import binary, const, substitute
-
             lane_values = [self.expr(simplify(substitute(index, {var: binary("add", var, const(n))}), self.ranges))
                            for n in range(lanes)]
             element = self.WIDENED.get(e.dtype, "{}")  # a 16-bit float widened lane by lane
@@ -444,7 +484,7 @@ class _Emitter:
         pack_sources = [self.pack_function(p) for p in f.packs]
         floats = {("float32", lanes) for _, lanes in self.half_vectors}  # what 16-bit floats widen to
         head = (_PRELUDE + vector_math.helpers(self.vector_types | floats, self.vector_helpers)
-                + vector_math.half_helpers(self.half_vectors))
+                + vector_math.half_helpers(self.half_vectors, self.dots))
         return head + "\n" + "\n".join(pack_sources + [body.text()])
 
     def body(self, s: Stmt) -> None:

@@ -26,8 +26,9 @@ One exception to "no intrinsics": where gcc compiles for AVX-512, 16 float32 lan
 2^n with ``vscalefps``, which rounds a denormal or an infinite result once by itself. exp
 drops from 32 instructions to 17 and a softmax of 128x768 runs 1.4x faster; the results
 are the portable code's, bit for bit (``TC_PORTABLE_MATH`` keeps the portable code, for the
-tests that compare them). A second exception: float16 vectors convert with F16C's instructions
-(``half_helpers``), which gcc does not emit for vectors of ``_Float16`` without AVX-512 FP16.
+tests that compare them). Two more: float16 vectors convert with F16C's instructions
+(``half_helpers``), which gcc does not emit for vectors of ``_Float16`` without AVX-512 FP16,
+and pairs of bfloat16 products take AVX-512 BF16's dot product (``codegen/dot_pairs.py``).
 """
 
 from __future__ import annotations
@@ -196,15 +197,41 @@ static inline f16x$N tc_round_f16x$N(f32x$N f) { return (f16x$N)$ROUNDED; }
 """
 
 
+_BFLOAT16_DOT = {  # lanes -> AVX-512 BF16's dot product of pairs, its types, and what else it needs
+    16: ("_mm512_dpbf16_ps", "__m512", "__m512bh", ""),
+    8: ("_mm256_dpbf16_ps", "__m256", "__m256bh", " && defined(__AVX512VL__)"),
+    4: ("_mm_dpbf16_ps", "__m128", "__m128bh", " && defined(__AVX512VL__)"),
+}
+_BFLOAT16_DOT_TEMPLATE = """\
+static inline f32x$N tc_dot_bf16x$N(f32x$N acc, uint32_t a, bf16x$N b0, bf16x$N b1) {
+  /* acc + a0 b0 + a1 b1 in each lane: b's two rows interleaved into pairs, a's pair (a0 the low
+     half) in every lane */
+  tc_u32x$N b = __builtin_convertvector(b0, tc_u32x$N) | (__builtin_convertvector(b1, tc_u32x$N) << 16);
+  return (f32x$N)$DOT(($PS)acc, ($BH)((tc_u32x$N){} + a), ($BH)b);
+}
+"""
+_BFLOAT16_PAIR = """\
+typedef uint32_t tc_bf16_pair __attribute__((may_alias, aligned(2)));  /* two neighbours, one load */
+"""
+
+
+def bfloat16_dot_guard(lanes: int) -> str:
+    """The preprocessor condition under which ``tc_dot_bf16x{lanes}`` exists (``dot_pairs.py``):
+    the compiler targets AVX-512 BF16 (and VL for fewer than 16 lanes), and the portable code
+    was not asked for."""
+    return f"#if defined(__AVX512BF16__){_BFLOAT16_DOT[lanes][3]} && !defined(TC_PORTABLE_MATH)\n"
+
+
 def half_vector_type(dtype: str, lanes: int) -> str:
     """The vector type of ``lanes`` 16-bit floats of ``dtype`` as memory holds them."""
     return f"{_HALF_VECTOR[dtype][0]}x{lanes}"
 
 
-def half_helpers(halves: set[tuple[str, int]]) -> str:
+def half_helpers(halves: set[tuple[str, int]], dots: frozenset[int] | set[int] = frozenset()) -> str:
     """Typedefs of the 16-bit float vectors ``halves`` (dtype, lanes) and their widening to
-    float32 vectors (``tc_widen_bf16x16``) and rounding back (``tc_round_bf16x16``); the
-    float32 vectors of as many lanes must be typedef'd before."""
+    float32 vectors (``tc_widen_bf16x16``) and rounding back (``tc_round_bf16x16``), and the
+    dot products of bfloat16 pairs of ``dots`` lanes (``tc_dot_bf16x16``, bfloat16's vectors of
+    as many lanes among ``halves``); the float32 vectors of as many lanes must be typedef'd before."""
     text = ""
     for dtype, lanes in sorted(halves):
         short, ctype = _HALF_VECTOR[dtype]
@@ -219,6 +246,11 @@ def half_helpers(halves: set[tuple[str, int]]) -> str:
                      + "#else\n" + Template(_FLOAT16).substitute(N=lanes) + "#endif\n")
         else:
             text += Template(_FLOAT16).substitute(N=lanes)
+    text += _BFLOAT16_PAIR if dots else ""
+    for lanes in sorted(dots):
+        dot, ps, bh, _ = _BFLOAT16_DOT[lanes]
+        text += (bfloat16_dot_guard(lanes) + "#include <immintrin.h>\n"
+                 + Template(_BFLOAT16_DOT_TEMPLATE).substitute(N=lanes, DOT=dot, PS=ps, BH=bh) + "#endif\n")
     return text
 
 
