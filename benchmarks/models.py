@@ -1,7 +1,7 @@
 """Whole networks against onnxruntime and PyTorch CPU, in one run.
 
     python benchmarks/models.py [--trials N [--cold-weights] | --kept [--in-place]] [--only resnet50,bert_layer]
-                                [--tasks REGEX] [--out FILE]
+                                [--tasks REGEX] [--dtype bfloat16] [--out FILE]
 
 Each network (benchmarks/model_zoo.py: ResNet-50, MobileNetV2, a BERT-base encoder layer
 at sequence 128 and at a ViT-B/16's 197 tokens, ...; batch 1, fp32; with --kept, those with a
@@ -21,7 +21,9 @@ first, then from the warm one (on ResNet-50's 7x7 layers it made the model slowe
 docs/experiments/tuning-with-weights-evicted.md). Every compiled model's output
 is checked against onnxruntime's (rtol 1e-3). Latencies are medians of interleaved rounds
 (each system timed once per round), every system on as many threads as the host has cores
-(tilecraft's host target; 2 on the development machines).
+(tilecraft's host target; 2 on the development machines). With ``--dtype bfloat16`` each
+network is exported in bfloat16 and checked against eager PyTorch in bfloat16 (rtol 3e-2:
+each rounds its operators' outputs); onnxruntime's CPU kernels lack most bfloat16 operators.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ import onnxruntime as ort
 import torch
 
 import tilecraft as tc
+from tilecraft.model.torch import as_tensor
+from tilecraft.te.dtype import NUMPY_DTYPES
 
 sys.path.insert(0, str(Path(__file__).parent))
 import model_zoo  # noqa: E402
@@ -72,31 +76,39 @@ def interleaved_ms(systems: dict, rounds: int, min_ms: float) -> dict:
 
 
 def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, only_tasks: str = "",
-        kept: bool = False, cold_weights: bool = False, in_place: bool = False) -> dict:
-    path = model_zoo.export(name, directory / "onnx")
+        kept: bool = False, cold_weights: bool = False, in_place: bool = False, dtype: str = "float32") -> dict:
+    path = model_zoo.export(name, directory / "onnx", dtype)
     shape = model_zoo.MODELS[name][1]
-    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    x = np.random.default_rng(0).standard_normal(shape).astype(NUMPY_DTYPES[dtype])
     target = tc.Target.host()
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    expected = session.run(None, {"input": x})[0]
     torch.manual_seed(0)
-    module = model_zoo.MODELS[name][0]().eval()
-    tensor = torch.from_numpy(x)
+    module = model_zoo.MODELS[name][0]().eval().to(getattr(torch, dtype))
+    tensor = as_tensor(x)
+    systems = {"pytorch": lambda: module(tensor)}
+    if dtype == "float32":
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = THREADS, 1
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        expected, tolerance = session.run(None, {"input": x})[0], dict(rtol=1e-3, atol=1e-4)
+        systems["onnxruntime"] = lambda: session.run(None, {"input": x})
+    else:
+        with torch.no_grad():
+            expected, tolerance = module(tensor).float().numpy(), dict(rtol=3e-2, atol=3e-2)
+
+    def correct(model) -> bool:
+        return bool(np.allclose(model(input=x).astype("float32"), expected, **tolerance))
 
     started = time.perf_counter()
     tasks, weights = tc.extract_tasks(str(path), target)
     untuned = tc.compile_model(str(path), target)
     compile_secs = time.perf_counter() - started
-    systems = {"onnxruntime": lambda: session.run(None, {"input": x}), "pytorch": lambda: module(tensor),
-               "tilecraft_untuned": lambda: untuned(input=x)}
-    row = {"model": name, "tasks": len(tasks), "subgraphs": int(sum(weights)), "compile_secs": compile_secs,
-           "untuned_correct": bool(np.allclose(untuned(input=x), expected, rtol=1e-3, atol=1e-4))}
-    logs = directory / "model_logs"
-    warm_log, cold_log = logs / f"{name}.json", logs / f"{name}_cold.json"
-    archives = {warm_log: ARCHIVE / f"{name}_tuning.json.xz", cold_log: ARCHIVE / f"{name}_cold.json.xz"}
+    systems["tilecraft_untuned"] = lambda: untuned(input=x)
+    row = {"model": name, "dtype": dtype, "tasks": len(tasks), "subgraphs": int(sum(weights)),
+           "compile_secs": compile_secs, "untuned_correct": correct(untuned)}
+    logs, stem = directory / "model_logs", name if dtype == "float32" else f"{name}_{dtype}"
+    warm_log, cold_log = logs / f"{stem}.json", logs / f"{stem}_cold.json"
+    archives = {warm_log: ARCHIVE / f"{stem}_tuning.json.xz", cold_log: ARCHIVE / f"{stem}_cold.json.xz"}
     for kept_log, archive in archives.items():
         restore(archive, kept_log)
     log, archive = (cold_log, archives[cold_log]) if cold_weights else (warm_log, archives[warm_log])
@@ -130,7 +142,7 @@ def run(name: str, trials: int, directory: Path, rounds: int, min_ms: float, onl
     if trials or kept:
         tuned = tc.compile_model(str(path), target, log=[str(p) for p in (cold_log, warm_log) if p.exists()])
         systems["tilecraft_tuned"] = lambda: tuned(input=x)
-        row["tuned_correct"] = bool(np.allclose(tuned(input=x), expected, rtol=1e-3, atol=1e-4))
+        row["tuned_correct"] = correct(tuned)
     with torch.no_grad():
         row.update({f"{k}_ms": v for k, v in interleaved_ms(systems, rounds, min_ms).items()})
     return row
@@ -145,17 +157,18 @@ def choose(path: Path, log: Path, target) -> dict:
 
 
 def print_results(rows: list[dict]) -> None:
-    """A row per model: milliseconds per call of onnxruntime, PyTorch and tilecraft untuned and tuned."""
+    """A row per model: milliseconds per call of onnxruntime (float32 only), PyTorch and tilecraft
+    untuned and tuned; the ratios against onnxruntime, or in bfloat16 against PyTorch."""
     fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    table = numeric_table("model", "ORT ms", "torch ms", "tc untuned", "tc tuned", "untuned/ORT", "tuned/ORT",
-                          "tasks", "tune s", "correct")
+    table = numeric_table("model", "ORT ms", "torch ms", "tc untuned", "tc tuned", "untuned/ref", "tuned/ref",
+                          "tasks", "tune s", "correct", caption="ref: onnxruntime, or PyTorch in bfloat16")
     for r in rows:
-        tuned = r.get("tilecraft_tuned_ms")
+        tuned, reference = r.get("tilecraft_tuned_ms"), r.get("onnxruntime_ms") or r["pytorch_ms"]
         correct = r["untuned_correct"] and r.get("tuned_correct", True)
-        table.add_row(r["model"], f"{r['onnxruntime_ms']:.2f}", f"{r['pytorch_ms']:.2f}",
-                      f"{r['tilecraft_untuned_ms']:.2f}", fmt(tuned),
-                      f"{r['tilecraft_untuned_ms'] / r['onnxruntime_ms']:.2f}x",
-                      f"{tuned / r['onnxruntime_ms']:.2f}x" if tuned else "-", str(r["tasks"]),
+        table.add_row(r["model"] + ("" if r["dtype"] == "float32" else f" ({r['dtype']})"),
+                      fmt(r.get("onnxruntime_ms")), f"{r['pytorch_ms']:.2f}", f"{r['tilecraft_untuned_ms']:.2f}",
+                      fmt(tuned), f"{r['tilecraft_untuned_ms'] / reference:.2f}x",
+                      f"{tuned / reference:.2f}x" if tuned else "-", str(r["tasks"]),
                       fmt(r.get("tuning_wall_secs")), "yes" if correct else "NO")
     print_table(table)
 
@@ -171,6 +184,8 @@ def main() -> int:
     parser.add_argument("--kept", action="store_true", help="time the tuned model of the kept log, tuning nothing")
     parser.add_argument("--in-place", action="store_true",
                         help="with --kept: time each task's best schedules inside the model first, into the kept log")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="export and run each network in this type (bfloat16: checked against PyTorch's)")
     parser.add_argument("--cold-weights", action="store_true",
                         help="tune with the weights evicted before every timed call, into the model's cold log")
     options = parser.parse_args()
@@ -191,7 +206,8 @@ def main() -> int:
             parser.error(f"--tasks {options.tasks!r} is not a regular expression ({error}); "
                          f"match task descriptions such as '1x7x7x'")
     names = [n for n in options.only.split(",") if n] or [  # --kept: every model with a kept log
-        n for n in model_zoo.MODELS if not options.kept or (ARCHIVE / f"{n}_tuning.json.xz").exists()]
+        n for n in model_zoo.MODELS if not options.kept
+        or (ARCHIVE / f"{n if options.dtype == 'float32' else f'{n}_{options.dtype}'}_tuning.json.xz").exists()]
     unknown = [n for n in names if n not in model_zoo.MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}; choose from {', '.join(model_zoo.MODELS)}")
@@ -200,7 +216,7 @@ def main() -> int:
     rows = []
     for name in names:
         rows.append(run(name, options.trials, options.out.parent, options.rounds, options.min_ms, options.tasks,
-                        options.kept, options.cold_weights, options.in_place))
+                        options.kept, options.cold_weights, options.in_place, options.dtype))
         print(f"  {name}: done", flush=True)
 
     print()

@@ -248,7 +248,7 @@ def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does_and_widens_exactly(on
         np.testing.assert_array_equal(twice[~nan], want.astype(np.float32)[~nan] * np.float32(2))
 
 
-@pytest.mark.parametrize("lanes", [16, 8, 4])
+@pytest.mark.parametrize("lanes", [16, *(pytest.param(n, marks=pytest.mark.slow) for n in (8, 4))])
 def test_float16_vectors_round_to_nearest_even_and_widen_exactly(lanes, kernel_cache):
     """Vectors of float16 as NumPy rounds and widens them, bit for bit: on AVX-512 16 lanes
     convert with vcvtps2ph/vcvtph2ps, 8 with F16C's, 4 lane by lane (the generic code)."""

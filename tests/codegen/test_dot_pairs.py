@@ -23,7 +23,8 @@ def bfloat16_matmul(n, l, m, a_transposed=False, out_dtype=None):
     return tc.ComputeDAG([A, B, C])
 
 
-@pytest.mark.parametrize("a_transposed, out_dtype", [(False, None), (True, None), (False, "float32")])
+@pytest.mark.parametrize("a_transposed, out_dtype", [(False, None), pytest.param(True, None, marks=pytest.mark.slow),
+                                                     pytest.param(False, "float32", marks=pytest.mark.slow)])
 def test_a_bfloat16_register_tile_sums_pairs_where_the_cpu_has_avx512_bf16(a_transposed, out_dtype, kernel_cache,
                                                                           monkeypatch):
     """A's pair one 4-byte load where its elements are neighbours (two where A is transposed);
@@ -43,6 +44,7 @@ def test_a_bfloat16_register_tile_sums_pairs_where_the_cpu_has_avx512_bf16(a_tra
     np.testing.assert_allclose(kernel(*inputs).astype(np.float32), want, **tolerance)
 
 
+@pytest.mark.slow  # its siblings above stay quick
 def test_only_a_bfloat16_sum_of_an_even_reduction_is_paired(kernel_cache):
     """float16 and float32 products have no such instruction; a reduction loop of odd length
     none to pair."""

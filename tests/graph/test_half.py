@@ -132,6 +132,22 @@ def test_only_a_gpu_model_is_prepared_with_float16_products():
     assert all(gpu_graph.values[w].dtype == "float16" for n in products[str(GPU)] for w in n.inputs)
 
 
+@pytest.mark.slow  # the quick subset pairs bfloat16 products in codegen/test_dot_pairs.py
+def test_a_cpu_computes_bfloat16_matrix_products_on_bfloat16_operands_and_convolutions_in_float32(tmp_path):
+    """Their pairs summed by AVX-512 BF16 where the CPU has it (codegen/dot_pairs.py), their
+    weights half the bytes; the convolution keeps its casts (Winograd's transforms would round)."""
+    graph = half_layer(dtype="bfloat16")
+    prepared = prepare_graph(graph, None, tc.Target("llvm -isa=avx2"))
+    types = {n.op: {prepared.values[w].dtype for w in n.inputs} for n in prepared.nodes if n.op in PRODUCTS}
+    assert types["dense"] == types["matmul"] == {"bfloat16"} and types["conv2d_nhwc"] == {"float32"}, types
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        model = tc.compile_model(graph, "llvm", cache_dir=tmp_path)
+    got, want = model.run(feeds(graph)), run_reference(graph, feeds(graph))
+    for name in graph.outputs:  # the same sums, in float32 and rounded once, up to their order
+        np.testing.assert_allclose(got[name].astype(np.float32), want[name].astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
 @pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=pytest.mark.slow)])
 def test_a_16_bit_models_matrix_products_have_tensor_core_sketches_and_no_cast_kernels(dtype):
     tasks, _ = tc.extract_tasks(half_layer(dtype=dtype), GPU)

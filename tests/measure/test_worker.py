@@ -59,6 +59,31 @@ def test_bfloat16_passes_a_rounding_apart_and_a_saved_reference_keeps_its_type(t
     assert loaded.dtype == bfloat16 and loaded.tobytes() == expected.tobytes()
 
 
+def test_a_float32_output_of_16_bit_stages_is_judged_to_their_precision(tmp_path):
+    """A bfloat16 product, a bias and a residual added and cast to float32 (a BERT layer's
+    task): the reference rounds each stage to bfloat16, a fused kernel only its output, so
+    they differ by ulps of bfloat16 (0.65 at 85, which float32's tolerance refused in every
+    candidate). The runner names the workload's least precise type in the reference."""
+    from tilecraft import te
+    from tilecraft.measure.runner import LocalRunner
+    from tilecraft.measure.worker import PRECISION, least_precise
+    from tilecraft.ops.linalg import dense
+    from tilecraft.te.dag import ComputeDAG
+
+    expected = np.linspace(-85, 85, 32).astype(np.float32)
+    fused = expected * np.float32(1.0075)
+    assert compare("out", fused, expected) is not None
+    assert OutputCheck("out", expected, "bfloat16")(fused) is None
+    assert least_precise(["float32", "bfloat16", "int32"]) == "bfloat16" and least_precise(["int32"]) == ""
+    X, W = te.placeholder((4, 8), name="X", dtype="bfloat16"), te.placeholder((4, 8), name="W", dtype="bfloat16")
+    out = dense(X, W)
+    dag = ComputeDAG([X, W, te.compute(out.shape, lambda i, j: out[i, j].astype("float32"), name="wide")])
+    with LocalRunner() as runner:
+        reference = _load_reference(str(runner._reference(dag)), OrderedDict())
+    assert reference.precision == "bfloat16" and PRECISION not in reference.arrays
+    assert reference.check("wide").rtol == 2e-2
+
+
 @pytest.mark.parametrize("dtype", ["int32", "int8", "uint8", "bool"])
 def test_integers_and_bools_must_match_exactly(dtype):
     expected = (np.arange(12) % 3).astype(dtype).reshape(3, 4)

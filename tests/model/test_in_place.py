@@ -14,7 +14,7 @@ import pytest
 import tilecraft as tc
 from tilecraft.database import TuningRecord, load_records, trace_key
 from tilecraft.graph import run_reference
-from tilecraft.model.in_place import choose_in_place, paired_choice
+from tilecraft.model.in_place import _candidates, choose_in_place, paired_choice
 from tilecraft.search.policy import Candidate, SketchPolicy
 
 onnx = pytest.importorskip("onnx")
@@ -123,3 +123,16 @@ def test_it_refuses_a_gpu_target_too_few_candidates_or_rounds_and_a_missing_log(
         choose_in_place(tiny_cnn(), tmp_path / "log.json", "cuda -arch=sm_90")
     with pytest.raises(FileNotFoundError, match="log.json does not exist; tune the model's tasks into it first"):
         choose_in_place(tiny_cnn(), tmp_path / "log.json", TARGET)
+
+
+def test_a_workload_whose_every_record_failed_has_no_candidates():
+    """It keeps its default schedule (a bfloat16 BERT layer's tasks once had only wrong
+    answers, and the choice stopped on them)."""
+    def record(key, trace, costs, error="none"):
+        return TuningRecord(key, {"func": "matmul", "args": [8, 8, 8]}, str(TARGET), trace, costs, error, "", 0.1,
+                            1000.0, 1024.0, "tile")
+
+    records = [record("ok", "[1]", (1e-3,)), record("ok", "[2]", (2e-3,)),
+               record("failed", "[1]", (), "wrong_answer"), record("failed", "[2]", (), "wrong_answer")]
+    assert {key: [r.trace_json for r in chosen] for key, chosen in _candidates(records, 4).items()} == \
+        {"ok": ["[1]", "[2]"]}

@@ -146,7 +146,7 @@ def test_a_transpose_back_to_nchw_walks_its_input_a_cache_line_at_a_time(kernel_
         assert names == ["default"], why
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("dtype", ["bfloat16", pytest.param("float16", marks=pytest.mark.slow)])
 def test_a_16_bit_sum_always_accumulates_in_a_local_float32_buffer(dtype):
     """Tiled in its output, its loops inside the reduction, a 16-bit sum would round at every
     step (a bfloat16 matmul 1024³ so gave 49 wrong answers in 200 trials): every sketch

@@ -226,6 +226,9 @@ class _Emitter:
             return
         if s.kind == "vectorize" and self.vector_loop(s):
             return
+        if self.pairing is not None and self.pairing.vector is s:
+            raise LoweringError(f"the vector loop {s.var.name} of a bfloat16 register tile could not be emitted as "
+                                "vectors; this is a tilecraft bug: please report it with the schedule's trace")
         pairs = dot_pairs(s, self._read_stride) if self.pairing is None else None
         lanes = pairs and self.target.vector_lanes("float32", pairs.vector.extent)
         if pairs is None or lanes not in (4, 8, 16) or pairs.vector.extent % lanes:

@@ -62,7 +62,8 @@ def dot_pairs(loop: For, stride: Callable[[TensorRead, Var], int | None]) -> Dot
                and any(loop.var in free_vars(i) for i in r.indices) for r in reads):
         return None
     a, b = sorted(reads, key=lambda r: any(lanes in free_vars(i) for i in r.indices))
-    if any(lanes in free_vars(i) for i in a.indices) or stride(b, lanes) != 1:
+    if any(lanes in free_vars(i) for i in a.indices) or stride(b, lanes) != 1 \
+            or stride(TensorRead(store.buffer, store.indices), lanes) != 1:
         return None
     return DotPairs(loop.var, inner, a, b, stride(a, loop.var) == 1)
 

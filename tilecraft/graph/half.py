@@ -33,11 +33,20 @@ EXACT = ("max_pool2d", "max", "min")
 """Reductions whose result is one of their inputs' elements: a 16-bit type holds it exactly."""
 
 
-def half_products(graph: Graph) -> Graph:
+MATRIX_PRODUCTS = ("dense", "matmul", "batch_matmul")
+"""The products a CPU computes on bfloat16 operands: AVX-512 BF16 sums their pairs at twice
+the float32 rate (``codegen/dot_pairs.py``), and their weights are half the bytes. A CPU's
+convolutions stay in float32, where Winograd's transforms would otherwise round to bfloat16."""
+
+
+def half_products(graph: Graph, dtypes: tuple[str, ...] = HALVES, operators: tuple[str, ...] = (*PRODUCTS, *EXACT)
+                  ) -> Graph:
     """``cast16(product(cast32(a), W))`` -> ``product(a, W16)`` wherever every operand is a float16
     value cast to float32 or a float32 constant that float16 holds exactly (a float16 weight the
     importer cast), and of bfloat16 alike; a product with any other operand, or read before
-    its cast, stays as it is. So do the reductions that pick an element (``EXACT``: a max pool)."""
+    its cast, stays as it is. So do the reductions that pick an element (``EXACT``: a max pool).
+    Only for the 16-bit ``dtypes`` and the ``operators`` given (a CPU's: bfloat16's
+    ``MATRIX_PRODUCTS``)."""
     graph = _casts_beside_products(graph)
     halves: dict[tuple[str, str], str] = {}  # (a float32 constant, a 16-bit type) -> its copy, made once
     replaced: dict[str, Node] = {}  # a product's output -> the product on 16-bit operands
@@ -45,7 +54,7 @@ def half_products(graph: Graph) -> Graph:
     for node in graph.nodes:
         readers = graph.consumers(node.output)
         half = _rounds_to(readers[0]) if len(readers) == 1 else None
-        if node.op not in (*PRODUCTS, *EXACT) or node.output in graph.outputs or half is None:
+        if node.op not in operators or node.output in graph.outputs or half not in dtypes:
             continue
         operands = [_half_operand(graph, name, halves, half) for name in node.inputs]
         if None in operands:

@@ -45,6 +45,7 @@ from threadpoolctl import threadpool_limits
 from ..runtime.compiler import worker_env
 from ..te.dag import ComputeDAG
 from .result import BuildResult, MeasureErrorKind, MeasureInput, MeasureResult, check_run, error_line
+from .worker import PRECISION, least_precise
 
 REFERENCE_SEED = 0
 # A random candidate may be thousands of times slower than the best (a reduction recomputed
@@ -356,6 +357,7 @@ class LocalRunner:
             outputs = dag.evaluate_numpy(inputs)
         arrays = {t.name: a for t, a in zip(dag.placeholders, inputs)}
         arrays.update({t.name: a for t, a in zip(dag.outputs, outputs)})
+        arrays[PRECISION] = np.array(least_precise(t.dtype for t in dag.compute_ops))
         path = Path(self._directory.name) / f"{hashlib.sha256(dag.workload_key.encode()).hexdigest()[:24]}.npz"
         np.savez(path, **arrays)
         return path

@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from .result import error_line
 # an unwritten element) errs on the order of that magnitude itself, far above 1e-4 of it.
 # The 16-bit floats round once when stored: float16 keeps 11 bits, bfloat16 8 (an ulp 0.8%).
 TOLERANCES = {"float16": (1e-2, 1e-2), "bfloat16": (2e-2, 2e-2), "float32": (1e-3, 1e-4), "float64": (1e-6, 1e-8)}
+PRECISION = "__precision__"  # the reference's entry naming its workload's least precise type (least_precise)
 _CACHED_REFERENCES = 4  # reference files kept loaded; a tuner measures one workload at a time
 _PARENT_POLL_SECS = 1.0
 
@@ -166,6 +167,13 @@ def _gpu_output_message(reference: Reference, name: str, got: Any, device_array:
     return reference.check(name)(got.numpy())
 
 
+def least_precise(dtypes: Iterable[str]) -> str:
+    """Of ``dtypes``, the float type of the loosest tolerance, or "" where none is a float: a
+    float32 output computed from bfloat16 stages is as precise as bfloat16 (the reference
+    rounds each where it stores it, a fused kernel where it stores the output)."""
+    return max((d for d in dtypes if d in TOLERANCES), key=lambda d: TOLERANCES[d][0], default="")
+
+
 class OutputCheck:
     """The comparison of one output with its reference, prepared once per workload.
 
@@ -176,10 +184,12 @@ class OutputCheck:
     itself, so the verdict is ``isclose``'s.
     """
 
-    def __init__(self, name: str, expected: np.ndarray) -> None:
+    def __init__(self, name: str, expected: np.ndarray, precision: str = "") -> None:
+        """``precision``: the workload's least precise type, whose tolerance applies where it
+        is looser than the output's own (``least_precise``)."""
         self.name, self.expected = name, expected
         if expected.dtype.name in TOLERANCES:
-            self.rtol, atol_fraction = TOLERANCES[expected.dtype.name]
+            self.rtol, atol_fraction = max(TOLERANCES[expected.dtype.name], TOLERANCES.get(precision, (0.0, 0.0)))
             finite = np.isfinite(expected)
             magnitude = np.abs(expected, where=finite, out=np.zeros(expected.shape, np.float64)).max(initial=0.0)
             self.atol = atol_fraction * (float(magnitude) if magnitude > 0 else 1.0)
@@ -248,6 +258,7 @@ class Reference:
     prepared when a candidate first needs it and kept while the reference is cached."""
 
     def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self.precision = str(arrays.pop(PRECISION, ""))  # a name TOLERANCES lacks is ignored
         self.arrays = arrays
         self._checks: dict[str, OutputCheck] = {}
         self._on_gpu: dict[tuple, tuple[dict, dict]] = {}  # args -> (the data on the GPU, a candidate's copy)
@@ -258,7 +269,7 @@ class Reference:
 
     def check(self, name: str) -> OutputCheck:
         if name not in self._checks:
-            self._checks[name] = OutputCheck(name, self.arrays[name])
+            self._checks[name] = OutputCheck(name, self.arrays[name], self.precision)
         return self._checks[name]
 
     def device_check(self, name: str, device_array: type) -> DeviceCheck | None:

@@ -36,6 +36,7 @@ import numpy as np
 from ..database.best import rank
 from ..database.log import append_records, load_records
 from ..database.record import TuningRecord
+from ..measure.worker import TOLERANCES, least_precise
 from ..target import Target
 from .compiled import CompiledModel, assemble, compile_kernels, example_inputs, kernel_jobs
 from .tasks import ALONE, best_alone, prepare_graph
@@ -157,7 +158,8 @@ def _candidates(records: list[TuningRecord], count: int) -> dict[str, list[Tunin
         distinct: dict[str, TuningRecord] = {}
         for record in rank(theirs)[:1] + rank([r for r in theirs if r.phase in ALONE]):
             distinct.setdefault(record.trace_json, record)
-        chosen[key] = list(distinct.values())[:count]
+        if distinct:  # a workload whose every record failed keeps its default schedule
+            chosen[key] = list(distinct.values())[:count]
     return chosen
 
 
@@ -182,7 +184,7 @@ def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: lis
         for n, (kernel, _) in zip(owned, built):
             kernels[n] = kernel
         copy = assemble(graph, steps, kernels, target, cache_dir, reuse=model)  # alike but in this task's kernels
-        if not _agrees(copy.run(inputs), expected):
+        if not _agrees(copy.run(inputs), expected, least_precise(v.dtype for v in graph.values.values())):
             copies.append(None)
             failures[c] = ("wrong_answer", "its model's outputs differ from the model compiled from the log's best")
             continue
@@ -223,9 +225,13 @@ def paired_choice(costs: list[list[float]]) -> int:
     return min(winners, key=lambda c: statistics.median(costs[c]), default=0)
 
 
-def _agrees(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]) -> bool:
-    """Whether a copy's outputs match the model's, to float32's rounding of a reordered sum."""
-    return all(np.allclose(outputs[name], want, rtol=1e-3, atol=1e-3 * float(np.max(np.abs(want), initial=1.0)))
+def _agrees(outputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray], precision: str) -> bool:
+    """Whether a copy's outputs match the model's, to the rounding of a reordered sum in float32,
+    or in the least precise type the model computes in (``precision``: a bfloat16 model's
+    kernels, each rounding its output, differ by its ulps)."""
+    tolerance = max(1e-3, TOLERANCES.get(precision, (0.0,))[0])
+    return all(np.allclose(outputs[name].astype(np.float64), wide := want.astype(np.float64), rtol=tolerance,
+                           atol=tolerance * float(np.max(np.abs(wide), initial=1.0)))
                for name, want in expected.items())
 
 

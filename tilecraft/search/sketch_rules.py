@@ -143,13 +143,17 @@ class AddCacheWrite(SketchRule):
     def condition(self, draft: Draft, block: str) -> Condition:
         if not _needs_tiling(draft, block) or _single_elementwise_consumer(draft, block) is not None:
             return Condition.SKIP
-        summed_wider = accumulates_in(draft.stage(block).op.dtype) != draft.stage(block).op.dtype
-        return Condition.APPLY_AND_SKIP_REST if summed_wider else Condition.APPLY
+        return Condition.APPLY_AND_SKIP_REST if _summed_wider(draft, block) else Condition.APPLY
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         sch = draft.sch.copy()
         sch.cache_write(sch.get_block(block), 0, "local")
         return [(draft.derive(sch, "cache_write"), draft.index(block))]
+
+
+def _summed_wider(draft: Draft, block: str) -> bool:
+    """Whether ``block`` sums in a wider type than it stores (a 16-bit float's sum: float32)."""
+    return accumulates_in(draft.stage(block).op.dtype) != draft.stage(block).op.dtype
 
 
 @dataclass
@@ -170,7 +174,9 @@ class MultiLevelTiling(SketchRule):
 @dataclass
 class MultiLevelTilingWithFusion(SketchRule):
     """Tile, and compute the tile inside the matching tile loop of its element-wise
-    consumer at each of ``levels``, so the result is consumed while still in cache.
+    consumer at each of ``levels``, so the result is consumed while still in cache; for a
+    16-bit float's sum only these (inside its consumer its tile is local and holds float32,
+    where tiled alone in its output it would round at every step).
 
     The consumer's loops follow the tile's inner lengths, as Ansor's FollowSplit does, its
     outer loops counted from them: split by the outer counts instead, a padded tile of 16
@@ -187,7 +193,7 @@ class MultiLevelTilingWithFusion(SketchRule):
         if not _needs_tiling(draft, block) or _single_elementwise_consumer(draft, block) is None:
             return Condition.SKIP
         cached = draft.sch.state.consumers_of(block)[0].name == f"{block}_local"
-        return Condition.APPLY_AND_SKIP_REST if cached else Condition.APPLY
+        return Condition.APPLY_AND_SKIP_REST if cached or _summed_wider(draft, block) else Condition.APPLY
 
     def apply(self, draft: Draft, block: str) -> list[tuple[Draft, int]]:
         results = []
