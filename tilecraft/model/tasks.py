@@ -18,7 +18,7 @@ from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
 from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
-from ..graph.half import MATRIX_PRODUCTS, gemm_convolutions, half_products, padded_products
+from ..graph.half import CPU_PRODUCTS, gemm_convolutions, half_products, padded_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
 from ..graph.winograd import stages_of, winograd_convolutions
@@ -36,7 +36,7 @@ def best_alone(records: list[TuningRecord], path: str | Path) -> dict[str, Tunin
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
                   best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
-    NHWC, and for a CPU its bfloat16 matrix products computed on bfloat16 operands and its 3x3
+    NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands and its float32 3x3
     convolutions by Winograd's algorithm where it pays; for a GPU, its 16-bit products computed
     on 16-bit operands (``half.half_products``).
 
@@ -52,7 +52,7 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
     if target.kind == "cuda":  # float16 products on float16 operands, convolutions as tensor cores take them
         return padded_products(gemm_convolutions(convert_layout(half_products(model_or_graph))))
-    graph = convert_layout(half_products(model_or_graph, ("bfloat16",), MATRIX_PRODUCTS))
+    graph = convert_layout(half_products(model_or_graph, ("bfloat16",), CPU_PRODUCTS))
     rewritten = winograd_convolutions(graph)
     direct = _direct_by_the_log(graph, rewritten, best) if best else set()
     return winograd_convolutions(graph, direct) if direct else rewritten
