@@ -1,4 +1,5 @@
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,12 @@ def test_cflags_use_march_and_never_fast_math():
 ])
 def test_isa_is_read_from_cpuinfo_flags(cpuinfo, machine, isa):
     assert _isa_from_cpuinfo(cpuinfo, machine) == isa
+
+
+def test_a_cpu_with_avx512_bf16_is_known_by_its_march_or_the_hosts_flags():
+    """It decides whether a bfloat16 model's products read bfloat16 (graph/half.CPU_PRODUCTS)."""
+    assert Target("llvm -mcpu=znver4").has_bfloat16_dot and Target("llvm -mcpu=sapphirerapids").has_bfloat16_dot
+    assert not Target("llvm -mcpu=skylake-avx512").has_bfloat16_dot and not Target("llvm -isa=avx2").has_bfloat16_dot
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text().split() if cpuinfo.exists() else []
+    assert Target.host().has_bfloat16_dot == ("avx512_bf16" in flags)

@@ -36,8 +36,8 @@ def best_alone(records: list[TuningRecord], path: str | Path) -> dict[str, Tunin
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
                   best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
-    NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands and its float32 3x3
-    convolutions by Winograd's algorithm where it pays; for a GPU, its 16-bit products computed
+    NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands where it has AVX-512
+    BF16 and its float32 3x3 convolutions by Winograd's algorithm where it pays; for a GPU, its 16-bit products computed
     on 16-bit operands (``half.half_products``).
 
     With ``best`` (a log's best record by workload key of the kernels timed alone, phases
@@ -52,7 +52,9 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
     if target.kind == "cuda":  # float16 products on float16 operands, convolutions as tensor cores take them
         return padded_products(gemm_convolutions(convert_layout(half_products(model_or_graph))))
-    graph = convert_layout(half_products(model_or_graph, ("bfloat16",), CPU_PRODUCTS))
+    if target.has_bfloat16_dot:  # bfloat16 products on bfloat16 operands, summed in pairs
+        model_or_graph = half_products(model_or_graph, ("bfloat16",), CPU_PRODUCTS)
+    graph = convert_layout(model_or_graph)
     rewritten = winograd_convolutions(graph)
     direct = _direct_by_the_log(graph, rewritten, best) if best else set()
     return winograd_convolutions(graph, direct) if direct else rewritten

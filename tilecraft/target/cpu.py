@@ -36,6 +36,7 @@ _KINDS = ("llvm", "c", "cpu")  # all mean the CPU, spelled "llvm" as in TVM
 _EXAMPLE = "Target('llvm -mcpu=core-avx2 -num-cores=4')"
 _FALLBACK_CACHE_BYTES = {1: 32 << 10, 2: 1 << 20, 3: 32 << 20}
 _CPU0_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+_BFLOAT16_DOT_MARCH = ("sapphirerapids", "znver4", "cooperlake")  # -march values of CPUs with AVX-512 BF16
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -126,6 +127,14 @@ class Target(Fields):
             return CudaTarget.from_json(data)
         check_complete(data, Target, "target")
         return cls(data)
+
+    @property
+    def has_bfloat16_dot(self) -> bool:
+        """Whether the CPU sums two bfloat16 products a lane in one instruction (AVX-512 BF16's
+        ``vdpbf16ps``, ``codegen/dot_pairs.py``): a bfloat16 model's products then read bfloat16
+        (twice as fast); without it they compute in float32 between casts, where widening each
+        element cost 6-9% (``graph/half.CPU_PRODUCTS``)."""
+        return _host_has("avx512_bf16") if self.march == "native" else self.march in _BFLOAT16_DOT_MARCH
 
     def vector_lanes(self, dtype: str, extent: int | None = None) -> int:
         """How many ``dtype`` elements fit in one SIMD register (1 without SIMD); with
@@ -232,6 +241,15 @@ def _validate(values: Mapping[str, Any]) -> None:
     if not isinstance(march, str) or any(c.isspace() for c in march) or march.startswith("-"):
         raise TargetError(f"target march={march!r} must be one gcc -march value such as 'native' or 'znver3' "
                           f"(or '' for none)")
+
+
+@functools.cache
+def _host_has(flag: str) -> bool:
+    """Whether the host CPU lists ``flag`` (Linux's /proc/cpuinfo); False where it cannot tell."""
+    try:
+        return any(line.startswith("flags") and flag in line.split() for line in open("/proc/cpuinfo"))
+    except OSError:
+        return False
 
 
 @functools.cache
