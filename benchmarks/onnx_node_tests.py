@@ -60,8 +60,8 @@ def main() -> None:
     print(f"{len(cases)} node tests in {time.perf_counter() - start:.0f} s")
     print(f"  reference runner: {len(by_status[PASS])} pass, {len(by_status[FAIL])} fail, "
           f"{len(by_status[UNSUPPORTED])} unsupported")
-    print(f"  compiled kernels ({args.target or 'this CPU'}): {len(compiled_status[PASS])} pass, {len(compiled_status[FAIL])} fail, "
-          f"{len(by_status[UNSUPPORTED])} unsupported")
+    print(f"  compiled kernels ({args.target or 'this CPU'}): {len(compiled_status[PASS])} pass, "
+          f"{len(compiled_status[FAIL])} fail, {len(by_status[UNSUPPORTED])} unsupported")
     for name in by_status[FAIL]:
         print(f"  FAIL (reference) {name}: {results[name][1][:160]}")
     for name in compiled_status[FAIL]:

@@ -36,9 +36,9 @@ def best_alone(records: list[TuningRecord], path: str | Path) -> dict[str, Tunin
 def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...]] | None, target: Target,
                   best: Mapping[str, TuningRecord] | None = None) -> Graph:
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
-    NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands where it has AVX-512
-    BF16 and its float32 3x3 convolutions by Winograd's algorithm where it pays; for a GPU, its 16-bit products computed
-    on 16-bit operands (``half.half_products``).
+    NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands where it has
+    AVX-512 BF16 and its float32 3x3 convolutions by Winograd's algorithm where it pays; for a
+    GPU, its 16-bit products computed on 16-bit operands (``half.half_products``).
 
     With ``best`` (a log's best record by workload key of the kernels timed alone, phases
     ``ALONE``), a convolution stays direct where the log times it direct and lacks one of
