@@ -14,6 +14,7 @@ import pytest
 
 import tilecraft as tc
 from tilecraft.database import NoValidRecordError, load_records, trace_key
+from tilecraft.tune import task as task_module
 
 
 def quick_options(log, trials, **kw):
@@ -185,3 +186,14 @@ def test_a_time_budget_stops_the_search_and_the_finalists_are_still_re_measured(
     elapsed = time.perf_counter() - started
     assert 0 < summary.trials < 10_000 and summary.final_costs
     assert elapsed < 2.0 + summary.remeasure_secs + 10.0  # one round past the budget at most, on a busy machine
+
+
+def test_the_share_of_peak_of_a_bfloat16_product_counts_pairs_where_the_cpu_sums_them(monkeypatch):
+    """AVX-512 BF16 sums two products a lane an instruction: its peak is twice float32's FMA
+    rate, and a bfloat16 matmul is reported against that (143% of float32's peak read oddly)."""
+    monkeypatch.setattr(task_module, "peak_gflops", lambda target: 100.0)
+    with_pairs, without = tc.Target("llvm -mcpu=znver4"), tc.Target("llvm -mcpu=skylake-avx512")
+    bfloat16 = dict(func="matmul", args=(64, 64, 64, "bfloat16"))
+    assert task_module._peak_gflops(tc.SearchTask(**bfloat16, target=with_pairs)) == 200.0
+    assert task_module._peak_gflops(tc.SearchTask(**bfloat16, target=without)) == 100.0
+    assert task_module._peak_gflops(tc.SearchTask(func="matmul", args=(64, 64, 64), target=with_pairs)) == 100.0
