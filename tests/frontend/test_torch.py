@@ -146,7 +146,8 @@ def test_a_bfloat16_gpu_tensor_is_read_through_its_int16_views_array_interface()
 @pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and PyTorch built for CUDA")
 def test_on_a_gpu_bfloat16_tensors_cross_as_their_bits(kernel_cache, quiet):
-    """PyTorch gives a bfloat16 CUDA tensor no __cuda_array_interface__; its int16 view's serves."""
+    """PyTorch gives a bfloat16 CUDA tensor no __cuda_array_interface__; its int16 view's serves:
+    a model's inputs and outputs, and a kernel's output that PyTorch makes for it."""
     net, x = network("mlp")
     net, x = net.to("cuda", torch.bfloat16).eval(), x.to("cuda", torch.bfloat16)
     with torch.no_grad():
@@ -154,6 +155,12 @@ def test_on_a_gpu_bfloat16_tensors_cross_as_their_bits(kernel_cache, quiet):
         got = tc.from_torch(net, x, cache_dir=kernel_cache)(x)
     assert got.is_cuda and got.dtype == torch.bfloat16
     assert ((got.float() - expected.float()).norm() / expected.float().norm()).item() <= 1e-2
+    dag = tc.SearchTask(func="matmul", args=(32, 64, 48, "bfloat16")).compute_dag  # a kernel's output made by PyTorch
+    kernel = tc.build(default_schedule(dag, tc.Target("cuda")), "cuda", cache_dir=kernel_cache)
+    a, b = (torch.randn(*shape, device="cuda").to(torch.bfloat16) for shape in ((32, 64), (64, 48)))
+    c = kernel(a, b)
+    assert c.is_cuda and c.dtype == torch.bfloat16
+    torch.testing.assert_close(c.float(), (a.float() @ b.float()).to(torch.bfloat16).float(), rtol=2e-2, atol=2e-2)
 
 
 class Spectrum(nn.Module):

@@ -440,8 +440,8 @@ class CudaModule:
         outputs = tuple(every[i] for i, spec in enumerate(self.args) if spec.is_output)
         result = (outputs[0] if len(outputs) == 1 else outputs) if binding.returns_outputs else None
         if binding.on_device:
-            every = {**binding.pointers, **{i: int(array.__cuda_array_interface__["data"][0])
-                                            for i, array in zip(missing, made)}}
+            every = {**binding.pointers, **{i: int(gpu_array(array).__cuda_array_interface__["data"][0])
+                                            for i, array in zip(missing, made)}}  # bfloat16's as its bits
         return [every[i] for i in range(len(self.args))], stream, result
 
     @contextlib.contextmanager
