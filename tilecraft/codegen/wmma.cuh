@@ -35,6 +35,26 @@ TC_WMMA_LOAD(a, row) TC_WMMA_LOAD(a, col) TC_WMMA_LOAD(b, row) TC_WMMA_LOAD(b, c
   }
 TC_WMMA_MMA(row, row) TC_WMMA_MMA(row, col) TC_WMMA_MMA(col, row) TC_WMMA_MMA(col, col)
 
+/* The accumulator into float32, or into a 16-bit float T (f16, bf16): each pair rounded to
+   nearest even, element i of the 16-bit fragment element i of the float32 one, two a register
+   (the first in the low half), stored with wmma's float16 store. */
+#define TC_WMMA_STORE(L)                                                                           \
+  __device__ __forceinline__ void tc_wmma_store_f32_##L(void* p, const float* c, unsigned ldm) {  \
+    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f32 "                                 \
+                 "[%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"                                      \
+                 :: "l"(p), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]),                            \
+                    "f"(c[4]), "f"(c[5]), "f"(c[6]), "f"(c[7]), "r"(ldm) : "memory");              \
+  }
+#define TC_WMMA_STORE_16(T, L)                                                                     \
+  __device__ __forceinline__ void tc_wmma_store_##T##_##L(void* p, const float* c, unsigned ldm) { \
+    unsigned h[4];                                                                                 \
+    for (int e = 0; e < 4; ++e)                                                                    \
+      asm("cvt.rn." #T "x2.f32 %0, %1, %2;" : "=r"(h[e]) : "f"(c[2 * e + 1]), "f"(c[2 * e]));     \
+    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f16 [%0], {%1, %2, %3, %4}, %5;"    \
+                 :: "l"(p), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]), "r"(ldm) : "memory");      \
+  }
+TC_WMMA_STORE(row) TC_WMMA_STORE(col) TC_WMMA_STORE_16(f16, row) TC_WMMA_STORE_16(f16, col)
+
 /* bfloat16, from sm_80 on: a tile of A or B is 4 registers of two bfloat16s a lane (a float16
    one is 8), multiplied into the same float32 accumulator. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
@@ -62,33 +82,7 @@ TC_WMMA_LOAD_BF16(a, row) TC_WMMA_LOAD_BF16(a, col) TC_WMMA_LOAD_BF16(b, row) TC
   }
 TC_WMMA_MMA_BF16(row, row) TC_WMMA_MMA_BF16(row, col) TC_WMMA_MMA_BF16(col, row) TC_WMMA_MMA_BF16(col, col)
 
-/* The accumulator into bfloat16, which wmma has no store of: each pair rounded to nearest even
-   (cvt.rn.bf16x2.f32) and the bits stored as a float16 fragment's, which a store moves as they are. */
-#define TC_WMMA_STORE_BF16(L)                                                                      \
-  __device__ __forceinline__ void tc_wmma_store_bf16_##L(void* p, const float* c, unsigned ldm) { \
-    unsigned h[4];                                                                                 \
-    for (int e = 0; e < 4; ++e)                                                                    \
-      asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(h[e]) : "f"(c[2 * e + 1]), "f"(c[2 * e]));       \
-    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f16 [%0], {%1, %2, %3, %4}, %5;"    \
-                 :: "l"(p), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]), "r"(ldm) : "memory");      \
-  }
-TC_WMMA_STORE_BF16(row) TC_WMMA_STORE_BF16(col)
+/* The accumulator into bfloat16, which wmma has no store of: TC_WMMA_STORE_16's rounding
+   (cvt.rn.bf16x2.f32), its bits stored as a float16 fragment's, which a store moves as they are. */
+TC_WMMA_STORE_16(bf16, row) TC_WMMA_STORE_16(bf16, col)
 #endif
-
-/* The accumulator into float32, or into float16: element i of a float16 fragment is element i
-   of the float32 one, two a register (the first in the low half). */
-#define TC_WMMA_STORE(L)                                                                           \
-  __device__ __forceinline__ void tc_wmma_store_f32_##L(void* p, const float* c, unsigned ldm) {  \
-    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f32 "                                 \
-                 "[%0], {%1, %2, %3, %4, %5, %6, %7, %8}, %9;"                                      \
-                 :: "l"(p), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]),                            \
-                    "f"(c[4]), "f"(c[5]), "f"(c[6]), "f"(c[7]), "r"(ldm) : "memory");              \
-  }                                                                                                \
-  __device__ __forceinline__ void tc_wmma_store_f16_##L(void* p, const float* c, unsigned ldm) {  \
-    unsigned h[4];                                                                                 \
-    for (int e = 0; e < 4; ++e)                                                                    \
-      asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(h[e]) : "f"(c[2 * e + 1]), "f"(c[2 * e]));        \
-    asm volatile("wmma.store.d.sync.aligned." #L ".m16n16k16.f16 [%0], {%1, %2, %3, %4}, %5;"    \
-                 :: "l"(p), "r"(h[0]), "r"(h[1]), "r"(h[2]), "r"(h[3]), "r"(ldm) : "memory");      \
-  }
-TC_WMMA_STORE(row) TC_WMMA_STORE(col)
