@@ -173,6 +173,7 @@ def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: lis
                               log, target, cache_dir)
     copies: list[CompiledModel | None] = [model]
     failures = {}
+    precision = least_precise(v.dtype for v in graph.values.values())  # what a copy is judged to
     for c in range(1, len(records)):
         built = rebuilt[(c - 1) * len(owned):c * len(owned)]
         why = next((reason for _, reason in built if reason), "")
@@ -184,7 +185,7 @@ def _choose(model: CompiledModel, key: str, owned: list[int], jobs, records: lis
         for n, (kernel, _) in zip(owned, built):
             kernels[n] = kernel
         copy = assemble(graph, steps, kernels, target, cache_dir, reuse=model)  # alike but in this task's kernels
-        if not _agrees(copy.run(inputs), expected, least_precise(v.dtype for v in graph.values.values())):
+        if not _agrees(copy.run(inputs), expected, precision):
             copies.append(None)
             failures[c] = ("wrong_answer", "its model's outputs differ from the model compiled from the log's best")
             continue
