@@ -1,7 +1,7 @@
 """Whole networks on a GPU: tilecraft's GpuModel against PyTorch eager on the same GPU, in one run.
 
     python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--dtype float16] [--out FILE]
-    python benchmarks/gpu_models.py --emulate [--only ...]      # any machine with nvcc, no GPU
+    python benchmarks/gpu_models.py --emulate [--cuda-source] [--only ...]   # any machine with nvcc, no GPU
 
 Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
 ``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with ``--trials
@@ -22,7 +22,8 @@ PyTorch and of the untuned model (``kernel_ms``: the slowest printed, all in the
 file): which kernels to fix first. Needs a GPU, cuda-bindings, PyTorch with CUDA, onnx and
 onnxruntime. With ``--emulate``, each model is compiled for sm_90 and its kernels emulated
 on the CPU (``GpuModel.emulate``), checked against the same reference: what the GPU will compute,
-on a machine without one.
+on a machine without one; with ``--cuda-source`` too, the kernels' CUDA C itself runs there
+(``tc.emulate_gpu(..., cuda_source=True)``), which checks the code generator's text.
 """
 
 from __future__ import annotations
@@ -162,8 +163,9 @@ def _captured(path: str, log: str | None, tensor):
     return model
 
 
-def emulate(name: str, directory: Path, dtype: str) -> dict:
-    """The model compiled for sm_90 (default GPU schedules), emulated, against onnxruntime."""
+def emulate(name: str, directory: Path, dtype: str, cuda_source: bool = False) -> dict:
+    """The model compiled for sm_90 (default GPU schedules), emulated (its kernels' loop nests,
+    or their CUDA C), against onnxruntime."""
     path = export(name, directory, dtype)
     x = _input(name, dtype)
     expected = _expected(name, path, x, dtype)
@@ -172,7 +174,7 @@ def emulate(name: str, directory: Path, dtype: str) -> dict:
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         model = tc.compile_model(str(path), "cuda -arch=sm_90")
     compiled = time.perf_counter() - started
-    got = model.emulate({"input": x})["output"].astype("float32")
+    got = model.emulate({"input": x}, cuda_source=cuda_source)["output"].astype("float32")
     return {"model": name, "dtype": dtype, "kernels": len(model.kernels), "compile_secs": compiled,
             "emulate_secs": time.perf_counter() - started - compiled,
             "max_relative_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
@@ -185,20 +187,22 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=0, help="tuning trials per model (0: untuned only)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_models.json"))
     parser.add_argument("--emulate", action="store_true", help="no GPU: emulate each model's kernels on the CPU")
+    parser.add_argument("--cuda-source", action="store_true", help="with --emulate: run the kernels' CUDA C")
     parser.add_argument("--dtype", choices=sorted(TOLERANCES), default="float32", help="the networks' element type")
     args = parser.parse_args()
     if args.emulate:
         with tempfile.TemporaryDirectory() as scratch:
-            rows = [emulate(name, Path(scratch), args.dtype) for name in args.only.split(",")]
+            rows = [emulate(name, Path(scratch), args.dtype, args.cuda_source) for name in args.only.split(",")]
         table = numeric_table("model", "kernels", "nvcc s", "emulated s", "max rel. error", "correct",
-                              title=f"whole models ({args.dtype}) compiled for sm_90, emulated on the CPU, "
+                              title=f"whole models ({args.dtype}) compiled for sm_90, emulated on the CPU"
+                                    f"{' from their CUDA C' if args.cuda_source else ''}, "
                                     f"against {'PyTorch' if args.dtype == 'bfloat16' else 'onnxruntime'}")
         for r in rows:
             table.add_row(r["model"], str(r["kernels"]), f"{r['compile_secs']:.1f}", f"{r['emulate_secs']:.1f}",
                           f"{r['max_relative_error']:.1e}", str(r["correct"]))
         print_table(table)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_name(f"gpu_models_emulated_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
+        args.out.with_name(f"gpu_models_emulated{'_cuda_source' if args.cuda_source else ''}_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
         return
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as scratch:

@@ -101,22 +101,30 @@ def kernel_launches(func: LoweredFunc, args: tuple[ArgSpec, ...], launches) -> t
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
-                cache_dir: Path | None = None) -> Module:
+                cache_dir: Path | None = None, cuda_source: bool = False, thread_order: int = 1):
     """A GPU schedule's kernel run on this CPU, serially, as the GPU would distribute it.
 
     The loop nest is verified against ``target`` as ``build`` does, then blocks run one
     after another and each block's threads in turn, phase by phase between barriers, with
     per-thread local buffers (``tilecraft/ir/emulate.py``). It checks a GPU schedule's
     values against NumPy where there is no GPU; races and missing barriers it cannot see.
+    With ``cuda_source``, the kernels' CUDA C itself runs instead, each thread a fiber
+    (``runtime/cuda_on_cpu.py``): slower to build and run, it checks the code generator too,
+    and what a GPU leaves undefined (shared memory not yet written, a copy not waited for)
+    reads as NaN, so a missing barrier shows.
 
     Args:
         sch: A schedule with loops bound to GPU axes.
         target: The CUDA target whose limits apply.
         name: The kernel's name.
         cache_dir: The kernel cache directory.
+        cuda_source: Run the CUDA C the code generator writes, not the loop nest.
+        thread_order: With ``cuda_source``, the order a block's threads run in: 0 in order,
+            1 reversed, larger a shuffle of that seed.
 
     Returns:
-        A CPU ``Module`` computing what the GPU kernel computes.
+        A CPU ``Module`` computing what the GPU kernel computes (a ``CudaOnCpuModule`` with
+        ``cuda_source``, called alike).
 
     Raises:
         GpuLimitError: If the schedule exceeds the target's limits.
@@ -129,6 +137,8 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
             np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     """
     target = target if isinstance(target, CudaTarget) else CudaTarget(target)
+    if cuda_source:
+        return cuda_on_cpu(lower(sch, name), target, cache_dir, thread_order)
     return emulate_lowered(lower(sch, name), target, cache_dir)
 
 
@@ -142,6 +152,23 @@ def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | Non
     source = generate_c(cpu, host)
     args, packs = entry_signature(cpu)
     return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
+
+
+def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None, thread_order: int = 1):
+    """``emulate_gpu``'s steps with ``cuda_source`` after lowering: verified, its CUDA C
+    generated and compiled for this CPU."""
+    from .codegen.cuda import DEVICE_HELPERS, cuda_kernels
+    from .codegen.gpu_verify import verify_gpu
+    from .runtime.cuda_on_cpu import CudaOnCpuModule, compile_program, cuda_program
+
+    verify_gpu(func, target)
+    kernels, launches, _ = cuda_kernels(func, target)
+    args, _ = entry_signature(func)
+    specs, workspace = kernel_launches(func, args, launches)
+    entries = [func.name] if len(specs) == 1 else [f"{func.name}_kernel{n}" for n in range(len(specs))]
+    source = cuda_program(DEVICE_HELPERS + kernels, entries, args, specs, workspace)
+    return CudaOnCpuModule(compile_program(source, cache_dir), source, func.name, args, specs, workspace,
+                           thread_order)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

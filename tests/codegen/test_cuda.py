@@ -345,18 +345,21 @@ def test_binding_mistakes_are_schedule_errors():
 
 def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(kernel_cache):
     """64 KB of tiles: slices of one ``extern __shared__`` array, the bytes in the launch (the
-    runtime opts the kernel in), through tc.build and the tuner's builder alike."""
+    runtime opts the kernel in), through tc.build and the tuner's builder alike; its CUDA C
+    computes NumPy's product (run on the CPU)."""
     from tilecraft.codegen.cuda import generate_cuda
     from tilecraft.measure import MeasureInput
 
     sch = tiled_matmul(256, 256, 256, threads=(16, 16), tile=(8, 8), k_step=64)
     source, (launch,) = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
-    assert launch.shared_bytes == 65536 and "extern __shared__ __align__(32) unsigned char tc_shared[];" in source
+    assert launch.shared_bytes == 65536 and "TC_DYNAMIC_SHARED;" in source
     assert "float* __restrict__ B_shared = (float*)(tc_shared + 32768);" in source
     inputs = sch.dag.random_inputs(np.random.default_rng(0))
-    np.testing.assert_allclose(tc.emulate_gpu(sch)(*inputs), sch.dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
+    for cuda_source in [False] + [True] * bool(shutil.which("g++")):
+        np.testing.assert_allclose(tc.emulate_gpu(sch, cache_dir=kernel_cache, cuda_source=cuda_source)(*inputs),
+                                   sch.dag.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
     small, _ = generate_cuda(tc.lower(tiled_matmul(64, 64, 64, tile=(2, 2), k_step=4)), tc.Target("cuda -arch=sm_90"))
-    assert "extern __shared__" not in small and "__shared__ __align__(32) float A_shared[" in small
+    assert "TC_DYNAMIC_SHARED;" not in small and "__shared__ __align__(32) float A_shared[" in small
     if shutil.which("nvcc"):
         assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launches[0].shared_bytes == 65536
         (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(
@@ -550,7 +553,7 @@ def test_16_bit_float_tiles_are_fetched_sixteen_bytes_a_copy(sketch, dtype):
     np.testing.assert_allclose(tc.emulate_gpu(sch, target)(a, b).astype(np.float32), want, rtol=rtol, atol=10 * rtol)
     if shutil.which("nvcc"):
         source = tc.build(sch, "cuda" if tc.cuda_available() else target).source
-        copy = "*(uint4*)&" if sketch == "gpu_tile" else "cp.async.cg.shared.global [%0], [%1], 16;"
+        copy = "*(uint4*)&" if sketch == "gpu_tile" else "TC_CP_ASYNC(cg, 16,"
         assert source.count(copy) == (2 if sketch == "gpu_tile" else 4), source  # A's tile and B's (and first steps)
 
 

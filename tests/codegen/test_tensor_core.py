@@ -91,7 +91,7 @@ def test_shared_tiles_fetched_sixteen_bytes_a_copy():
 def test_the_example_double_buffers_its_tiles_with_asynchronous_copies():
     source = check(example.schedule(example.half_matmul(256, 128, 256)))
     if source:
-        assert source.count("cp.async.cg.shared.global") == 4 and "tc_wmma_mma_row_row(" in source
+        assert source.count("TC_CP_ASYNC(cg, 16,") == 4 and "tc_wmma_mma_row_row(" in source
 
 
 @pytest.mark.parametrize("shared, b_transposed", [(True, False), (False, False), (True, True)])

@@ -378,7 +378,7 @@ def test_a_bfloat16_matmul_gets_tensor_cores_from_sm_80_on():
     for sketch in (s for s in generate_sketches(dag, target=TARGET) if "gpu_tensor_core" in s.name):
         sch = sketch.trace_of(sketch.sample(np.random.default_rng(0), 1, 1)[0]).replay(dag)
         source = tc.build(sch, TARGET).source if shutil.which("nvcc") else ""
-        assert not source or ("cp.async.cg.shared.global [%0], [%1], 16, %2;" in source if "pipelined" in sketch.name
+        assert not source or ("TC_CP_ASYNC_ZFILL(cg, 16," in source if "pipelined" in sketch.name
                               else "uint4 tc_zero = {};" in source)
     dag = half_attention_scores(transpose_a=True)  # A's tiles column major
     sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tensor_core")
@@ -598,6 +598,32 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
                 tc.build(sch, TARGET)
             valid += 1
         assert valid, f"no random candidate of sketch {sketch.name} passed the verifier"
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize("workload", [name if name == "half_matmul" else pytest.param(name, marks=pytest.mark.slow)
+                                      for name in sorted(WORKLOADS)])
+def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, kernel_cache):
+    """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads in
+    reverse: shared memory read before a barrier, or a cp.async before its wait, reads NaN;
+    a wmma operand loaded in another layout than the mma's, or misaligned, is named."""
+    dag = WORKLOADS[workload]()
+    inputs = dag.random_inputs(np.random.default_rng(1))
+    expected = dag.evaluate_numpy(inputs)[0].astype(np.float32)
+    close = {"float16": dict(rtol=2e-3, atol=2e-3), "bfloat16": dict(rtol=1.6e-2, atol=1.6e-2)}.get(
+        dag.outputs[0].dtype, dict(rtol=1e-4, atol=1e-4))
+    for sketch in generate_sketches(dag, target=TARGET):
+        for row in sketch.sample(np.random.default_rng(0), 8, 1):  # the first the verifier accepts
+            try:
+                kernel = tc.emulate_gpu(sketch.trace_of(row).replay(dag), TARGET, cache_dir=kernel_cache,
+                                        cuda_source=True)
+            except GpuLimitError:
+                continue
+            np.testing.assert_allclose(kernel(*inputs).astype(np.float32), expected, **close,
+                                       err_msg=f"{sketch.name}:\n{kernel.source[-3000:]}")
+            break
+        else:
+            raise AssertionError(f"no candidate of sketch {sketch.name} passed the verifier")
 
 
 

@@ -46,8 +46,22 @@ __device__ __forceinline__ unsigned short tc_f2h(float f) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
 """
+# cp.async of BYTES (4, 8 or 16) into shared memory, through L1 (ca) or L2 alone (cg); of READ
+# bytes (BYTES, or 0: zeros); a commit of the copies issued, and a wait until at most PENDING groups fly
+_COPY_ASYNC = """
+#define TC_CP_ASYNC(LEVEL, BYTES, dst, src) asm volatile("cp.async." #LEVEL ".shared.global [%0], [%1], " #BYTES ";\\n" \\
+  :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
+#define TC_CP_ASYNC_ZFILL(LEVEL, BYTES, dst, src, read) asm volatile(                                        \\
+  "cp.async." #LEVEL ".shared.global [%0], [%1], " #BYTES ", %2;\\n"                                          \\
+  :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src), "r"(read) : "memory")
+#define TC_CP_ASYNC_WAIT(PENDING) asm volatile("cp.async.commit_group;\\n" ::: "memory");                 \\
+  asm volatile("cp.async.wait_group " #PENDING ";\\n" ::: "memory")
+"""
+# a block's shared memory past 48 KB, asked for at launch, its tiles slices of it
+_DYNAMIC_SHARED = "#define TC_DYNAMIC_SHARED extern __shared__ __align__(32) unsigned char tc_shared[]\n"
+DEVICE_HELPERS = _HELPERS  # the C backend's helpers, which runtime/cuda_on_cpu.h's kernels take as they are
 _PRELUDE = (f"{_RTC_NAMES}{_INCLUDES}\n#endif\n\n" + _HELPERS.replace("static inline", "__device__ __forceinline__")
-            + _HALF)
+            + _HALF + _COPY_ASYNC + _DYNAMIC_SHARED)
 _WMMA = (Path(__file__).parent / "wmma.cuh").read_text()  # a warp's tensor-core operations, in PTX
 
 GPU_AXES = ("blockIdx", "threadIdx", "vthread")
@@ -149,8 +163,7 @@ class _CudaEmitter(_Emitter):
             return
         if isinstance(s, AsyncWait):
             if self.target.compute_capability >= (8, 0):
-                self.out.line(f'asm volatile("cp.async.commit_group;\\n" ::: "memory"); '
-                              f'asm volatile("cp.async.wait_group {s.pending};\\n" ::: "memory");')
+                self.out.line(f"TC_CP_ASYNC_WAIT({s.pending});")
             return
         if isinstance(s, Store) and self.copying_async and isinstance(s.value, TensorRead) \
                 and self._copies_global(s.buffer, s.value, 1):
@@ -172,9 +185,10 @@ class _CudaEmitter(_Emitter):
         dst = f"&{self.buffer_name(buffer)}[{self.expr(index)}]"
         src = f"&{self.buffer_name(source.tensor)}[{self.expr(source_index)}]"
         level = "cg" if nbytes == 16 else "ca"
-        read = "" if guard is None else f', "r"(({self.expr(guard)}) ? {nbytes} : 0)'
-        self.out.line(f'asm volatile("cp.async.{level}.shared.global [%0], [%1], {nbytes}{", %2" if read else ""};\\n" '
-                      f':: "r"((uint32_t)__cvta_generic_to_shared({dst})), "l"({src}){read} : "memory");')
+        if guard is None:
+            self.out.line(f"TC_CP_ASYNC({level}, {nbytes}, {dst}, {src});")
+        else:
+            self.out.line(f"TC_CP_ASYNC_ZFILL({level}, {nbytes}, {dst}, {src}, ({self.expr(guard)}) ? {nbytes} : 0);")
 
     def all_reduce(self, s: ThreadAllReduce) -> None:
         """Warp shuffles within a warp's share of a row; across warps (a row of 64 to 1024
@@ -406,7 +420,7 @@ class _CudaEmitter(_Emitter):
         head = f'extern "C" __global__ void __launch_bounds__({bounds}) {f.name}'
         with self.out.block(f"{head}({', '.join(params)})"):
             if self.launch.shared_bytes:  # over 48 KB: asked for at launch, the kernel opted in
-                self.out.line("extern __shared__ __align__(32) unsigned char tc_shared[];")
+                self.out.line("TC_DYNAMIC_SHARED;")
             self.stmt(f.body)
         return body.text()
 
@@ -461,10 +475,16 @@ def _halvings(width: int) -> list[int]:
 def generate_cuda(func: LoweredFunc, target) -> tuple[str, tuple[Launch, ...]]:
     """The CUDA C source of a lowered GPU function, a ``__global__`` function for each of its
     kernels (``ir/kernels.py``), and the grid and block to launch each on, in order."""
+    kernels, launches, uses_wmma = cuda_kernels(func, target)
+    return _PRELUDE + (_WMMA if uses_wmma else "") + "\n" + kernels, launches
+
+
+def cuda_kernels(func: LoweredFunc, target) -> tuple[str, tuple[Launch, ...], bool]:
+    """``generate_cuda``'s kernels without the prelude they need (its helpers, and wmma.cuh's
+    where the third value is true): a CUDA header, or runtime/cuda_on_cpu.h's, completes them."""
     emitters = [_CudaEmitter(kernel, target) for kernel in split_kernels(func)[0]]
-    kernels = "\n".join(e.function() for e in emitters)
-    wmma = _WMMA if any(e.uses_wmma for e in emitters) else ""
-    return _PRELUDE + wmma + "\n" + kernels, tuple(e.launch for e in emitters)
+    return ("\n".join(e.function() for e in emitters), tuple(e.launch for e in emitters),
+            any(e.uses_wmma for e in emitters))
 
 
 def vector_bytes(loop: For) -> int:

@@ -5,11 +5,12 @@ from them, has each thread wait for global memory at every step. Pipelined (a lo
 ``pipeline``, from ``Schedule.annotate(loop, "software_pipeline", 2)``), the tiles get two
 slots: before the loop, the first step's tiles are filled into slot 0; each step then fills
 the next step's tiles into the other slot while it computes from its own, the copies
-asynchronous where the GPU has them (``AsyncCopies``: ``cp.async``, sm_80 and newer), so
-global memory's latency hides behind the arithmetic. A barrier at the end of a step keeps a
-slot from being refilled while another thread still reads it. A loop without that shape, or
-whose doubled tiles would outgrow the 227 KB a block may have on sm_90, stays serial (past
-48 KB the kernel takes dynamic shared memory; the verifier holds a smaller GPU to its limit).
+asynchronous where the GPU has them (``AsyncCopies``: ``cp.async``, sm_80 and newer; each
+step's copies a group of their own), so global memory's latency hides behind the
+arithmetic. A barrier at the end of a step keeps a slot from being refilled while another
+thread still reads it. A loop without that shape, or whose doubled tiles would outgrow the
+227 KB a block may have on sm_90, stays serial (past 48 KB the kernel takes dynamic shared
+memory; the verifier holds a smaller GPU to its limit).
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def _double_buffered(loop: For, spare: int) -> Stmt | None:
                       in_slot(seq(rest), binary("floormod", k, const(2, k.dtype))), Barrier()])
     for buffer in reversed(local):
         step = Allocate(buffer, step)
-    pipelined: Stmt = seq([fill(const(0, k.dtype)), replace(loop, kind="serial", body=step)])
+    # the first step's copies a group of their own, waited for in the first step: committed with
+    # the next step's, a wait leaving the latest group in flight would not wait for them
+    pipelined: Stmt = seq([fill(const(0, k.dtype)), AsyncWait(1), replace(loop, kind="serial", body=step)])
     for buffer in reversed(tiles):
         pipelined = Allocate(doubled[buffer], pipelined)
     return pipelined

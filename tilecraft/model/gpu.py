@@ -62,7 +62,7 @@ class GpuModel:
         self._plan = None  # the launches over them
         self._graph = None  # the launches captured in a CUDA graph (``capture``, or the second call); False: refused
         self._plan_runs = 0
-        self._emulated: list | None = None
+        self._emulated: tuple[bool, list] | None = None  # (cuda_source, each kernel's emulation), from the first
 
     def __repr__(self) -> str:
         tuned = sum(kernel.tuned for kernel in self.kernels)
@@ -171,14 +171,15 @@ class GpuModel:
                             **kernel.module.to_json()})
         write_plan(directory, self, kernels)
 
-    def emulate(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def emulate(self, inputs: Mapping[str, np.ndarray], cuda_source: bool = False) -> dict[str, np.ndarray]:
         """Run the model's steps on this CPU, each kernel's GPU schedule emulated (serially,
         as the GPU would distribute it): slow, but it checks the model where there is no GPU.
+        With ``cuda_source``, each kernel's CUDA C runs instead (``tc.emulate_gpu``'s).
 
         Raises:
             ModelInputError: As ``run``.
         """
-        from ..build import emulate_lowered
+        from ..build import cuda_on_cpu, emulate_lowered
         from ..ir.lower import lower
         from ..ir.slices import into_slice
         from .compiled import check_inputs
@@ -186,10 +187,11 @@ class GpuModel:
         if len(self._dags) != len(self.kernels):
             raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
                                  "replays its schedules on; compile the model with compile_model to emulate it")
-        if self._emulated is None:
+        if self._emulated is None or self._emulated[0] != cuda_source:
             funcs = [lower(Trace.from_json(k.trace).replay(dag)) for k, (dag, _) in zip(self.kernels, self._dags)]
-            self._emulated = [emulate_lowered(into_slice(func, *into) if into else func, CudaTarget(self.target))
-                              for func, (_, into) in zip(funcs, self._dags)]
+            run = cuda_on_cpu if cuda_source else emulate_lowered
+            self._emulated = cuda_source, [run(into_slice(func, *into) if into else func, CudaTarget(self.target))
+                                           for func, (_, into) in zip(funcs, self._dags)]
         arrays: dict[str, np.ndarray] = {**self.constants, **check_inputs(self.inputs, inputs)}
         for step in self.steps:
             if step.kernel is None:
@@ -197,7 +199,7 @@ class GpuModel:
                 continue
             outs = [arrays[n] if n in arrays else np.empty(self.values[n].shape, self.values[n].dtype)
                     for n in step.outputs]  # a concatenation its producers write in place: one array
-            self._emulated[step.kernel](*(arrays[n] for n in step.inputs), *outs)
+            self._emulated[1][step.kernel](*(arrays[n] for n in step.inputs), *outs)
             arrays.update(zip(step.outputs, outs))
         return {name: arrays[name].copy() for name in self.outputs}
 

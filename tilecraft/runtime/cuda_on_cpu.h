@@ -1,0 +1,409 @@
+/* CUDA on a CPU: enough of CUDA C++ for the kernels codegen/cuda.py writes to run here, as
+   written, so that the code generator's own text is checked against NumPy where there is no
+   GPU (runtime/cuda_on_cpu.py compiles it with this header in place of the CUDA prelude).
+
+   A block's threads are fibers (ucontext) on one OS thread, run in an order the caller picks.
+   Each runs until it must wait: at __syncthreads() until every thread of the block arrives, at
+   a warp's collective operation (a shuffle, a wmma operation) until every lane it names does.
+   Everything a GPU leaves undefined is made visible: shared memory, outputs and workspace start
+   as 0xff bytes (a float NaN), cp.async copies land only when a wait_group requires them, and
+   a thread that waits where the others never come, a wmma operand loaded in another layout or
+   misaligned, a shared-memory load from global memory, or a shuffle outside its mask ends the
+   run with a message naming the block and thread. AddressSanitizer (the compiler's flags)
+   catches reads and writes outside the arguments, UBSan misaligned vector accesses. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+/* A block's static shared arrays: one copy (blocks run one after another), in a section of
+   their own so that each block's start can fill them with 0xff. */
+#define __shared__ static __attribute__((section("tc_shared")))
+extern "C" char __start_tc_shared[] __attribute__((weak));
+extern "C" char __stop_tc_shared[] __attribute__((weak));
+#define TC_DYNAMIC_SHARED unsigned char* tc_shared = tc_cpu::dynamic_shared
+
+struct dim3 { unsigned x, y, z; };
+#define TC_VECTOR2(T, N, A) struct alignas(A) N { T x, y; }; inline N make_##N(T x, T y) { return N{x, y}; }
+#define TC_VECTOR4(T, N, A) struct alignas(A) N { T x, y, z, w; }; \
+  inline N make_##N(T x, T y, T z, T w) { return N{x, y, z, w}; }
+TC_VECTOR2(float, float2, 8) TC_VECTOR4(float, float4, 16) TC_VECTOR2(int, int2, 8) TC_VECTOR4(int, int4, 16)
+TC_VECTOR2(double, double2, 16) TC_VECTOR2(unsigned, uint2, 8) TC_VECTOR4(unsigned, uint4, 16)
+
+namespace tc_cpu {
+
+const size_t STACK_BYTES = 256 << 10;
+
+struct Copy { void* dst; const void* src; int bytes, read, group; };
+
+struct Fiber {
+  ucontext_t context;
+  dim3 index;
+  int linear = 0;
+  bool done = false, waiting = false;
+  const char* waits_at = "";
+  char* stack = nullptr;
+  Copy* copies = nullptr;  // cp.async copies in the order issued, landed up to ``landed``
+  int issued = 0, capacity = 0, landed = 0, committed = 0;  // ``committed``: the groups closed so far
+};
+
+struct Warp {
+  unsigned arrived = 0, mask = 0;
+  uint64_t slots[32];
+  float a[256], b[256];  // a wmma.mma's A and B, gathered from the lanes
+};
+
+inline ucontext_t scheduler;
+inline Fiber* current = nullptr;
+inline Fiber* fibers = nullptr;
+inline Warp* warps = nullptr;
+inline int threads = 0, block_arrived = 0;
+inline dim3 block_index, block_dim, grid_dim;
+inline void (*body)(void**) = nullptr;  // the kernel, called with its arguments
+inline void** arguments = nullptr;
+inline unsigned char* dynamic_shared = nullptr;
+inline size_t dynamic_shared_bytes = 0;
+#if defined(__SANITIZE_ADDRESS__)
+inline const void* scheduler_stack = nullptr;
+inline size_t scheduler_stack_bytes = 0;
+#endif
+
+/* An argument, as whatever pointer type the kernel's parameter is. */
+struct Arg {
+  void* p;
+  template <class T> operator T*() const { return (T*)p; }
+};
+
+[[noreturn]] inline void fail(const char* format, ...) {
+  fprintf(stderr, "block (%u, %u, %u)", block_index.x, block_index.y, block_index.z);
+  if (current) fprintf(stderr, " thread (%u, %u, %u)", current->index.x, current->index.y, current->index.z);
+  fprintf(stderr, ": ");
+  va_list args;
+  va_start(args, format);
+  vfprintf(stderr, format, args);
+  va_end(args);
+  fprintf(stderr, "\n");
+  fflush(stderr);
+  _Exit(3);
+}
+
+inline void to_scheduler(bool finished) {
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_stack, scheduler_stack_bytes);
+  swapcontext(&current->context, &scheduler);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#else
+  (void)finished;
+  swapcontext(&current->context, &scheduler);
+#endif
+}
+
+inline void to_fiber(Fiber& fiber) {
+  current = &fiber;
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(&fake, fiber.stack, STACK_BYTES);
+  swapcontext(&scheduler, &fiber.context);
+  __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);
+#else
+  swapcontext(&scheduler, &fiber.context);
+#endif
+  current = nullptr;
+}
+
+
+inline void fiber_main() {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack, &scheduler_stack_bytes);
+#endif
+  body(arguments);  // copies never waited for never land: only the block's threads could have read them
+  current->done = true;
+  to_scheduler(true);
+}
+
+inline void wait(const char* where) {
+  current->waiting = true;
+  current->waits_at = where;
+  to_scheduler(false);
+}
+
+inline bool in_shared(const void* p) {
+  const char* c = (const char*)p;
+  return (c >= __start_tc_shared && c < __stop_tc_shared) ||
+         (c >= (const char*)dynamic_shared && c < (const char*)dynamic_shared + dynamic_shared_bytes);
+}
+
+/* Every thread of the block, in ``order``, until all have returned. */
+inline void run_block(const int* order) {
+  for (int n = 0; n < threads; ++n) {
+    Fiber& fiber = fibers[n];
+    fiber.done = fiber.waiting = false;
+    fiber.issued = fiber.landed = fiber.committed = 0;
+    getcontext(&fiber.context);
+    fiber.context.uc_stack.ss_sp = fiber.stack;
+    fiber.context.uc_stack.ss_size = STACK_BYTES;
+    fiber.context.uc_link = nullptr;
+    makecontext(&fiber.context, fiber_main, 0);
+  }
+  if (__start_tc_shared) memset(__start_tc_shared, 0xff, __stop_tc_shared - __start_tc_shared);
+  if (dynamic_shared) memset(dynamic_shared, 0xff, dynamic_shared_bytes);
+  block_arrived = 0;
+  for (int n = 0; n < (threads + 31) / 32; ++n) warps[n].arrived = 0;
+  for (;;) {
+    int ran = 0, done = 0;
+    for (int n = 0; n < threads; ++n) {
+      Fiber& fiber = fibers[order[n]];
+      if (fiber.done) ++done;
+      else if (!fiber.waiting) to_fiber(fiber), ++ran;
+    }
+    if (done == threads) return;
+    if (ran) continue;
+    for (int n = 0; n < threads; ++n)
+      if (fibers[n].waiting) {
+        current = &fibers[n];
+        fail("waits at %s for threads that never come: %d of the block's %d threads returned without it",
+             current->waits_at, done, threads);
+      }
+  }
+}
+
+/* A grid of blocks, each block's threads run in the order ``seed`` picks: 0 in order, 1
+   reversed, larger a shuffle (xorshift) of each block's. */
+inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, void (*kernel)(void**), void** args) {
+  threads = (int)(block.x * block.y * block.z);
+  fibers = new Fiber[threads];
+  warps = new Warp[(threads + 31) / 32];
+  char* stacks = (char*)malloc((size_t)threads * STACK_BYTES);
+  int* order = new int[threads];
+  for (int n = 0; n < threads; ++n) {
+    fibers[n].stack = stacks + (size_t)n * STACK_BYTES;
+    fibers[n].linear = n;
+    fibers[n].index = dim3{(unsigned)n % block.x, (unsigned)n / block.x % block.y, (unsigned)n / (block.x * block.y)};
+    order[n] = seed == 1 ? threads - 1 - n : n;
+  }
+  dynamic_shared = shared_bytes ? (unsigned char*)malloc(shared_bytes) : nullptr;
+  dynamic_shared_bytes = shared_bytes;
+  body = kernel, arguments = args;
+  block_dim = block, grid_dim = grid;
+  unsigned random = seed;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        block_index = dim3{x, y, z};
+        for (int n = threads - 1; seed > 1 && n > 0; --n) {
+          random ^= random << 13, random ^= random >> 17, random ^= random << 5;
+          int other = (int)(random % (unsigned)(n + 1)), kept = order[n];
+          order[n] = order[other], order[other] = kept;
+        }
+        run_block(order);
+      }
+  for (int n = 0; n < threads; ++n) free(fibers[n].copies);
+  delete[] fibers;
+  delete[] warps;
+  delete[] order;
+  free(stacks);
+  free(dynamic_shared);
+  dynamic_shared = nullptr;
+}
+
+inline void syncthreads() {
+  if (++block_arrived == threads) {
+    block_arrived = 0;
+    for (int n = 0; n < threads; ++n) fibers[n].waiting = false;
+    return;
+  }
+  wait("__syncthreads()");
+}
+
+/* Every lane of ``mask`` meets here; the calling lane must be one of them. */
+inline void warp_sync(unsigned mask, const char* what) {
+  int lane = current->linear % 32;
+  Warp& warp = warps[current->linear / 32];
+  if (!(mask >> lane & 1)) fail("%s with mask %#x, which leaves out the calling lane %d", what, mask, lane);
+  if (warp.arrived && warp.mask != mask) fail("%s with mask %#x where other lanes gave %#x", what, mask, warp.mask);
+  warp.mask = mask;
+  warp.arrived |= 1u << lane;
+  if (warp.arrived == mask) {
+    warp.arrived = 0;
+    for (int n = 0; n < 32; ++n)
+      if (mask >> n & 1) fibers[current->linear / 32 * 32 + n].waiting = false;
+    return;
+  }
+  wait(what);
+}
+
+template <class T> T shfl_xor(unsigned mask, T value, int lane_mask, int width) {
+  int lane = current->linear % 32, source = lane ^ lane_mask;
+  Warp& warp = warps[current->linear / 32];
+  if (source >= (lane / width + 1) * width) source = lane;  // beyond its group of width lanes: its own
+  memcpy(&warp.slots[lane], &value, sizeof(T));
+  warp_sync(mask, "__shfl_xor_sync");
+  if (!(mask >> source & 1)) fail("__shfl_xor_sync reads lane %d, outside its mask %#x", source, mask);
+  T result;
+  memcpy(&result, &warp.slots[source], sizeof(T));
+  warp_sync(mask, "__shfl_xor_sync");
+  return result;
+}
+
+inline void copy_async(void* dst, const void* src, int bytes, int read) {
+  if (!in_shared(dst)) fail("cp.async into %p, which is not shared memory", dst);
+  if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes) fail("cp.async of %d bytes from %p to %p, misaligned", bytes,
+                                                              src, dst);
+  if (read != 0 && read != bytes) fail("cp.async reads %d of %d bytes", read, bytes);
+  Fiber& fiber = *current;
+  if (fiber.issued == fiber.capacity) {
+    fiber.capacity = fiber.capacity ? 2 * fiber.capacity : 64;
+    fiber.copies = (Copy*)realloc(fiber.copies, fiber.capacity * sizeof(Copy));
+  }
+  fiber.copies[fiber.issued++] = Copy{dst, src, bytes, read, fiber.committed};
+}
+
+/* The copies issued since the last commit a group; those of all but the ``pending`` latest groups land. */
+inline void commit_and_wait(int pending) {
+  Fiber& fiber = *current;
+  ++fiber.committed;
+  for (; fiber.landed < fiber.issued && fiber.copies[fiber.landed].group < fiber.committed - pending; ++fiber.landed) {
+    const Copy& copy = fiber.copies[fiber.landed];
+    if (copy.read) memcpy(copy.dst, copy.src, copy.bytes);
+    else memset(copy.dst, 0, copy.bytes);
+  }
+}
+
+/* wmma, m16n16k16. A lane holds 8 elements of a 16x16 tile, row major, lane l the l-th 8 (of
+   A or B: four registers of two 16-bit elements, the fifth naming the operand, its layout and
+   type, which the mma checks against its own); the float32 accumulator 8 floats. */
+enum Operand { A = 1, B = 2 };
+enum Layout { ROW = 1, COL = 2 };
+enum Type { F32 = 0, F16 = 1, BF16 = 2 };
+const unsigned TAG = 0x7c000000u;
+const char* const LAYOUTS[] = {"?", "row", "col"};
+
+inline float widen(uint16_t bits, int type) {
+  if (type == BF16) { uint32_t u = (uint32_t)bits << 16; float f; memcpy(&f, &u, 4); return f; }
+  _Float16 h; memcpy(&h, &bits, 2); return (float)h;
+}
+
+inline uint16_t round_to(float value, int type) {
+  if (type == BF16) {
+    uint32_t u; memcpy(&u, &value, 4);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  _Float16 h = (_Float16)value; uint16_t bits; memcpy(&bits, &h, 2); return bits;
+}
+
+/* The offset of a tile's element (row, column) in memory of leading dimension ldm. */
+inline unsigned at(int layout, int row, int column, unsigned ldm) { return layout == ROW ? row * ldm + column : column * ldm + row; }
+
+inline void check_tile(const char* what, const void* p, unsigned ldm, int element_bytes) {
+  if ((uintptr_t)p % 32) fail("%s at %p, which is not 32-byte aligned", what, p);
+  if (ldm * element_bytes % 16) fail("%s with ldm %u, not a multiple of 16 bytes", what, ldm);
+}
+
+inline void load(unsigned* fragment, const void* p, unsigned ldm, int operand, int layout, int type, bool shared) {
+  check_tile("wmma.load", p, ldm, 2);
+  if (shared != in_shared(p)) fail("wmma.load%s from %p, which is %sshared memory", shared ? ".shared" : "", p,
+                                   shared ? "not " : "");
+  warp_sync(0xffffffffu, "wmma.load");
+  const uint16_t* m = (const uint16_t*)p;
+  int lane = current->linear % 32;
+  for (int e = 0; e < 8; e += 2) {
+    int n = lane * 8 + e;
+    fragment[e / 2] = m[at(layout, n / 16, n % 16, ldm)] | (unsigned)m[at(layout, (n + 1) / 16, (n + 1) % 16, ldm)] << 16;
+  }
+  fragment[4] = TAG | operand << 8 | layout << 4 | type;
+}
+
+inline void gather(float* into, const unsigned* fragment, int operand, int layout, int type) {
+  if (fragment[4] != (TAG | operand << 8 | layout << 4 | type))
+    fail("wmma.mma takes %c as %s-major %s, but its fragment (tag %#x) was not loaded so", operand == A ? 'A' : 'B',
+         LAYOUTS[layout], type == BF16 ? "bf16" : "f16", fragment[4]);
+  int lane = current->linear % 32;
+  for (int e = 0; e < 8; ++e) into[lane * 8 + e] = widen((uint16_t)(fragment[e / 2] >> (e % 2 * 16)), type);
+}
+
+inline void mma(float* c, const unsigned* a, const unsigned* b, int a_layout, int b_layout, int type) {
+  Warp& warp = warps[current->linear / 32];
+  gather(warp.a, a, A, a_layout, type);
+  gather(warp.b, b, B, b_layout, type);
+  warp_sync(0xffffffffu, "wmma.mma");
+  int lane = current->linear % 32;
+  for (int e = 0; e < 8; ++e) {
+    int row = (lane * 8 + e) / 16, column = (lane * 8 + e) % 16;
+    float sum = c[e];
+    for (int k = 0; k < 16; ++k) sum += warp.a[row * 16 + k] * warp.b[k * 16 + column];
+    c[e] = sum;
+  }
+  warp_sync(0xffffffffu, "wmma.mma");
+}
+
+inline void store(void* p, const float* c, unsigned ldm, int layout, int type) {
+  check_tile("wmma.store", p, ldm, type == F32 ? 4 : 2);
+  warp_sync(0xffffffffu, "wmma.store");
+  int lane = current->linear % 32;
+  for (int e = 0; e < 8; ++e) {
+    unsigned offset = at(layout, (lane * 8 + e) / 16, (lane * 8 + e) % 16, ldm);
+    if (type == F32) ((float*)p)[offset] = c[e];
+    else ((uint16_t*)p)[offset] = round_to(c[e], type);
+  }
+}
+
+}  // namespace tc_cpu
+
+#define threadIdx (tc_cpu::current->index)
+#define blockIdx (tc_cpu::block_index)
+#define blockDim (tc_cpu::block_dim)
+#define gridDim (tc_cpu::grid_dim)
+inline void __syncthreads() { tc_cpu::syncthreads(); }
+template <class T> T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
+  return tc_cpu::shfl_xor(mask, value, lane_mask, width);
+}
+template <class T> T atomicAdd(T* address, T value) { T old = *address; *address = old + value; return old; }
+
+inline float tc_h2f(unsigned short h) { return tc_cpu::widen(h, tc_cpu::F16); }
+inline unsigned short tc_f2h(float f) { return tc_cpu::round_to(f, tc_cpu::F16); }
+
+#define TC_CP_ASYNC(level, bytes, dst, src) tc_cpu::copy_async(dst, src, bytes, bytes)
+#define TC_CP_ASYNC_ZFILL(level, bytes, dst, src, read) tc_cpu::copy_async(dst, src, bytes, read)
+#define TC_CP_ASYNC_WAIT(pending) tc_cpu::commit_and_wait(pending)
+
+/* wmma.cuh's functions, by the names codegen/cuda.py calls */
+#define TC_CPU_LOAD(SPACE, KIND, M, L, SHARED, TYPE, OPERAND, LAYOUT)                                   \
+  inline void tc_wmma_load_##SPACE##KIND##M##_##L(unsigned* f, const void* p, unsigned ldm) {          \
+    tc_cpu::load(f, p, ldm, tc_cpu::OPERAND, tc_cpu::LAYOUT, tc_cpu::TYPE, SHARED);                    \
+  }
+#define TC_CPU_LOADS(SPACE, SHARED, KIND, TYPE)                                                         \
+  TC_CPU_LOAD(SPACE, KIND, a, row, SHARED, TYPE, A, ROW) TC_CPU_LOAD(SPACE, KIND, a, col, SHARED, TYPE, A, COL) \
+  TC_CPU_LOAD(SPACE, KIND, b, row, SHARED, TYPE, B, ROW) TC_CPU_LOAD(SPACE, KIND, b, col, SHARED, TYPE, B, COL)
+TC_CPU_LOADS(, false, , F16) TC_CPU_LOADS(shared_, true, , F16)
+TC_CPU_LOADS(, false, bf16_, BF16) TC_CPU_LOADS(shared_, true, bf16_, BF16)
+
+#define TC_CPU_MMA(KIND, TYPE, AL, BL, A_LAYOUT, B_LAYOUT)                                               \
+  inline void tc_wmma_mma_##KIND##AL##_##BL(float* c, const unsigned* a, const unsigned* b) {          \
+    tc_cpu::mma(c, a, b, tc_cpu::A_LAYOUT, tc_cpu::B_LAYOUT, tc_cpu::TYPE);                            \
+  }
+#define TC_CPU_MMAS(KIND, TYPE)                                                                         \
+  TC_CPU_MMA(KIND, TYPE, row, row, ROW, ROW) TC_CPU_MMA(KIND, TYPE, row, col, ROW, COL)                \
+  TC_CPU_MMA(KIND, TYPE, col, row, COL, ROW) TC_CPU_MMA(KIND, TYPE, col, col, COL, COL)
+TC_CPU_MMAS(, F16) TC_CPU_MMAS(bf16_, BF16)
+
+#define TC_CPU_STORE(KIND, TYPE)                                                                        \
+  inline void tc_wmma_store_##KIND##_row(void* p, const float* c, unsigned ldm) {                      \
+    tc_cpu::store(p, c, ldm, tc_cpu::ROW, tc_cpu::TYPE);                                               \
+  }                                                                                                     \
+  inline void tc_wmma_store_##KIND##_col(void* p, const float* c, unsigned ldm) {                      \
+    tc_cpu::store(p, c, ldm, tc_cpu::COL, tc_cpu::TYPE);                                               \
+  }
+TC_CPU_STORE(f32, F32) TC_CPU_STORE(f16, F16) TC_CPU_STORE(bf16, BF16)

@@ -1,0 +1,147 @@
+"""The CUDA C of a GPU kernel, as the code generator wrote it, run on this CPU.
+
+The loop-nest emulation (``ir/emulate.py``) checks what a schedule computes; it never runs
+the CUDA text, so an index the code generator prints wrong, a vector copy, a shuffle tree,
+a wmma call or a cp.async would go unseen until a GPU ran it. Here the kernels
+(``codegen/cuda.py``'s ``cuda_kernels``) are compiled by the host's C++ compiler with
+``cuda_on_cpu.h`` in place of the CUDA prelude, each thread a fiber, into a program run in a
+process of its own (so that a kernel reading past an array ends that process, not ours) under
+AddressSanitizer and UBSan's alignment check. Its threads run in a chosen order, and what a
+GPU leaves undefined (shared memory not written yet, an output the kernel never writes, a
+cp.async not waited for) reads as NaN, so a missing barrier or wait shows in the values.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import BuildError, TilecraftError
+from .compiler import _compiler_version, _run_compiler, cached_build
+from .cuda import LaunchSpec, bind_arrays
+from .module import ArgSpec
+
+HEADER = (Path(__file__).parent / "cuda_on_cpu.h").read_text()
+FLAGS = ("-std=c++17", "-O1", "-w", "-fno-strict-aliasing", "-fsanitize=address,alignment",
+         "-fno-sanitize-recover=all", "--param", "asan-globals=0")  # shared arrays are filled whole
+RUN_TIMEOUT_SECS = 120.0
+_SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=4",
+                      "UBSAN_OPTIONS": "print_stacktrace=0:exitcode=4"}
+
+
+def cuda_program(kernels: str, entries: Sequence[str], args: Sequence[ArgSpec],
+                 launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec]) -> str:
+    """The C++ program that runs ``kernels`` (``cuda_kernels``' text after the helpers it
+    calls, ``DEVICE_HELPERS``) as ``launches`` say:
+    ``program DIR SEED`` reads argument n from ``DIR/n`` (an output there too if given: a
+    kernel may write part of it), zeroes what a launch adds into, runs the kernels in order
+    (threads in the order ``SEED`` picks) and writes the outputs back."""
+    every = [*args, *workspace]
+    pointers = ", ".join(f"tc_cpu::Arg{{p[{n}]}}" for n in range(len(every)))
+    calls = [f"static void tc_call_{n}(void** p) {{ {entry}({pointers}); }}" for n, entry in enumerate(entries)]
+    lines = [HEADER, kernels, *calls, "int main(int argc, char** argv) {",
+             "  if (argc != 3) { fprintf(stderr, \"usage: program DIR SEED\\n\"); return 2; }",
+             "  unsigned seed = (unsigned)atoi(argv[2]);",
+             f"  const size_t bytes[] = {{{', '.join(str(_nbytes(a)) for a in every)}}};",
+             f"  void* p[{len(every)}];",
+             f"  for (int n = 0; n < {len(every)}; ++n) {{",
+             "    p[n] = malloc(bytes[n] ? bytes[n] : 1);",
+             "    memset(p[n], 0xff, bytes[n]);  // an output not given, and the workspace: NaN until written",
+             "    char path[4096]; snprintf(path, sizeof path, \"%s/%d\", argv[1], n);",
+             "    FILE* f = fopen(path, \"rb\");",
+             "    if (!f) continue;",
+             "    if (fread(p[n], 1, bytes[n], f) != bytes[n]) { fprintf(stderr, \"cannot read %s\\n\", path); return 2; }",
+             "    fclose(f);",
+             "  }"]
+    for n, (entry, launch) in enumerate(zip(entries, launches)):
+        zeroed = "".join(f" memset(p[{z}], 0, bytes[{z}]);" for z in launch.zeroed)
+        lines.append(f"  {{{zeroed} tc_cpu::launch(dim3{{{', '.join(map(str, launch.grid))}}}, "
+                     f"dim3{{{', '.join(map(str, launch.block))}}}, {launch.shared_bytes}, seed, tc_call_{n}, p); }}")
+    outputs = [n for n, arg in enumerate(args) if arg.is_output]
+    lines += [f"  const int outputs[] = {{{', '.join(map(str, outputs))}}};",
+              "  for (int n : outputs) {",
+              "    char path[4096]; snprintf(path, sizeof path, \"%s/%d\", argv[1], n);",
+              "    FILE* f = fopen(path, \"wb\");",
+              "    if (!f || fwrite(p[n], 1, bytes[n], f) != bytes[n]) { fprintf(stderr, \"cannot write %s\\n\", path); return 2; }",
+              "    fclose(f);",
+              "  }",
+              "  return 0;",
+              "}"]
+    return "\n".join(lines) + "\n"
+
+
+def compile_program(source: str, cache_dir: Path | None = None, compile_timeout_secs: float = 120.0) -> Path:
+    """The cached executable of ``cuda_program``'s ``source``."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise BuildError("no C++ compiler was found on PATH (looked for g++ and c++); running CUDA kernels on the "
+                         "CPU compiles them with one: install g++ (the host compiler nvcc uses too)")
+    return cached_build(source, [" ".join(FLAGS), compiler, _compiler_version(compiler)], ".cpp", ".exe", cache_dir,
+                        lambda path, out: _run_compiler([compiler, *FLAGS, "-o", str(out), str(path)], path,
+                                                        compile_timeout_secs))
+
+
+class CudaOnCpuModule:
+    """A GPU function's kernels run on this CPU from their CUDA C (``cuda_on_cpu.h``), called
+    with NumPy arrays as a ``CudaModule`` is: ``module(*inputs)`` returns new outputs (one, or
+    a tuple), ``module(*inputs, out=outputs)`` writes into given ones, ``module(*all_arguments)``
+    returns None. Every call runs the program once, the block's threads in the order
+    ``thread_order`` picks: 0 in order, 1 reversed, larger a shuffle of its own seed.
+
+    A call raises ``TilecraftError`` with the program's message where the kernel breaks a rule
+    the GPU would punish: a barrier some threads never reach, an access outside an argument,
+    a misaligned vector or wmma access, a shuffle outside its mask."""
+
+    def __init__(self, executable: Path, source: str, entry: str, args: Sequence[ArgSpec],
+                 launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = (), thread_order: int = 1) -> None:
+        self.executable, self.source, self.entry = Path(executable), source, entry
+        self.args, self.launches, self.workspace = tuple(args), tuple(launches), tuple(workspace)
+        self.thread_order = thread_order
+
+    def __call__(self, *arrays: Any, out: Any = None) -> Any:
+        binding = bind_arrays(self.entry, self.args, arrays, out)
+        if binding.on_device:
+            raise TypeError(f"{self.entry} runs on the CPU: pass NumPy arrays")
+        every = {i: binding.arrays.get(i) for i in range(len(self.args))}
+        with tempfile.TemporaryDirectory(prefix="tilecraft-cuda-cpu-") as folder:
+            for i, spec in enumerate(self.args):
+                if every[i] is None:
+                    every[i] = np.empty(spec.shape, spec.dtype)  # the program's, NaN where the kernel leaves it
+                else:
+                    every[i].tofile(os.path.join(folder, str(i)))
+            self._run(folder)
+            for i, spec in enumerate(self.args):
+                if spec.is_output:
+                    every[i][...] = np.fromfile(os.path.join(folder, str(i)), every[i].dtype).reshape(spec.shape)
+        outputs = tuple(every[i] for i, spec in enumerate(self.args) if spec.is_output)
+        if not binding.returns_outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def _run(self, folder: str) -> None:
+        try:
+            done = subprocess.run([str(self.executable), folder, str(self.thread_order)], capture_output=True,
+                                  text=True, timeout=RUN_TIMEOUT_SECS, env={**os.environ, **_SANITIZER_OPTIONS})
+        except subprocess.TimeoutExpired:
+            raise TilecraftError(f"{self.entry} ran on the CPU for over {RUN_TIMEOUT_SECS:.0f} s: a kernel that "
+                                 "never ends, or one too large to run thread by thread (use smaller shapes)") from None
+        if done.returncode != 0:
+            raise TilecraftError(f"{self.entry}'s CUDA C, run on the CPU, failed (exit {done.returncode}): "
+                                 f"{_summary(done.stderr)}")
+
+
+def _nbytes(arg: ArgSpec) -> int:
+    return int(np.prod(arg.shape, dtype=np.int64)) * np.dtype(arg.dtype).itemsize
+
+
+def _summary(stderr: str) -> str:
+    """The lines of a sanitizer's report that name the fault, or the program's own message."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [line for line in lines if "ERROR:" in line or "runtime error" in line or line.startswith("SUMMARY")]
+    return "\n".join(named or lines[-5:]) or "no message"
