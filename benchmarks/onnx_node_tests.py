@@ -1,14 +1,15 @@
 """The whole ONNX backend node-test suite through tilecraft's importer, reference runner and compiler.
 
     python benchmarks/onnx_node_tests.py [--out benchmarks/results/onnx_node_tests.json] [--only REGEX]
-                                         [--target "cuda -arch=sm_90"]
+                                         [--target "cuda -arch=sm_90" [--cuda-source]]
 
 Prints how many cases pass, fail and are refused as unsupported (with the failing names and
 a count of refusals by reason; ``--only`` keeps the cases whose name matches a regular
 expression, ``--only 'test_(equal|less)'``), once through the NumPy reference runner and once through
 compiled native kernels (default schedules), and writes them as JSON. ``--target cuda ...``
 compiles them for that GPU instead (CUDA C built, every kernel emulated on this CPU): what
-a model of those operators computes there, on a machine without one. The cases and their
+a model of those operators computes there, on a machine without one; with ``--cuda-source``,
+the kernels' CUDA C itself run there (``tc.emulate_gpu(..., cuda_source=True)``). The cases and their
 judging are those of tests/frontend/node_cases.py; pytest runs the cases of the supported
 operators both ways.
 """
@@ -43,13 +44,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/onnx_node_tests.json"))
     parser.add_argument("--only", default="", help="run only the cases whose name matches this regular expression")
     parser.add_argument("--target", default=None, help='compile for this target instead, "cuda -arch=sm_90" emulated')
+    parser.add_argument("--cuda-source", action="store_true", help="with a CUDA target: run the kernels' CUDA C")
     args = parser.parse_args()
     start = time.perf_counter()
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as cache:
         warnings.simplefilter("ignore")  # the generators overflow casts and divide by zero on purpose
         cases = [case for case in collect_cases(supported_only=False) if re.search(args.only, case.name)]
         results = {case.name: run_case(case) for case in cases}
-        compiled = {case.name: run_case(case, compiled=True, cache_dir=cache, target=args.target) for case in cases
+        compiled = {case.name: run_case(case, compiled=True, cache_dir=cache, target=args.target,
+                                        cuda_source=args.cuda_source) for case in cases
                     if results[case.name][0] != UNSUPPORTED}
     by_status = {status: sorted(name for name, (got, _) in results.items() if got == status)
                  for status in (PASS, FAIL, UNSUPPORTED)}
@@ -73,7 +76,7 @@ def main() -> None:
     print_table(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "target": args.target or "this CPU",
+        "target": args.target or "this CPU", "cuda_source": args.cuda_source,
         "counts": {status: len(names) for status, names in by_status.items()},
         "compiled_counts": {status: len(names) for status, names in compiled_status.items()},
         "failures": {name: results[name][1] for name in by_status[FAIL]},

@@ -158,6 +158,8 @@ MISTAKES = [
                                                               "give a .npy file"),
     (["run-model", "{model}", "--target", "bogus"], "argument --target: 'bogus'"),
     (["run-model", "{model}", "--emulate"], "--emulate: only a model compiled for a GPU is emulated; add --target cuda"),
+    (["run-model", "{model}", "--target", "cuda -arch=sm_90", "--cuda-source"],
+     "--cuda-source: it says how --emulate runs the kernels; add --emulate"),
 ]
 
 
@@ -413,11 +415,14 @@ def test_choose_in_place_times_the_best_of_a_log_tuned_before_inside_the_model(o
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-def test_run_model_for_a_gpu_checks_its_kernels_emulated_where_there_is_no_gpu(onnx_model, tmp_path, capsys):
+@pytest.mark.parametrize("cuda_source", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_run_model_for_a_gpu_checks_its_kernels_emulated_where_there_is_no_gpu(onnx_model, tmp_path, capsys,
+                                                                                cuda_source):
+    """Its kernels' loop nests emulated, or (``--cuda-source``) their CUDA C run on the CPU."""
     x = np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype("float32")
     np.save(tmp_path / "x.npy", x)
     assert main(["run-model", str(onnx_model), "--target", "cuda -arch=sm_90", "--emulate", "--input",
-                 str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]) == 0
+                 str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")] + ["--cuda-source"] * cuda_source) == 0
     out = capsys.readouterr().out
     assert "y: float32[1, 4, 4, 4]" in out and "latency" not in out
     expected = run_reference(tc.frontend.from_onnx(str(onnx_model)), {"x": x})["y"]

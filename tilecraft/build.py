@@ -101,7 +101,7 @@ def kernel_launches(func: LoweredFunc, args: tuple[ArgSpec, ...], launches) -> t
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
-                cache_dir: Path | None = None, cuda_source: bool = False, thread_order: int = 1):
+                cache_dir: Path | None = None, cuda_source: bool = False, thread_order: int = 2):
     """A GPU schedule's kernel run on this CPU, serially, as the GPU would distribute it.
 
     The loop nest is verified against ``target`` as ``build`` does, then blocks run one
@@ -120,7 +120,8 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
         cache_dir: The kernel cache directory.
         cuda_source: Run the CUDA C the code generator writes, not the loop nest.
         thread_order: With ``cuda_source``, the order a block's threads run in: 0 in order,
-            1 reversed, larger a shuffle of that seed.
+            1 reversed, larger a shuffle of that seed (a thread reading its neighbour's
+            element before a barrier reads NaN whichever neighbour).
 
     Returns:
         A CPU ``Module`` computing what the GPU kernel computes (a ``CudaOnCpuModule`` with
@@ -154,19 +155,19 @@ def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | Non
     return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
 
 
-def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None, thread_order: int = 1):
+def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None, thread_order: int = 2):
     """``emulate_gpu``'s steps with ``cuda_source`` after lowering: verified, its CUDA C
     generated and compiled for this CPU."""
     from .codegen.cuda import DEVICE_HELPERS, cuda_kernels
     from .codegen.gpu_verify import verify_gpu
+    from .runtime.cuda import kernel_entries
     from .runtime.cuda_on_cpu import CudaOnCpuModule, compile_program, cuda_program
 
     verify_gpu(func, target)
     kernels, launches, _ = cuda_kernels(func, target)
     args, _ = entry_signature(func)
     specs, workspace = kernel_launches(func, args, launches)
-    entries = [func.name] if len(specs) == 1 else [f"{func.name}_kernel{n}" for n in range(len(specs))]
-    source = cuda_program(DEVICE_HELPERS + kernels, entries, args, specs, workspace)
+    source = cuda_program(DEVICE_HELPERS + kernels, kernel_entries(func.name, len(specs)), args, specs, workspace)
     return CudaOnCpuModule(compile_program(source, cache_dir), source, func.name, args, specs, workspace,
                            thread_order)
 

@@ -518,6 +518,9 @@ def add_run_model_command(subparsers: Any) -> None:
     command.add_argument("--emulate", action="store_true",
                          help="with --target cuda: run the GPU kernels emulated on this CPU (no GPU needed), to check "
                               "the outputs; no latency")
+    command.add_argument("--cuda-source", action="store_true",
+                         help="with --emulate: run the kernels' CUDA C itself on this CPU, each thread a fiber, under "
+                              "sanitizers (checks the code generator too; slower)")
     command.set_defaults(run=run_run_model)
 
 
@@ -527,6 +530,8 @@ def run_run_model(args: argparse.Namespace) -> int:
     from .model.compiled import ModelInputError, ModelLoadError, compile_model, load_model
     from .runtime.timer import time_callable
 
+    if args.cuda_source and not args.emulate:
+        raise CommandError("--cuda-source: it says how --emulate runs the kernels; add --emulate")
     path = Path(args.model)
     try:
         model = load_model(path) if path.is_dir() else compile_model(_onnx_model(args), args.target, args.log,
@@ -537,7 +542,7 @@ def run_run_model(args: argparse.Namespace) -> int:
         raise CommandError("--emulate: only a model compiled for a GPU is emulated; add --target cuda")
     inputs = _read_inputs(args.input, model.inputs)
     try:
-        outputs = model.emulate(inputs) if args.emulate else model.run(inputs)
+        outputs = model.emulate(inputs, args.cuda_source) if args.emulate else model.run(inputs)
     except ModelInputError as error:
         raise CommandError(f"--input: {error}") from None
     except TilecraftError as error:  # a loaded GPU model keeps no DAGs to emulate

@@ -67,10 +67,11 @@ def _generated_cases(supported_only: bool) -> list:
     return list(package._NodeTestCases)
 
 
-def run_case(case, compiled: bool = False, cache_dir=None, target: str | None = None) -> tuple[str, str]:
+def run_case(case, compiled: bool = False, cache_dir=None, target: str | None = None,
+             cuda_source: bool = False) -> tuple[str, str]:
     """(status, message) of one case: unsupported is the importer's clear refusal, never a pass.
     ``cache_dir``: where compiled kernels go (see ``tc.build``). ``target``: compiled for it
-    (a CUDA target's kernels emulated on this CPU)."""
+    (a CUDA target's kernels emulated on this CPU; with ``cuda_source``, their CUDA C run)."""
     import onnx.numpy_helper
 
     inputs, expected = ([onnx.numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v for v in values]
@@ -89,7 +90,7 @@ def run_case(case, compiled: bool = False, cache_dir=None, target: str | None = 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DefaultScheduleWarning)  # untuned is the point here
                 model = compile_model(graph, target, cache_dir=cache_dir)
-                outputs = model.emulate(runtime_feeds) if target and target.startswith("cuda") else \
+                outputs = model.emulate(runtime_feeds, cuda_source) if target and target.startswith("cuda") else \
                     model.run(runtime_feeds)
         else:
             outputs = run_reference(graph, runtime_feeds)

@@ -604,8 +604,8 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
 @pytest.mark.parametrize("workload", [name if name == "half_matmul" else pytest.param(name, marks=pytest.mark.slow)
                                       for name in sorted(WORKLOADS)])
 def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, kernel_cache):
-    """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads in
-    reverse: shared memory read before a barrier, or a cp.async before its wait, reads NaN;
+    """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads
+    shuffled: shared memory read before a barrier, or a cp.async before its wait, reads NaN;
     a wmma operand loaded in another layout than the mma's, or misaligned, is named."""
     dag = WORKLOADS[workload]()
     inputs = dag.random_inputs(np.random.default_rng(1))

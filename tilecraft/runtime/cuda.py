@@ -278,6 +278,11 @@ def cuda_available() -> bool:
         return False
 
 
+def kernel_entries(entry: str, kernels: int) -> tuple[str, ...]:
+    """The names of a function's kernels (``ir/kernels.py``): its own, or ``{entry}_kernel{n}`` of several."""
+    return (entry,) if kernels == 1 else tuple(f"{entry}_kernel{n}" for n in range(kernels))
+
+
 class CudaModule:
     """A compiled CUDA kernel, or kernels run in order, called with NumPy arrays or GPU arrays.
 
@@ -317,8 +322,7 @@ class CudaModule:
         self.args = tuple(args)
         self.launches = (launch,) if isinstance(launch, LaunchSpec) else tuple(launch)
         self.workspace = tuple(workspace)
-        self.entries = (entry,) if len(self.launches) == 1 else tuple(f"{entry}_kernel{n}"
-                                                                       for n in range(len(self.launches)))
+        self.entries = kernel_entries(entry, len(self.launches))
         names = [arg.name for arg in self.args + self.workspace]
         if len(set(names)) != len(names):
             raise ValueError(f"{entry}: argument and workspace names {names} repeat; give each its own name")

@@ -104,7 +104,7 @@ inline void to_scheduler(bool finished) {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_stack, scheduler_stack_bytes);
   swapcontext(&current->context, &scheduler);
-  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+  __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);  // the stack it came from
 #else
   (void)finished;
   swapcontext(&current->context, &scheduler);
@@ -117,13 +117,12 @@ inline void to_fiber(Fiber& fiber) {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, fiber.stack, STACK_BYTES);
   swapcontext(&scheduler, &fiber.context);
-  __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
   swapcontext(&scheduler, &fiber.context);
 #endif
   current = nullptr;
 }
-
 
 inline void fiber_main() {
 #if defined(__SANITIZE_ADDRESS__)

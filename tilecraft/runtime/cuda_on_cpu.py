@@ -99,7 +99,7 @@ class CudaOnCpuModule:
     a misaligned vector or wmma access, a shuffle outside its mask."""
 
     def __init__(self, executable: Path, source: str, entry: str, args: Sequence[ArgSpec],
-                 launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = (), thread_order: int = 1) -> None:
+                 launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = (), thread_order: int = 2) -> None:
         self.executable, self.source, self.entry = Path(executable), source, entry
         self.args, self.launches, self.workspace = tuple(args), tuple(launches), tuple(workspace)
         self.thread_order = thread_order
