@@ -37,14 +37,17 @@ def tensor_core_matmul(dag: tc.ComputeDAG, warps=(2, 2), tiles=(2, 2), k_tiles=2
 
 def check(sch: tc.Schedule, seed: int = 0) -> str:
     """The emulated kernel against float32 NumPy, to a 16-bit float's precision where C is one
-    (an ulp of the sum's rounding); with nvcc the kernel's CUDA source, built for sm_90 (on a
-    GPU machine it runs there too)."""
+    (an ulp of the sum's rounding), and so its CUDA C run on the CPU (the wmma operands' layouts
+    and alignment checked); with nvcc the kernel's CUDA source, built for sm_90 (on a GPU
+    machine it runs there too)."""
     a, b = sch.dag.random_inputs(np.random.default_rng(seed))
     want = sch.dag.evaluate_numpy([a, b])[0].astype(np.float32)
     tolerance = {"float16": dict(rtol=2e-3, atol=2e-2), "bfloat16": dict(rtol=8e-3, atol=8e-2)}.get(
         sch.dag.tensors[-1].dtype, dict(rtol=1e-4, atol=1e-4))
-    got = tc.emulate_gpu(sch, TARGET)(a, b)
-    np.testing.assert_allclose(got.astype(np.float32), want, **tolerance, err_msg=f"emulated; trace:\n{sch}")
+    for cuda_source in [False] + [True] * bool(shutil.which("g++")):
+        got = tc.emulate_gpu(sch, TARGET, cuda_source=cuda_source)(a, b)
+        np.testing.assert_allclose(got.astype(np.float32), want, **tolerance,
+                                   err_msg=f"emulated (cuda_source={cuda_source}); trace:\n{sch}")
     if not shutil.which("nvcc"):
         return ""
     kernel = tc.build(sch, "cuda" if tc.cuda_available() else TARGET)

@@ -49,7 +49,8 @@ __device__ __forceinline__ unsigned short tc_f2h(float f) {
 # cp.async of BYTES (4, 8 or 16) into shared memory, through L1 (ca) or L2 alone (cg); of READ
 # bytes (BYTES, or 0: zeros); a commit of the copies issued, and a wait until at most PENDING groups fly
 _COPY_ASYNC = """
-#define TC_CP_ASYNC(LEVEL, BYTES, dst, src) asm volatile("cp.async." #LEVEL ".shared.global [%0], [%1], " #BYTES ";\\n" \\
+#define TC_CP_ASYNC(LEVEL, BYTES, dst, src) asm volatile(                                                    \\
+  "cp.async." #LEVEL ".shared.global [%0], [%1], " #BYTES ";\\n"                                              \\
   :: "r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(src) : "memory")
 #define TC_CP_ASYNC_ZFILL(LEVEL, BYTES, dst, src, read) asm volatile(                                        \\
   "cp.async." #LEVEL ".shared.global [%0], [%1], " #BYTES ", %2;\\n"                                          \\

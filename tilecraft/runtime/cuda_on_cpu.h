@@ -298,13 +298,16 @@ inline float widen(uint16_t bits, int type) {
 inline uint16_t round_to(float value, int type) {
   if (type == BF16) {
     uint32_t u; memcpy(&u, &value, 4);
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)  /* tc_f2bf's: a NaN stays one */
+                                           : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
   }
   _Float16 h = (_Float16)value; uint16_t bits; memcpy(&bits, &h, 2); return bits;
 }
 
 /* The offset of a tile's element (row, column) in memory of leading dimension ldm. */
-inline unsigned at(int layout, int row, int column, unsigned ldm) { return layout == ROW ? row * ldm + column : column * ldm + row; }
+inline unsigned at(int layout, int row, int column, unsigned ldm) {
+  return layout == ROW ? row * ldm + column : column * ldm + row;
+}
 
 inline void check_tile(const char* what, const void* p, unsigned ldm, int element_bytes) {
   if ((uintptr_t)p % 32) fail("%s at %p, which is not 32-byte aligned", what, p);
@@ -320,7 +323,8 @@ inline void load(unsigned* fragment, const void* p, unsigned ldm, int operand, i
   int lane = current->linear % 32;
   for (int e = 0; e < 8; e += 2) {
     int n = lane * 8 + e;
-    fragment[e / 2] = m[at(layout, n / 16, n % 16, ldm)] | (unsigned)m[at(layout, (n + 1) / 16, (n + 1) % 16, ldm)] << 16;
+    unsigned low = m[at(layout, n / 16, n % 16, ldm)], high = m[at(layout, (n + 1) / 16, (n + 1) % 16, ldm)];
+    fragment[e / 2] = low | high << 16;
   }
   fragment[4] = TAG | operand << 8 | layout << 4 | type;
 }

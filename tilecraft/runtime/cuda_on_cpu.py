@@ -35,45 +35,53 @@ _SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=
                       "UBSAN_OPTIONS": "print_stacktrace=0:exitcode=4"}
 
 
+# ``program DIR SEED``: argument n read from DIR/n where the file is there (an output too: a
+# kernel may write part of it), else NaN until written; the launches; the outputs written back
+_MAIN = """
+int main(int argc, char** argv) {{
+  if (argc != 3) {{ fprintf(stderr, "usage: program DIR SEED\\n"); return 2; }}
+  unsigned seed = (unsigned)atoi(argv[2]);
+  const size_t bytes[] = {{{bytes}}};
+  const int outputs[] = {{{outputs}}};
+  void* p[{count}];
+  char path[4096];
+  for (int n = 0; n < {count}; ++n) {{
+    p[n] = malloc(bytes[n] ? bytes[n] : 1);
+    memset(p[n], 0xff, bytes[n]);
+    snprintf(path, sizeof path, "%s/%d", argv[1], n);
+    FILE* f = fopen(path, "rb");
+    if (!f) continue;
+    if (fread(p[n], 1, bytes[n], f) != bytes[n]) {{ fprintf(stderr, "cannot read %s\\n", path); return 2; }}
+    fclose(f);
+  }}
+{launches}
+  for (int n : outputs) {{
+    snprintf(path, sizeof path, "%s/%d", argv[1], n);
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(p[n], 1, bytes[n], f) != bytes[n]) {{ fprintf(stderr, "cannot write %s\\n", path); return 2; }}
+    fclose(f);
+  }}
+  return 0;
+}}
+"""
+
+
 def cuda_program(kernels: str, entries: Sequence[str], args: Sequence[ArgSpec],
                  launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec]) -> str:
     """The C++ program that runs ``kernels`` (``cuda_kernels``' text after the helpers it
-    calls, ``DEVICE_HELPERS``) as ``launches`` say:
-    ``program DIR SEED`` reads argument n from ``DIR/n`` (an output there too if given: a
-    kernel may write part of it), zeroes what a launch adds into, runs the kernels in order
-    (threads in the order ``SEED`` picks) and writes the outputs back."""
+    calls, ``DEVICE_HELPERS``) as ``launches`` say: ``program DIR SEED`` reads argument n
+    from ``DIR/n`` (an output there too if given), zeroes what a launch adds into, runs the
+    kernels in order (threads in the order ``SEED`` picks) and writes the outputs back."""
     every = [*args, *workspace]
     pointers = ", ".join(f"tc_cpu::Arg{{p[{n}]}}" for n in range(len(every)))
-    calls = [f"static void tc_call_{n}(void** p) {{ {entry}({pointers}); }}" for n, entry in enumerate(entries)]
-    lines = [HEADER, kernels, *calls, "int main(int argc, char** argv) {",
-             "  if (argc != 3) { fprintf(stderr, \"usage: program DIR SEED\\n\"); return 2; }",
-             "  unsigned seed = (unsigned)atoi(argv[2]);",
-             f"  const size_t bytes[] = {{{', '.join(str(_nbytes(a)) for a in every)}}};",
-             f"  void* p[{len(every)}];",
-             f"  for (int n = 0; n < {len(every)}; ++n) {{",
-             "    p[n] = malloc(bytes[n] ? bytes[n] : 1);",
-             "    memset(p[n], 0xff, bytes[n]);  // an output not given, and the workspace: NaN until written",
-             "    char path[4096]; snprintf(path, sizeof path, \"%s/%d\", argv[1], n);",
-             "    FILE* f = fopen(path, \"rb\");",
-             "    if (!f) continue;",
-             "    if (fread(p[n], 1, bytes[n], f) != bytes[n]) { fprintf(stderr, \"cannot read %s\\n\", path); return 2; }",
-             "    fclose(f);",
-             "  }"]
-    for n, (entry, launch) in enumerate(zip(entries, launches)):
-        zeroed = "".join(f" memset(p[{z}], 0, bytes[{z}]);" for z in launch.zeroed)
-        lines.append(f"  {{{zeroed} tc_cpu::launch(dim3{{{', '.join(map(str, launch.grid))}}}, "
-                     f"dim3{{{', '.join(map(str, launch.block))}}}, {launch.shared_bytes}, seed, tc_call_{n}, p); }}")
-    outputs = [n for n, arg in enumerate(args) if arg.is_output]
-    lines += [f"  const int outputs[] = {{{', '.join(map(str, outputs))}}};",
-              "  for (int n : outputs) {",
-              "    char path[4096]; snprintf(path, sizeof path, \"%s/%d\", argv[1], n);",
-              "    FILE* f = fopen(path, \"wb\");",
-              "    if (!f || fwrite(p[n], 1, bytes[n], f) != bytes[n]) { fprintf(stderr, \"cannot write %s\\n\", path); return 2; }",
-              "    fclose(f);",
-              "  }",
-              "  return 0;",
-              "}"]
-    return "\n".join(lines) + "\n"
+    calls = "".join(f"static void tc_call_{n}(void** p) {{ {entry}({pointers}); }}\n"
+                    for n, entry in enumerate(entries))
+    steps = "\n".join(f"  {''.join(f'memset(p[{z}], 0, bytes[{z}]); ' for z in launch.zeroed)}"
+                      f"tc_cpu::launch(dim3{{{_list(launch.grid)}}}, dim3{{{_list(launch.block)}}}, "
+                      f"{launch.shared_bytes}, seed, tc_call_{n}, p);" for n, launch in enumerate(launches))
+    main = _MAIN.format(bytes=_list(map(_nbytes, every)), count=len(every), launches=steps,
+                        outputs=_list(n for n, arg in enumerate(args) if arg.is_output))
+    return f"{HEADER}\n{kernels}\n{calls}{main}"
 
 
 def compile_program(source: str, cache_dir: Path | None = None, compile_timeout_secs: float = 120.0) -> Path:
@@ -134,6 +142,10 @@ class CudaOnCpuModule:
         if done.returncode != 0:
             raise TilecraftError(f"{self.entry}'s CUDA C, run on the CPU, failed (exit {done.returncode}): "
                                  f"{_summary(done.stderr)}")
+
+
+def _list(values) -> str:
+    return ", ".join(map(str, values))
 
 
 def _nbytes(arg: ArgSpec) -> int:
