@@ -2,7 +2,7 @@
    written, so that the code generator's own text is checked against NumPy where there is no
    GPU (runtime/cuda_on_cpu.py compiles it with this header in place of the CUDA prelude).
 
-   A block's threads are fibers (ucontext) on one OS thread, run in an order the caller picks.
+   A block's threads are fibers on one OS thread, run in an order the caller picks.
    Each runs until it must wait: at __syncthreads() until every thread of the block arrives, at
    a warp's collective operation (a shuffle, a wmma operation) until every lane it names does.
    Everything a GPU leaves undefined is made visible: shared memory, outputs and workspace start
@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ucontext.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
@@ -46,10 +45,58 @@ namespace tc_cpu {
 
 const size_t STACK_BYTES = 256 << 10;
 
+/* A fiber's saved state, and the switch between two: on x86-64 six registers and the stack
+   pointer, what the ABI keeps across a call (swapcontext also saves the signal mask, a system
+   call that made each switch cost a microsecond); elsewhere ucontext. */
+#if defined(__x86_64__)
+extern "C" void tc_switch(void** save, void* load);
+asm(R"(
+  .text
+  .globl tc_switch
+  .type tc_switch, @function
+tc_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+)");
+struct Context { void* sp = nullptr; };
+inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
+  void** top = (void**)((uintptr_t)(stack + bytes) & ~(uintptr_t)15);
+  top[-1] = nullptr;          // the return address entry never uses: it enters 8 bytes off 16, as a call does
+  top[-2] = (void*)entry;     // where the first switch returns to
+  for (int n = 3; n <= 8; ++n) top[-n] = nullptr;  // the six registers it pops
+  context.sp = top - 8;
+}
+inline void swap(Context& from, Context& to) { tc_switch(&from.sp, to.sp); }
+#else
+#include <ucontext.h>
+struct Context { ucontext_t uc; };
+inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&context.uc);
+  context.uc.uc_stack.ss_sp = stack;
+  context.uc.uc_stack.ss_size = bytes;
+  context.uc.uc_link = nullptr;
+  makecontext(&context.uc, entry, 0);
+}
+inline void swap(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+#endif
+
 struct Copy { void* dst; const void* src; int bytes, read, group; };
 
 struct Fiber {
-  ucontext_t context;
+  Context context;
   dim3 index;
   int linear = 0;
   bool done = false, waiting = false;
@@ -65,7 +112,7 @@ struct Warp {
   float a[256], b[256];  // a wmma.mma's A and B, gathered from the lanes
 };
 
-inline ucontext_t scheduler;
+inline Context scheduler;
 inline Fiber* current = nullptr;
 inline Fiber* fibers = nullptr;
 inline Warp* warps = nullptr;
@@ -103,11 +150,11 @@ inline void to_scheduler(bool finished) {
 #if defined(__SANITIZE_ADDRESS__)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_stack, scheduler_stack_bytes);
-  swapcontext(&current->context, &scheduler);
+  swap(current->context, scheduler);
   __sanitizer_finish_switch_fiber(fake, &scheduler_stack, &scheduler_stack_bytes);  // the stack it came from
 #else
   (void)finished;
-  swapcontext(&current->context, &scheduler);
+  swap(current->context, scheduler);
 #endif
 }
 
@@ -116,10 +163,10 @@ inline void to_fiber(Fiber& fiber) {
 #if defined(__SANITIZE_ADDRESS__)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, fiber.stack, STACK_BYTES);
-  swapcontext(&scheduler, &fiber.context);
+  swap(scheduler, fiber.context);
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #else
-  swapcontext(&scheduler, &fiber.context);
+  swap(scheduler, fiber.context);
 #endif
   current = nullptr;
 }
@@ -151,11 +198,7 @@ inline void run_block(const int* order) {
     Fiber& fiber = fibers[n];
     fiber.done = fiber.waiting = false;
     fiber.issued = fiber.landed = fiber.committed = 0;
-    getcontext(&fiber.context);
-    fiber.context.uc_stack.ss_sp = fiber.stack;
-    fiber.context.uc_stack.ss_size = STACK_BYTES;
-    fiber.context.uc_link = nullptr;
-    makecontext(&fiber.context, fiber_main, 0);
+    start(fiber.context, fiber.stack, STACK_BYTES, fiber_main);
   }
   if (__start_tc_shared) memset(__start_tc_shared, 0xff, __stop_tc_shared - __start_tc_shared);
   if (dynamic_shared) memset(dynamic_shared, 0xff, dynamic_shared_bytes);
