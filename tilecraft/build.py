@@ -101,7 +101,8 @@ def kernel_launches(func: LoweredFunc, args: tuple[ArgSpec, ...], launches) -> t
 
 
 def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_function",
-                cache_dir: Path | None = None, cuda_source: bool = False, thread_order: int = 2):
+                cache_dir: Path | None = None, cuda_source: bool = False, thread_order: int = 2,
+                racecheck: bool = False):
     """A GPU schedule's kernel run on this CPU, serially, as the GPU would distribute it.
 
     The loop nest is verified against ``target`` as ``build`` does, then blocks run one
@@ -122,6 +123,9 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
         thread_order: With ``cuda_source``, the order a block's threads run in: 0 in order,
             1 reversed, larger a shuffle of that seed (a thread reading its neighbour's
             element before a barrier reads NaN whichever neighbour).
+        racecheck: With ``cuda_source``, run under ThreadSanitizer instead: two threads of a
+            block touching one address (shared or global) with no barrier between, one of
+            them writing, raise ``TilecraftError`` naming the statements, whatever the order.
 
     Returns:
         A CPU ``Module`` computing what the GPU kernel computes (a ``CudaOnCpuModule`` with
@@ -139,7 +143,7 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
     """
     target = target if isinstance(target, CudaTarget) else CudaTarget(target)
     if cuda_source:
-        return cuda_on_cpu(lower(sch, name), target, cache_dir, thread_order)
+        return cuda_on_cpu(lower(sch, name), target, cache_dir, thread_order, racecheck)
     return emulate_lowered(lower(sch, name), target, cache_dir)
 
 
@@ -155,7 +159,8 @@ def emulate_lowered(func: LoweredFunc, target: CudaTarget, cache_dir: Path | Non
     return Module(compile_c(source, host, cache_dir), source, func.name, args, packs)
 
 
-def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None, thread_order: int = 2):
+def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = None, thread_order: int = 2,
+                racecheck: bool = False):
     """``emulate_gpu``'s steps with ``cuda_source`` after lowering: verified, its CUDA C
     generated and compiled for this CPU."""
     from .codegen.cuda import DEVICE_HELPERS, cuda_kernels
@@ -168,7 +173,7 @@ def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = 
     args, _ = entry_signature(func)
     specs, workspace = kernel_launches(func, args, launches)
     source = cuda_program(DEVICE_HELPERS + kernels, kernel_entries(func.name, len(specs)), args, specs, workspace)
-    return CudaOnCpuModule(compile_program(source, cache_dir), source, func.name, args, specs, workspace,
+    return CudaOnCpuModule(compile_program(source, cache_dir, racecheck), source, func.name, args, specs, workspace,
                            thread_order)
 
 

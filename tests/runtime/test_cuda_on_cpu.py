@@ -16,11 +16,12 @@ from tilecraft.runtime.module import ArgSpec
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
 
 
-def kernel(body: str, args: list[ArgSpec], block=(32, 1, 1), grid=(1, 1, 1), order=1, cache=None) -> CudaOnCpuModule:
+def kernel(body: str, args: list[ArgSpec], block=(32, 1, 1), grid=(1, 1, 1), order=1, cache=None,
+           racecheck=False) -> CudaOnCpuModule:
     params = ", ".join(f"{'float' if a.dtype == 'float32' else 'unsigned short'}* {a.name}" for a in args)
     source = cuda_program(f'extern "C" __global__ void k({params}) {{\n{body}\n}}\n', ["k"], args,
                           [LaunchSpec(grid, block)], ())
-    return CudaOnCpuModule(compile_program(source, cache), source, "k", args, [LaunchSpec(grid, block)],
+    return CudaOnCpuModule(compile_program(source, cache, racecheck), source, "k", args, [LaunchSpec(grid, block)],
                            thread_order=order)
 
 
@@ -39,6 +40,27 @@ def test_threads_exchange_through_shared_memory_after_a_barrier_and_read_nan_wit
         y = kernel(body.format(barrier="__syncthreads();"), IN_OUT, order=order, cache=kernel_cache)(X)
         np.testing.assert_array_equal(y, np.roll(X, -1))
     assert np.isnan(kernel(body.format(barrier=""), IN_OUT, order=1, cache=kernel_cache)(X)).any()
+
+
+@pytest.mark.parametrize("order", [0, 1])
+def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(order, kernel_cache):
+    """Each thread but the first reads the element its left neighbour writes: in order, every
+    neighbour has written first, and the values are right; under ThreadSanitizer the race is
+    named all the same, with the statement it is in, and the kernel with its barrier passes."""
+    body = """  __shared__ float t[32];
+  t[threadIdx.x] = x[threadIdx.x];
+  {barrier}
+  y[threadIdx.x] = t[threadIdx.x > 0 ? threadIdx.x - 1 : 0];"""
+    want = np.concatenate([X[:1], X[:-1]])
+    if order == 0:
+        np.testing.assert_array_equal(kernel(body.format(barrier=""), IN_OUT, order=0, cache=kernel_cache)(X), want)
+    with pytest.raises(TilecraftError, match="ThreadSanitizer: data race") as race:
+        kernel(body.format(barrier=""), IN_OUT, order=order, cache=kernel_cache, racecheck=True)(X)
+    for named in ("at: t[threadIdx.x] = x[threadIdx.x];", "at: y[threadIdx.x] = t[", "Location is global 'k::t'"):
+        assert named in str(race.value)
+    np.testing.assert_array_equal(
+        kernel(body.format(barrier="__syncthreads();"), IN_OUT, order=order, cache=kernel_cache, racecheck=True)(X),
+        want)
 
 
 def test_a_barrier_that_some_threads_never_reach_is_named(kernel_cache):

@@ -601,12 +601,15 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize("racecheck", [False, True])
 @pytest.mark.parametrize("workload", [name if name == "half_matmul" else pytest.param(name, marks=pytest.mark.slow)
                                       for name in sorted(WORKLOADS)])
-def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, kernel_cache):
+def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, racecheck, kernel_cache):
     """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads
     shuffled: shared memory read before a barrier, or a cp.async before its wait, reads NaN;
-    a wmma operand loaded in another layout than the mma's, or misaligned, is named."""
+    a wmma operand loaded in another layout than the mma's, or misaligned, is named; under
+    ``racecheck``, two threads touching one address between barriers, one writing, too (the
+    threads that reduced a row together all stored its sum, before only the first did)."""
     dag = WORKLOADS[workload]()
     inputs = dag.random_inputs(np.random.default_rng(1))
     expected = dag.evaluate_numpy(inputs)[0].astype(np.float32)
@@ -616,7 +619,7 @@ def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(work
         for row in sketch.sample(np.random.default_rng(0), 8, 1):  # the first the verifier accepts
             try:
                 kernel = tc.emulate_gpu(sketch.trace_of(row).replay(dag), TARGET, cache_dir=kernel_cache,
-                                        cuda_source=True)
+                                        cuda_source=True, racecheck=racecheck)
             except GpuLimitError:
                 continue
             np.testing.assert_allclose(kernel(*inputs).astype(np.float32), expected, **close,

@@ -2,8 +2,9 @@
 
 The loop-nest IR is the CPU's with a few more words (``docs/architecture.md``): loops
 bound to ``blockIdx``/``threadIdx`` are not loops in the kernel but the indices of the
-block and thread running it (guarded where a loop covers fewer than the launch does);
-virtual threads are unrolled loops inside one thread; buffers in ``shared`` scope are the
+block and thread running it (guarded where a loop covers fewer than the launch does; a
+store to global memory outside the loops bound to an axis of the block, which every thread
+would make alike, is the first thread's alone); virtual threads are unrolled loops inside one thread; buffers in ``shared`` scope are the
 block's shared memory (static arrays, or past 48 KB slices of the dynamic shared memory
 that the launch asks for), ``local`` ones per-thread arrays that nvcc keeps in registers once
 the loops over them unroll; barriers are ``__syncthreads()``. Expressions are the C
@@ -131,6 +132,7 @@ class _CudaEmitter(_Emitter):
         self.launch = launch_of(func)
         self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
+        self.bound_threads: list[str] = []  # the thread axes the loops around the statement emitted bind
         self.uses_wmma = False
         # which operand of the mma each fragment of A or B is, and the layout its loads read: the source's,
         # or the other where the mma reads the fragment transposed (a tile of B, (k, j), held as (j, k))
@@ -153,6 +155,12 @@ class _CudaEmitter(_Emitter):
         if isinstance(s, WarpMatrix):
             self.warp_matrix(s)
             return
+        if isinstance(s, Store) and (first := self._first_thread_alone(s)):
+            with self.out.block(f"if ({first})"):
+                self.bound_threads.append("threadIdx")
+                self.stmt(s, unroll_budget)
+                self.bound_threads.pop()
+            return
         if isinstance(s, AtomicAdd):
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
             self.out.line(f"atomicAdd(&{target}, {self.expr(s.value)});")
@@ -172,6 +180,16 @@ class _CudaEmitter(_Emitter):
                 s.value.tensor, s.value.indices), 1)
             return
         super().stmt(s, unroll_budget)
+
+    def _first_thread_alone(self, s: Store) -> str | None:
+        """The condition that only the first thread stores ``s``, where the block's threads would
+        all store the same element of global memory (a row's reduced sum, written after the
+        threads reduced it together, outside the loops bound to them): one store, as TVM writes
+        an all-reduce's result, and no race. None where each thread stores its own."""
+        if s.buffer.scope not in ("arg", "global") or "threadIdx" in self.bound_threads:
+            return None
+        axes = [f"threadIdx.{axis}" for axis, extent in zip("xyz", self.launch.block) if extent > 1]
+        return " && ".join(f"{axis} == 0" for axis in axes if axis not in self.bound_threads) or None
 
     def _copies_global(self, buffer: Buffer, source: TensorRead, lanes: int) -> bool:
         """Whether ``source`` is global memory copied into ``buffer`` in shared memory as it is,
@@ -320,6 +338,7 @@ class _CudaEmitter(_Emitter):
         budget = max(unroll_budget, s.unroll_max_step)
         if s.kind.startswith(("blockIdx", "threadIdx")):
             self.out.line(f"const int32_t {var} = {s.kind};")
+            self.bound_threads.append(s.kind)
             if s.extent < self._axis_size(s.kind):
                 with self.out.block(f"if ({var} < {s.extent})"):
                     self.partial_threads.append(s)
@@ -327,6 +346,13 @@ class _CudaEmitter(_Emitter):
                     self.partial_threads.pop()
             else:
                 self.stmt(s.body, budget)
+            self.bound_threads.pop()
+            return
+        if s.kind == "vectorize" and isinstance(s.body, Store) and (first := self._first_thread_alone(s.body)):
+            with self.out.block(f"if ({first})"):
+                self.bound_threads.append("threadIdx")  # the first thread's alone from here
+                self.loop(s, unroll_budget)
+                self.bound_threads.pop()
             return
         if s.kind == "vectorize" and self.vector_access(s):
             return

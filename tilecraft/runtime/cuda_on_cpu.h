@@ -21,6 +21,19 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
+/* Under ThreadSanitizer (racecheck), each thread is a fiber of its own to it, switches order
+   nothing, and only what orders threads on a GPU orders them here: the barriers and a warp's
+   meetings (each thread releasing as it arrives and acquiring as it leaves), atomics, and the
+   end of a block before the next. Two threads touching one address between those, one of
+   them writing, are a race whichever order they ran in, as compute-sanitizer's racecheck says. */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define TC_TSAN(...) __VA_ARGS__
+#else
+#define TC_TSAN(...)
+#endif
+/* The runtime's own bookkeeping (who waits, who runs), which no barrier orders: not watched */
+#define TC_UNRACED __attribute__((no_sanitize("thread")))
 
 #define __global__
 #define __device__
@@ -72,25 +85,25 @@ tc_switch:
   ret
 )");
 struct Context { void* sp = nullptr; };
-inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
+TC_UNRACED inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
   void** top = (void**)((uintptr_t)(stack + bytes) & ~(uintptr_t)15);
   top[-1] = nullptr;          // the return address entry never uses: it enters 8 bytes off 16, as a call does
   top[-2] = (void*)entry;     // where the first switch returns to
   for (int n = 3; n <= 8; ++n) top[-n] = nullptr;  // the six registers it pops
   context.sp = top - 8;
 }
-inline void swap(Context& from, Context& to) { tc_switch(&from.sp, to.sp); }
+TC_UNRACED inline void swap(Context& from, Context& to) { tc_switch(&from.sp, to.sp); }
 #else
 #include <ucontext.h>
 struct Context { ucontext_t uc; };
-inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
+TC_UNRACED inline void start(Context& context, char* stack, size_t bytes, void (*entry)()) {
   getcontext(&context.uc);
   context.uc.uc_stack.ss_sp = stack;
   context.uc.uc_stack.ss_size = bytes;
   context.uc.uc_link = nullptr;
   makecontext(&context.uc, entry, 0);
 }
-inline void swap(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+TC_UNRACED inline void swap(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
 #endif
 
 struct Copy { void* dst; const void* src; int bytes, read, group; };
@@ -104,10 +117,12 @@ struct Fiber {
   char* stack = nullptr;
   Copy* copies = nullptr;  // cp.async copies in the order issued, landed up to ``landed``
   int issued = 0, capacity = 0, landed = 0, committed = 0;  // ``committed``: the groups closed so far
+  void* race_fiber = nullptr;  // ThreadSanitizer's
 };
 
 struct Warp {
-  unsigned arrived = 0, mask = 0;
+  unsigned arrived = 0, mask = 0, meetings = 0;
+  char meeting[2];  // the ThreadSanitizer sync object of a meeting, by its parity
   uint64_t slots[32];
   float a[256], b[256];  // a wmma.mma's A and B, gathered from the lanes
 };
@@ -117,6 +132,11 @@ inline Fiber* current = nullptr;
 inline Fiber* fibers = nullptr;
 inline Warp* warps = nullptr;
 inline int threads = 0, block_arrived = 0;
+inline unsigned barriers = 0;  // the block's barriers passed so far
+/* ThreadSanitizer's sync objects: a barrier's, by its parity; a block's start, which the
+   scheduler releases once it has seen the block before end (its threads release block_end) */
+inline char barrier[2], block_start, block_end;
+inline void* scheduler_race_fiber = nullptr;
 inline dim3 block_index, block_dim, grid_dim;
 inline void (*body)(void**) = nullptr;  // the kernel, called with its arguments
 inline void** arguments = nullptr;
@@ -133,7 +153,7 @@ struct Arg {
   template <class T> operator T*() const { return (T*)p; }
 };
 
-[[noreturn]] inline void fail(const char* format, ...) {
+[[noreturn]] TC_UNRACED inline void fail(const char* format, ...) {
   fprintf(stderr, "block (%u, %u, %u)", block_index.x, block_index.y, block_index.z);
   if (current) fprintf(stderr, " thread (%u, %u, %u)", current->index.x, current->index.y, current->index.z);
   fprintf(stderr, ": ");
@@ -146,7 +166,8 @@ struct Arg {
   _Exit(3);
 }
 
-inline void to_scheduler(bool finished) {
+TC_UNRACED inline void to_scheduler(bool finished) {
+  TC_TSAN(__tsan_switch_to_fiber(scheduler_race_fiber, __tsan_switch_to_fiber_no_sync);)
 #if defined(__SANITIZE_ADDRESS__)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(finished ? nullptr : &fake, scheduler_stack, scheduler_stack_bytes);
@@ -158,8 +179,9 @@ inline void to_scheduler(bool finished) {
 #endif
 }
 
-inline void to_fiber(Fiber& fiber) {
+TC_UNRACED inline void to_fiber(Fiber& fiber) {
   current = &fiber;
+  TC_TSAN(__tsan_switch_to_fiber(fiber.race_fiber, __tsan_switch_to_fiber_no_sync);)
 #if defined(__SANITIZE_ADDRESS__)
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, fiber.stack, STACK_BYTES);
@@ -171,37 +193,41 @@ inline void to_fiber(Fiber& fiber) {
   current = nullptr;
 }
 
-inline void fiber_main() {
+TC_UNRACED inline void fiber_main() {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack, &scheduler_stack_bytes);
 #endif
+  TC_TSAN(__tsan_acquire(&block_start);)
   body(arguments);  // copies never waited for never land: only the block's threads could have read them
+  TC_TSAN(__tsan_release(&block_end);)
   current->done = true;
   to_scheduler(true);
 }
 
-inline void wait(const char* where) {
+TC_UNRACED inline void wait(const char* where) {
   current->waiting = true;
   current->waits_at = where;
   to_scheduler(false);
 }
 
-inline bool in_shared(const void* p) {
+TC_UNRACED inline bool in_shared(const void* p) {
   const char* c = (const char*)p;
   return (c >= __start_tc_shared && c < __stop_tc_shared) ||
          (c >= (const char*)dynamic_shared && c < (const char*)dynamic_shared + dynamic_shared_bytes);
 }
 
 /* Every thread of the block, in ``order``, until all have returned. */
-inline void run_block(const int* order) {
+TC_UNRACED inline void run_block(const int* order) {
   for (int n = 0; n < threads; ++n) {
     Fiber& fiber = fibers[n];
     fiber.done = fiber.waiting = false;
     fiber.issued = fiber.landed = fiber.committed = 0;
     start(fiber.context, fiber.stack, STACK_BYTES, fiber_main);
   }
+  TC_TSAN(__tsan_acquire(&block_end);)
   if (__start_tc_shared) memset(__start_tc_shared, 0xff, __stop_tc_shared - __start_tc_shared);
   if (dynamic_shared) memset(dynamic_shared, 0xff, dynamic_shared_bytes);
+  TC_TSAN(__tsan_release(&block_start);)
   block_arrived = 0;
   for (int n = 0; n < (threads + 31) / 32; ++n) warps[n].arrived = 0;
   for (;;) {
@@ -224,7 +250,7 @@ inline void run_block(const int* order) {
 
 /* A grid of blocks, each block's threads run in the order ``seed`` picks: 0 in order, 1
    reversed, larger a shuffle (xorshift) of each block's. */
-inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, void (*kernel)(void**), void** args) {
+TC_UNRACED inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, void (*kernel)(void**), void** args) {
   threads = (int)(block.x * block.y * block.z);
   fibers = new Fiber[threads];
   warps = new Warp[(threads + 31) / 32];
@@ -235,7 +261,9 @@ inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, vo
     fibers[n].linear = n;
     fibers[n].index = dim3{(unsigned)n % block.x, (unsigned)n / block.x % block.y, (unsigned)n / (block.x * block.y)};
     order[n] = seed == 1 ? threads - 1 - n : n;
+    TC_TSAN(fibers[n].race_fiber = __tsan_create_fiber(0);)
   }
+  TC_TSAN(scheduler_race_fiber = __tsan_get_current_fiber();)
   dynamic_shared = shared_bytes ? (unsigned char*)malloc(shared_bytes) : nullptr;
   dynamic_shared_bytes = shared_bytes;
   body = kernel, arguments = args;
@@ -252,7 +280,11 @@ inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, vo
         }
         run_block(order);
       }
-  for (int n = 0; n < threads; ++n) free(fibers[n].copies);
+  TC_TSAN(__tsan_acquire(&block_end);)
+  for (int n = 0; n < threads; ++n) {
+    free(fibers[n].copies);
+    TC_TSAN(__tsan_destroy_fiber(fibers[n].race_fiber);)
+  }
   delete[] fibers;
   delete[] warps;
   delete[] order;
@@ -261,33 +293,41 @@ inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, vo
   dynamic_shared = nullptr;
 }
 
-inline void syncthreads() {
+TC_UNRACED inline void syncthreads() {
+  char* sync = &barrier[barriers % 2];  // a thread that has left may arrive at the next before the others leave
+  TC_TSAN(__tsan_release(sync);)
   if (++block_arrived == threads) {
     block_arrived = 0;
+    ++barriers;
     for (int n = 0; n < threads; ++n) fibers[n].waiting = false;
-    return;
+  } else {
+    wait("__syncthreads()");
   }
-  wait("__syncthreads()");
+  TC_TSAN(__tsan_acquire(sync);)
 }
 
 /* Every lane of ``mask`` meets here; the calling lane must be one of them. */
-inline void warp_sync(unsigned mask, const char* what) {
+TC_UNRACED inline void warp_sync(unsigned mask, const char* what) {
   int lane = current->linear % 32;
   Warp& warp = warps[current->linear / 32];
   if (!(mask >> lane & 1)) fail("%s with mask %#x, which leaves out the calling lane %d", what, mask, lane);
   if (warp.arrived && warp.mask != mask) fail("%s with mask %#x where other lanes gave %#x", what, mask, warp.mask);
   warp.mask = mask;
   warp.arrived |= 1u << lane;
+  char* sync = &warp.meeting[warp.meetings % 2];
+  TC_TSAN(__tsan_release(sync);)
   if (warp.arrived == mask) {
     warp.arrived = 0;
+    ++warp.meetings;
     for (int n = 0; n < 32; ++n)
       if (mask >> n & 1) fibers[current->linear / 32 * 32 + n].waiting = false;
-    return;
+  } else {
+    wait(what);
   }
-  wait(what);
+  TC_TSAN(__tsan_acquire(sync);)
 }
 
-template <class T> T shfl_xor(unsigned mask, T value, int lane_mask, int width) {
+template <class T> TC_UNRACED T shfl_xor(unsigned mask, T value, int lane_mask, int width) {
   int lane = current->linear % 32, source = lane ^ lane_mask;
   Warp& warp = warps[current->linear / 32];
   if (source >= (lane / width + 1) * width) source = lane;  // beyond its group of width lanes: its own
@@ -300,7 +340,7 @@ template <class T> T shfl_xor(unsigned mask, T value, int lane_mask, int width) 
   return result;
 }
 
-inline void copy_async(void* dst, const void* src, int bytes, int read) {
+TC_UNRACED inline void copy_async(void* dst, const void* src, int bytes, int read) {
   if (!in_shared(dst)) fail("cp.async into %p, which is not shared memory", dst);
   if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes) fail("cp.async of %d bytes from %p to %p, misaligned", bytes,
                                                               src, dst);
@@ -314,7 +354,7 @@ inline void copy_async(void* dst, const void* src, int bytes, int read) {
 }
 
 /* The copies issued since the last commit a group; those of all but the ``pending`` latest groups land. */
-inline void commit_and_wait(int pending) {
+TC_UNRACED inline void commit_and_wait(int pending) {
   Fiber& fiber = *current;
   ++fiber.committed;
   for (; fiber.landed < fiber.issued && fiber.copies[fiber.landed].group < fiber.committed - pending; ++fiber.landed) {
@@ -352,27 +392,38 @@ inline unsigned at(int layout, int row, int column, unsigned ldm) {
   return layout == ROW ? row * ldm + column : column * ldm + row;
 }
 
-inline void check_tile(const char* what, const void* p, unsigned ldm, int element_bytes) {
+TC_UNRACED inline void check_tile(const char* what, const void* p, unsigned ldm, int element_bytes) {
   if ((uintptr_t)p % 32) fail("%s at %p, which is not 32-byte aligned", what, p);
   if (ldm * element_bytes % 16) fail("%s with ldm %u, not a multiple of 16 bytes", what, ldm);
 }
 
-inline void load(unsigned* fragment, const void* p, unsigned ldm, int operand, int layout, int type, bool shared) {
-  check_tile("wmma.load", p, ldm, 2);
-  if (shared != in_shared(p)) fail("wmma.load%s from %p, which is %sshared memory", shared ? ".shared" : "", p,
-                                   shared ? "not " : "");
-  warp_sync(0xffffffffu, "wmma.load");
-  const uint16_t* m = (const uint16_t*)p;
-  int lane = current->linear % 32;
+/* A lane's share of a tile read or written: the kernel's memory, which a racecheck watches. */
+inline void read_tile(unsigned* fragment, const uint16_t* m, unsigned ldm, int layout, int lane) {
   for (int e = 0; e < 8; e += 2) {
     int n = lane * 8 + e;
     unsigned low = m[at(layout, n / 16, n % 16, ldm)], high = m[at(layout, (n + 1) / 16, (n + 1) % 16, ldm)];
     fragment[e / 2] = low | high << 16;
   }
+}
+
+inline void write_tile(void* p, const float* c, unsigned ldm, int layout, int type, int lane) {
+  for (int e = 0; e < 8; ++e) {
+    unsigned offset = at(layout, (lane * 8 + e) / 16, (lane * 8 + e) % 16, ldm);
+    if (type == F32) ((float*)p)[offset] = c[e];
+    else ((uint16_t*)p)[offset] = round_to(c[e], type);
+  }
+}
+
+TC_UNRACED inline void load(unsigned* fragment, const void* p, unsigned ldm, int operand, int layout, int type, bool shared) {
+  check_tile("wmma.load", p, ldm, 2);
+  if (shared != in_shared(p)) fail("wmma.load%s from %p, which is %sshared memory", shared ? ".shared" : "", p,
+                                   shared ? "not " : "");
+  warp_sync(0xffffffffu, "wmma.load");
+  read_tile(fragment, (const uint16_t*)p, ldm, layout, current->linear % 32);
   fragment[4] = TAG | operand << 8 | layout << 4 | type;
 }
 
-inline void gather(float* into, const unsigned* fragment, int operand, int layout, int type) {
+TC_UNRACED inline void gather(float* into, const unsigned* fragment, int operand, int layout, int type) {
   if (fragment[4] != (TAG | operand << 8 | layout << 4 | type))
     fail("wmma.mma takes %c as %s-major %s, but its fragment (tag %#x) was not loaded so", operand == A ? 'A' : 'B',
          LAYOUTS[layout], type == BF16 ? "bf16" : "f16", fragment[4]);
@@ -380,7 +431,7 @@ inline void gather(float* into, const unsigned* fragment, int operand, int layou
   for (int e = 0; e < 8; ++e) into[lane * 8 + e] = widen((uint16_t)(fragment[e / 2] >> (e % 2 * 16)), type);
 }
 
-inline void mma(float* c, const unsigned* a, const unsigned* b, int a_layout, int b_layout, int type) {
+TC_UNRACED inline void mma(float* c, const unsigned* a, const unsigned* b, int a_layout, int b_layout, int type) {
   Warp& warp = warps[current->linear / 32];
   gather(warp.a, a, A, a_layout, type);
   gather(warp.b, b, B, b_layout, type);
@@ -395,28 +446,33 @@ inline void mma(float* c, const unsigned* a, const unsigned* b, int a_layout, in
   warp_sync(0xffffffffu, "wmma.mma");
 }
 
-inline void store(void* p, const float* c, unsigned ldm, int layout, int type) {
+TC_UNRACED inline void store(void* p, const float* c, unsigned ldm, int layout, int type) {
   check_tile("wmma.store", p, ldm, type == F32 ? 4 : 2);
   warp_sync(0xffffffffu, "wmma.store");
-  int lane = current->linear % 32;
-  for (int e = 0; e < 8; ++e) {
-    unsigned offset = at(layout, (lane * 8 + e) / 16, (lane * 8 + e) % 16, ldm);
-    if (type == F32) ((float*)p)[offset] = c[e];
-    else ((uint16_t*)p)[offset] = round_to(c[e], type);
-  }
+  write_tile(p, c, ldm, layout, type, current->linear % 32);
 }
 
 }  // namespace tc_cpu
 
-#define threadIdx (tc_cpu::current->index)
-#define blockIdx (tc_cpu::block_index)
+namespace tc_cpu {
+TC_UNRACED inline dim3 thread_index() { return current->index; }
+TC_UNRACED inline dim3 block_index_() { return block_index; }
+}  // namespace tc_cpu
+#define threadIdx (tc_cpu::thread_index())
+#define blockIdx (tc_cpu::block_index_())
 #define blockDim (tc_cpu::block_dim)
 #define gridDim (tc_cpu::grid_dim)
 inline void __syncthreads() { tc_cpu::syncthreads(); }
 template <class T> T __shfl_xor_sync(unsigned mask, T value, int lane_mask, int width = 32) {
   return tc_cpu::shfl_xor(mask, value, lane_mask, width);
 }
-template <class T> T atomicAdd(T* address, T value) { T old = *address; *address = old + value; return old; }
+template <class T> T atomicAdd(T* address, T value) {
+  TC_TSAN(__tsan_acquire(address);)
+  T old = *address;
+  *address = old + value;
+  TC_TSAN(__tsan_release(address);)
+  return old;
+}
 
 inline float tc_h2f(unsigned short h) { return tc_cpu::widen(h, tc_cpu::F16); }
 inline unsigned short tc_f2h(float f) { return tc_cpu::round_to(f, tc_cpu::F16); }

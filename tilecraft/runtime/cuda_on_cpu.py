@@ -14,6 +14,7 @@ cp.async not waited for) reads as NaN, so a missing barrier or wait shows in the
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -28,10 +29,14 @@ from .cuda import LaunchSpec, bind_arrays
 from .module import ArgSpec
 
 HEADER = (Path(__file__).parent / "cuda_on_cpu.h").read_text()
-FLAGS = ("-std=c++17", "-O1", "-w", "-fno-strict-aliasing", "-fsanitize=address,alignment",
-         "-fno-sanitize-recover=all", "--param", "asan-globals=0")  # shared arrays are filled whole
+FLAGS = ("-std=c++17", "-O1", "-g", "-w", "-fno-strict-aliasing", "-fno-sanitize-recover=all")
+# AddressSanitizer, its globals left alone (each block fills the shared arrays whole); or for a
+# racecheck, ThreadSanitizer (the two cannot share a program)
+SANITIZERS = {False: ("-fsanitize=address,alignment", "--param", "asan-globals=0"),
+              True: ("-fsanitize=thread,alignment",)}
 RUN_TIMEOUT_SECS = 120.0
 _SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=4",
+                      "TSAN_OPTIONS": "halt_on_error=1:exitcode=4:report_signal_unsafe=0",
                       "UBSAN_OPTIONS": "print_stacktrace=0:exitcode=4"}
 
 
@@ -84,14 +89,17 @@ def cuda_program(kernels: str, entries: Sequence[str], args: Sequence[ArgSpec],
     return f"{HEADER}\n{kernels}\n{calls}{main}"
 
 
-def compile_program(source: str, cache_dir: Path | None = None, compile_timeout_secs: float = 120.0) -> Path:
-    """The cached executable of ``cuda_program``'s ``source``."""
+def compile_program(source: str, cache_dir: Path | None = None, racecheck: bool = False,
+                    compile_timeout_secs: float = 120.0) -> Path:
+    """The cached executable of ``cuda_program``'s ``source``, under AddressSanitizer, or
+    ThreadSanitizer with ``racecheck``."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise BuildError("no C++ compiler was found on PATH (looked for g++ and c++); running CUDA kernels on the "
                          "CPU compiles them with one: install g++ (the host compiler nvcc uses too)")
-    return cached_build(source, [" ".join(FLAGS), compiler, _compiler_version(compiler)], ".cpp", ".exe", cache_dir,
-                        lambda path, out: _run_compiler([compiler, *FLAGS, "-o", str(out), str(path)], path,
+    flags = (*FLAGS, *SANITIZERS[racecheck])
+    return cached_build(source, [" ".join(flags), compiler, _compiler_version(compiler)], ".cpp", ".exe", cache_dir,
+                        lambda path, out: _run_compiler([compiler, *flags, "-o", str(out), str(path)], path,
                                                         compile_timeout_secs))
 
 
@@ -141,7 +149,7 @@ class CudaOnCpuModule:
                                  "never ends, or one too large to run thread by thread (use smaller shapes)") from None
         if done.returncode != 0:
             raise TilecraftError(f"{self.entry}'s CUDA C, run on the CPU, failed (exit {done.returncode}): "
-                                 f"{_summary(done.stderr)}")
+                                 f"{_summary(done.stderr, self.source)}")
 
 
 def _list(values) -> str:
@@ -152,8 +160,19 @@ def _nbytes(arg: ArgSpec) -> int:
     return int(np.prod(arg.shape, dtype=np.int64)) * np.dtype(arg.dtype).itemsize
 
 
-def _summary(stderr: str) -> str:
-    """The lines of a sanitizer's report that name the fault, or the program's own message."""
+_ACCESS = re.compile(r"^(Previous )?(read|write) of size", re.IGNORECASE)
+
+
+def _summary(stderr: str, source: str) -> str:
+    """The lines of a sanitizer's report that name the fault, each access followed by the
+    kernel's statement it made; or the program's own message."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    named = [line for line in lines if "ERROR:" in line or "runtime error" in line or line.startswith("SUMMARY")]
+    named, access = [], False
+    for line in lines:
+        if re.search(r"ERROR:|WARNING:|runtime error|^SUMMARY|^Location is", line) or _ACCESS.search(line):
+            named.append(line)
+            access = bool(_ACCESS.search(line))
+        elif access and line.startswith("#0 ") and (at := re.search(r"\.cpp:(\d+)", line)):
+            named.append(f"  at: {source.splitlines()[int(at.group(1)) - 1].strip()}")
+            access = False
     return "\n".join(named or lines[-5:]) or "no message"
