@@ -54,6 +54,16 @@ def test_a_model_compiled_for_cuda_is_cuda_kernels_that_compute_what_onnxruntime
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
+def test_a_models_kernels_cuda_c_run_on_the_cpu_computes_what_onnxruntime_does(compiled):
+    gpu, feeds, expected = compiled
+    got = gpu.emulate(feeds, cuda_source=True)
+    for name in gpu.outputs:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-5)
+    gpu.emulate(feeds)  # the shared model back on its loop nests' emulations, quicker for the other tests
+
+
 class EmulatedKernel:
     """What the fake driver runs for a kernel: its CPU emulation, on the fake GPU memory."""
 

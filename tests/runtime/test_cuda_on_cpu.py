@@ -1,7 +1,8 @@
 """CUDA C run on the CPU (runtime/cuda_on_cpu.py): kernels written by hand compute what a GPU
 would, and each rule a GPU punishes (a barrier not every thread reaches, a read before a
 barrier or a wait, an access out of bounds or misaligned, a wmma operand in another layout)
-ends the run with a message that names it."""
+ends the run with a message that names it. Each test compiles a program or two (a third of a
+second each): the quick subset keeps the barrier, shuffle and racecheck tests."""
 
 import shutil
 
@@ -42,7 +43,7 @@ def test_threads_exchange_through_shared_memory_after_a_barrier_and_read_nan_wit
     assert np.isnan(kernel(body.format(barrier=""), IN_OUT, order=1, cache=kernel_cache)(X)).any()
 
 
-@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("order", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(order, kernel_cache):
     """Each thread but the first reads the element its left neighbour writes: in order, every
     neighbour has written first, and the values are right; under ThreadSanitizer the race is
@@ -79,17 +80,20 @@ def test_a_butterfly_of_shuffles_sums_a_warp_and_a_lane_outside_the_mask_is_name
         kernel(body.replace("0xffffffffu", "0xffffu"), IN_OUT, cache=kernel_cache)(X)
 
 
+@pytest.mark.slow
 def test_a_read_past_an_argument_is_caught(kernel_cache):
     with pytest.raises(TilecraftError, match="heap-buffer-overflow"):
         kernel("  y[threadIdx.x] = x[threadIdx.x + 1];", IN_OUT, cache=kernel_cache)(X)
 
 
+@pytest.mark.slow
 def test_a_misaligned_vector_load_is_caught(kernel_cache):
     body = "  if (threadIdx.x == 0) { float4 v = *(const float4*)&x[2]; y[0] = v.x; }"
     with pytest.raises(TilecraftError, match="misaligned address"):
         kernel(body, IN_OUT, cache=kernel_cache)(X)
 
 
+@pytest.mark.slow
 def test_an_async_copy_lands_only_when_a_wait_requires_it(kernel_cache):
     body = """  __shared__ __align__(16) float t[32];
   TC_CP_ASYNC(ca, 4, &t[threadIdx.x], &x[threadIdx.x]);
@@ -109,6 +113,7 @@ WMMA = """  unsigned fa[8], fb[8]; float fc[8];
   tc_wmma_store_f32_col(c, fc, 16);"""
 
 
+@pytest.mark.slow
 def test_a_warps_tensor_core_product_is_numpys_and_an_operand_loaded_in_another_layout_is_named(kernel_cache):
     """A loaded column major reads A's transpose; the store column major writes C's."""
     a, b = (np.random.default_rng(n).standard_normal((16, 16)).astype(np.float16) for n in (0, 1))

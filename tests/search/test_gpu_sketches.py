@@ -601,9 +601,9 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="needs a C++ compiler")
-@pytest.mark.parametrize("racecheck", [False, True])
-@pytest.mark.parametrize("workload", [name if name == "half_matmul" else pytest.param(name, marks=pytest.mark.slow)
-                                      for name in sorted(WORKLOADS)])
+@pytest.mark.parametrize("workload, racecheck", [
+    (name, racecheck) if (name, racecheck) == ("half_matmul", False) else
+    pytest.param(name, racecheck, marks=pytest.mark.slow) for name in sorted(WORKLOADS) for racecheck in (False, True)])
 def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, racecheck, kernel_cache):
     """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads
     shuffled: shared memory read before a barrier, or a cp.async before its wait, reads NaN;

@@ -62,7 +62,8 @@ class GpuModel:
         self._plan = None  # the launches over them
         self._graph = None  # the launches captured in a CUDA graph (``capture``, or the second call); False: refused
         self._plan_runs = 0
-        self._emulated: tuple[bool, list] | None = None  # (cuda_source, each kernel's emulation), from the first
+        self._emulated: list | None = None  # each kernel's emulation, from the first call of emulate
+        self._emulated_source = False  # whether those run the kernels' CUDA C
 
     def __repr__(self) -> str:
         tuned = sum(kernel.tuned for kernel in self.kernels)
@@ -187,11 +188,12 @@ class GpuModel:
         if len(self._dags) != len(self.kernels):
             raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
                                  "replays its schedules on; compile the model with compile_model to emulate it")
-        if self._emulated is None or self._emulated[0] != cuda_source:
+        if self._emulated is None or self._emulated_source != cuda_source:
             funcs = [lower(Trace.from_json(k.trace).replay(dag)) for k, (dag, _) in zip(self.kernels, self._dags)]
             run = cuda_on_cpu if cuda_source else emulate_lowered
-            self._emulated = cuda_source, [run(into_slice(func, *into) if into else func, CudaTarget(self.target))
-                                           for func, (_, into) in zip(funcs, self._dags)]
+            self._emulated = [run(into_slice(func, *into) if into else func, CudaTarget(self.target))
+                              for func, (_, into) in zip(funcs, self._dags)]
+            self._emulated_source = cuda_source
         arrays: dict[str, np.ndarray] = {**self.constants, **check_inputs(self.inputs, inputs)}
         for step in self.steps:
             if step.kernel is None:
@@ -199,7 +201,7 @@ class GpuModel:
                 continue
             outs = [arrays[n] if n in arrays else np.empty(self.values[n].shape, self.values[n].dtype)
                     for n in step.outputs]  # a concatenation its producers write in place: one array
-            self._emulated[1][step.kernel](*(arrays[n] for n in step.inputs), *outs)
+            self._emulated[step.kernel](*(arrays[n] for n in step.inputs), *outs)
             arrays.update(zip(step.outputs, outs))
         return {name: arrays[name].copy() for name in self.outputs}
 
