@@ -4,11 +4,12 @@ The loop-nest IR is the CPU's with a few more words (``docs/architecture.md``): 
 bound to ``blockIdx``/``threadIdx`` are not loops in the kernel but the indices of the
 block and thread running it (guarded where a loop covers fewer than the launch does; a
 store to global memory outside the loops bound to an axis of the block, which every thread
-would make alike, is the first thread's alone); virtual threads are unrolled loops inside one thread; buffers in ``shared`` scope are the
-block's shared memory (static arrays, or past 48 KB slices of the dynamic shared memory
-that the launch asks for), ``local`` ones per-thread arrays that nvcc keeps in registers once
-the loops over them unroll; barriers are ``__syncthreads()``. Expressions are the C
-backend's, so a kernel computes what its CPU twin computes.
+would make alike, is the first thread's alone); virtual threads are unrolled loops inside
+one thread; buffers in ``shared`` scope are the block's shared memory (static arrays, or
+past 48 KB slices of the dynamic shared memory that the launch asks for), ``local`` ones
+per-thread arrays that nvcc keeps in registers once the loops over them unroll; barriers are
+``__syncthreads()``. Expressions are the C backend's, so a kernel computes what its CPU twin
+computes.
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class _CudaEmitter(_Emitter):
         self.shared_offsets = shared_offsets(func.body)
         self.partial_threads: list[For] = []  # thread loops narrower than the block, guarding what is inside
         self.bound_threads: list[str] = []  # the thread axes the loops around the statement emitted bind
+        self.first_alone = False  # inside a guard that leaves the first thread of the block alone
         self.uses_wmma = False
         # which operand of the mma each fragment of A or B is, and the layout its loads read: the source's,
         # or the other where the mma reads the fragment transposed (a tile of B, (k, j), held as (j, k))
@@ -156,10 +158,7 @@ class _CudaEmitter(_Emitter):
             self.warp_matrix(s)
             return
         if isinstance(s, Store) and (first := self._first_thread_alone(s)):
-            with self.out.block(f"if ({first})"):
-                self.bound_threads.append("threadIdx")
-                self.stmt(s, unroll_budget)
-                self.bound_threads.pop()
+            self._alone(first, lambda: self.stmt(s, unroll_budget))
             return
         if isinstance(s, AtomicAdd):
             target = f"{self.buffer_name(s.buffer)}[{self.expr(self.flat_index(s.buffer, s.indices))}]"
@@ -186,10 +185,17 @@ class _CudaEmitter(_Emitter):
         all store the same element of global memory (a row's reduced sum, written after the
         threads reduced it together, outside the loops bound to them): one store, as TVM writes
         an all-reduce's result, and no race. None where each thread stores its own."""
-        if s.buffer.scope not in ("arg", "global") or "threadIdx" in self.bound_threads:
+        if s.buffer.scope not in ("arg", "global") or self.first_alone:
             return None
         axes = [f"threadIdx.{axis}" for axis, extent in zip("xyz", self.launch.block) if extent > 1]
         return " && ".join(f"{axis} == 0" for axis in axes if axis not in self.bound_threads) or None
+
+    def _alone(self, condition: str, emit) -> None:
+        """``emit()`` under ``if (condition)``, the first thread of the block alone."""
+        with self.out.block(f"if ({condition})"):
+            self.first_alone = True
+            emit()
+            self.first_alone = False
 
     def _copies_global(self, buffer: Buffer, source: TensorRead, lanes: int) -> bool:
         """Whether ``source`` is global memory copied into ``buffer`` in shared memory as it is,
@@ -349,10 +355,7 @@ class _CudaEmitter(_Emitter):
             self.bound_threads.pop()
             return
         if s.kind == "vectorize" and isinstance(s.body, Store) and (first := self._first_thread_alone(s.body)):
-            with self.out.block(f"if ({first})"):
-                self.bound_threads.append("threadIdx")  # the first thread's alone from here
-                self.loop(s, unroll_budget)
-                self.bound_threads.pop()
+            self._alone(first, lambda: self.loop(s, unroll_budget))
             return
         if s.kind == "vectorize" and self.vector_access(s):
             return
