@@ -415,7 +415,8 @@ def test_choose_in_place_times_the_best_of_a_log_tuned_before_inside_the_model(o
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
-@pytest.mark.parametrize("cuda_source", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("cuda_source", [False, pytest.param(True, marks=[pytest.mark.slow, pytest.mark.skipif(
+    shutil.which("g++") is None, reason="needs a C++ compiler")])])
 def test_run_model_for_a_gpu_checks_its_kernels_emulated_where_there_is_no_gpu(onnx_model, tmp_path, capsys,
                                                                                 cuda_source):
     """Its kernels' loop nests emulated, or (``--cuda-source``) their CUDA C run on the CPU."""

@@ -10,7 +10,8 @@
    a thread that waits where the others never come, a wmma operand loaded in another layout or
    misaligned, a shared-memory load from global memory, or a shuffle outside its mask ends the
    run with a message naming the block and thread. AddressSanitizer (the compiler's flags)
-   catches reads and writes outside the arguments, UBSan misaligned vector accesses. */
+   catches reads and writes outside the arguments, UBSan misaligned vector accesses; or, for a
+   racecheck, ThreadSanitizer the threads' data races (below). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
