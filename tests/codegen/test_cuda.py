@@ -45,14 +45,19 @@ def add_relu(n: int, m: int) -> tc.ComputeDAG:
     return tc.ComputeDAG([A, B, R])
 
 
-def check(sch: tc.Schedule, seed: int = 0) -> None:
-    """The emulated kernel equals NumPy; with nvcc, the CUDA source compiles for sm_90."""
+def check(sch: tc.Schedule, seed: int = 0, cuda_source: bool = False) -> None:
+    """The emulated kernel equals NumPy (and so does its CUDA C run on the CPU, with
+    ``cuda_source``, under AddressSanitizer then ThreadSanitizer); with nvcc, the CUDA source
+    compiles for sm_90."""
     inputs = sch.dag.random_inputs(np.random.default_rng(seed))
     expected = sch.dag.evaluate_numpy(inputs)
-    got = tc.emulate_gpu(sch, "cuda -arch=sm_90")(*inputs)
-    got = got if isinstance(got, tuple) else (got,)
-    for g, e in zip(got, expected):
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"trace:\n{sch}")
+    runs = [{}] + [dict(cuda_source=True), dict(cuda_source=True, racecheck=True)] * bool(
+        cuda_source and shutil.which("g++"))
+    for run in runs:
+        got = tc.emulate_gpu(sch, "cuda -arch=sm_90", **run)(*inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4, err_msg=f"{run}; trace:\n{sch}")
     if shutil.which("nvcc"):
         kernel = tc.build(sch, "cuda" if tc.cuda_available() else "cuda -arch=sm_90")
         if tc.cuda_available():  # on a GPU machine the kernel itself runs too
@@ -176,7 +181,8 @@ def test_matmul_with_virtual_threads_and_registers_only():
 
 
 def test_example_schedule_matches_numpy():
-    """The hand-scheduled matmul of examples/cuda_matmul.py, at a size the emulation runs quickly."""
+    """The hand-scheduled matmul of examples/cuda_matmul.py, at a size the emulation runs
+    quickly; its CUDA C too, free of races."""
     import importlib.util
     from pathlib import Path
 
@@ -185,7 +191,7 @@ def test_example_schedule_matches_numpy():
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     sch = example.schedule(256)
-    check(sch)
+    check(sch, cuda_source=True)
     if shutil.which("nvcc"):
         source = tc.build(sch, "cuda").source
         assert "__shared__" in source and "__syncthreads();" in source and "float4" in source
