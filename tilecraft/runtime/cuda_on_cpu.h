@@ -134,8 +134,10 @@ inline Fiber* fibers = nullptr;
 inline Warp* warps = nullptr;
 inline int threads = 0, block_arrived = 0;
 inline unsigned barriers = 0;  // the block's barriers passed so far
-/* ThreadSanitizer's sync objects: a barrier's, by its parity; a block's start, which the
-   scheduler releases once it has seen the block before end (its threads release block_end) */
+/* ThreadSanitizer's sync objects: a barrier's, by its parity; block_end, which a block's threads
+   release as they return and the scheduler acquires before the next block starts; block_start,
+   which the scheduler then releases and that block's threads acquire as they start (acquiring
+   block_end would order them after the threads of their own block that returned first) */
 inline char barrier[2], block_start, block_end;
 inline void* scheduler_race_fiber = nullptr;
 inline dim3 block_index, block_dim, grid_dim;
