@@ -120,6 +120,10 @@ class CudaOnCpuModule:
         self.args, self.launches, self.workspace = tuple(args), tuple(launches), tuple(workspace)
         self.thread_order = thread_order
 
+    def __repr__(self) -> str:
+        launches = ", ".join(f"grid={launch.grid}, block={launch.block}" for launch in self.launches)
+        return f"CudaOnCpuModule({self.entry!r}, args=({', '.join(arg.name for arg in self.args)}), {launches})"
+
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
         binding = bind_arrays(self.entry, self.args, arrays, out)
         if binding.on_device:
