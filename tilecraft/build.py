@@ -173,8 +173,7 @@ def cuda_on_cpu(func: LoweredFunc, target: CudaTarget, cache_dir: Path | None = 
     args, _ = entry_signature(func)
     specs, workspace = kernel_launches(func, args, launches)
     source = cuda_program(DEVICE_HELPERS + kernels, kernel_entries(func.name, len(specs)), args, specs, workspace)
-    return CudaOnCpuModule(compile_program(source, cache_dir, racecheck), source, func.name, args, specs, workspace,
-                           thread_order)
+    return CudaOnCpuModule(compile_program(source, cache_dir, racecheck), source, func.name, args, specs, thread_order)
 
 
 def entry_signature(func: LoweredFunc) -> tuple[tuple[ArgSpec, ...], tuple[PackSpec, ...]]:

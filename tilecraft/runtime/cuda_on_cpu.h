@@ -48,6 +48,11 @@ extern "C" char __start_tc_shared[] __attribute__((weak));
 extern "C" char __stop_tc_shared[] __attribute__((weak));
 #define TC_DYNAMIC_SHARED unsigned char* tc_shared = tc_cpu::dynamic_shared
 
+/* The C backend's bfloat16 conversions, which the program defines after this header (its
+   helpers come with the kernels): the wmma stores round as the kernels do. */
+static inline float tc_bf2f(uint16_t h);
+static inline uint16_t tc_f2bf(float f);
+
 struct dim3 { unsigned x, y, z; };
 #define TC_VECTOR2(T, N, A) struct alignas(A) N { T x, y; }; inline N make_##N(T x, T y) { return N{x, y}; }
 #define TC_VECTOR4(T, N, A) struct alignas(A) N { T x, y, z, w; }; \
@@ -377,16 +382,12 @@ const unsigned TAG = 0x7c000000u;
 const char* const LAYOUTS[] = {"?", "row", "col"};
 
 inline float widen(uint16_t bits, int type) {
-  if (type == BF16) { uint32_t u = (uint32_t)bits << 16; float f; memcpy(&f, &u, 4); return f; }
+  if (type == BF16) return tc_bf2f(bits);
   _Float16 h; memcpy(&h, &bits, 2); return (float)h;
 }
 
 inline uint16_t round_to(float value, int type) {
-  if (type == BF16) {
-    uint32_t u; memcpy(&u, &value, 4);
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)  /* tc_f2bf's: a NaN stays one */
-                                           : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+  if (type == BF16) return tc_f2bf(value);
   _Float16 h = (_Float16)value; uint16_t bits; memcpy(&bits, &h, 2); return bits;
 }
 
@@ -455,9 +456,6 @@ TC_UNRACED inline void store(void* p, const float* c, unsigned ldm, int layout, 
   write_tile(p, c, ldm, layout, type, current->linear % 32);
 }
 
-}  // namespace tc_cpu
-
-namespace tc_cpu {
 TC_UNRACED inline dim3 thread_index() { return current->index; }
 TC_UNRACED inline dim3 block_index_() { return block_index; }
 }  // namespace tc_cpu

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import BuildError, TilecraftError
 from .compiler import _compiler_version, _run_compiler, cached_build
-from .cuda import LaunchSpec, bind_arrays
+from .cuda import LaunchSpec, _bytes, bind_arrays
 from .module import ArgSpec
 
 HEADER = (Path(__file__).parent / "cuda_on_cpu.h").read_text()
@@ -84,7 +84,7 @@ def cuda_program(kernels: str, entries: Sequence[str], args: Sequence[ArgSpec],
     steps = "\n".join(f"  {''.join(f'memset(p[{z}], 0, bytes[{z}]); ' for z in launch.zeroed)}"
                       f"tc_cpu::launch(dim3{{{_list(launch.grid)}}}, dim3{{{_list(launch.block)}}}, "
                       f"{launch.shared_bytes}, seed, tc_call_{n}, p);" for n, launch in enumerate(launches))
-    main = _MAIN.format(bytes=_list(map(_nbytes, every)), count=len(every), launches=steps,
+    main = _MAIN.format(bytes=_list(map(_bytes, every)), count=len(every), launches=steps,
                         outputs=_list(n for n, arg in enumerate(args) if arg.is_output))
     return f"{HEADER}\n{kernels}\n{calls}{main}"
 
@@ -115,9 +115,9 @@ class CudaOnCpuModule:
     a misaligned vector or wmma access, a shuffle outside its mask."""
 
     def __init__(self, executable: Path, source: str, entry: str, args: Sequence[ArgSpec],
-                 launches: Sequence[LaunchSpec], workspace: Sequence[ArgSpec] = (), thread_order: int = 2) -> None:
+                 launches: Sequence[LaunchSpec], thread_order: int = 2) -> None:
         self.executable, self.source, self.entry = Path(executable), source, entry
-        self.args, self.launches, self.workspace = tuple(args), tuple(launches), tuple(workspace)
+        self.args, self.launches = tuple(args), tuple(launches)  # the program holds the workspace
         self.thread_order = thread_order
 
     def __repr__(self) -> str:
@@ -160,10 +160,6 @@ def _list(values) -> str:
     return ", ".join(map(str, values))
 
 
-def _nbytes(arg: ArgSpec) -> int:
-    return int(np.prod(arg.shape, dtype=np.int64)) * np.dtype(arg.dtype).itemsize
-
-
 _ACCESS = re.compile(r"^(Previous )?(read|write) of size", re.IGNORECASE)
 
 
@@ -173,9 +169,10 @@ def _summary(stderr: str, source: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     named, access = [], False
     for line in lines:
-        if re.search(r"ERROR:|WARNING:|runtime error|^SUMMARY|^Location is", line) or _ACCESS.search(line):
+        is_access = bool(_ACCESS.search(line))
+        if is_access or re.search(r"ERROR:|WARNING:|runtime error|^SUMMARY|^Location is", line):
             named.append(line)
-            access = bool(_ACCESS.search(line))
+            access = is_access
         elif access and line.startswith("#0 ") and (at := re.search(r"\.cpp:(\d+)", line)):
             named.append(f"  at: {source.splitlines()[int(at.group(1)) - 1].strip()}")
             access = False
