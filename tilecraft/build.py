@@ -134,6 +134,8 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
     Raises:
         GpuLimitError: If the schedule exceeds the target's limits.
         LoweringError: If the schedule cannot be lowered (a barrier under a condition).
+        ValueError: If ``racecheck`` is asked without ``cuda_source`` (the loop nests run
+            thread after thread, where no race can show).
 
     Example:
         ::
@@ -141,6 +143,9 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
             c = tc.emulate_gpu(sch)(a, b)
             np.testing.assert_allclose(c, a @ b, rtol=1e-5)
     """
+    if racecheck and not cuda_source:
+        raise ValueError("emulate_gpu: racecheck runs the kernels' CUDA C under ThreadSanitizer; pass cuda_source=True "
+                         "too")
     target = target if isinstance(target, CudaTarget) else CudaTarget(target)
     if cuda_source:
         return cuda_on_cpu(lower(sch, name), target, cache_dir, thread_order, racecheck)

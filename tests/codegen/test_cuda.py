@@ -197,6 +197,12 @@ def test_example_schedule_matches_numpy():
         assert "__shared__" in source and "__syncthreads();" in source and "float4" in source
 
 
+def test_a_racecheck_without_the_cuda_source_is_refused_by_name():
+    with pytest.raises(ValueError, match="racecheck runs the kernels' CUDA C under ThreadSanitizer; pass "
+                                         "cuda_source=True too"):
+        tc.emulate_gpu(tiled_matmul(64, 32, 64), "cuda -arch=sm_90", racecheck=True)
+
+
 def test_a_step_fills_both_shared_tiles_between_one_pair_of_barriers():
     """A matmul's A and B tiles read nothing of each other: one barrier before the two fills (no
     thread overwrites what another still reads) and one after (none reads before all have
