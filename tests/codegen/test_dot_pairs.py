@@ -9,7 +9,9 @@ import tilecraft as tc
 from tilecraft import te
 from tilecraft.codegen import vector_math
 from tilecraft.ops.common import product_of
+from tilecraft.schedule.trace import Trace
 from tilecraft.search.default import default_schedule
+from tilecraft.search.space import generate_sketches
 
 HOST = tc.Target.host()  # the pairs where this machine has AVX-512 BF16, else the usual loop
 
@@ -52,3 +54,65 @@ def test_only_a_bfloat16_sum_of_an_even_reduction_is_paired(kernel_cache):
                 tc.SearchTask(func="matmul", args=(48, 96, 64)).compute_dag):
         source = tc.build(default_schedule(dag, HOST), HOST, cache_dir=kernel_cache).source
         assert "tc_dot_bf16" not in source and "__AVX512BF16__" not in source
+
+
+def _with_pairs(sch, pairs: bool):
+    """``sch`` replayed with its weights packed in pairs, or not, whatever its target chose."""
+    steps = sch.trace.to_json()
+    for step in steps:
+        if step["kind"] == "rewrite_layout":
+            step["args"]["pairs"] = pairs
+    return Trace.from_json(steps).replay(sch.dag)
+
+
+def test_a_weight_packed_in_pairs_is_read_as_one_vector_of_pairs(kernel_cache, monkeypatch):
+    """A layout-free bfloat16 weight packed with its reduction's neighbours side by side after
+    the lanes (``k // 2``, the columns, ``k % 2``): the dot product loads its pairs as they lie,
+    where the rows of B took two loads and an interleave. Equal to NumPy, and so is the usual
+    loop (the pairs' guard made false) reading the same packed weight two elements apart."""
+    task = tc.SearchTask(func="matmul", args=(48, 96, 64, "bfloat16"), target=HOST)
+    dag = task.compute_dag
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    want = dag.evaluate_numpy(inputs)[0].astype(np.float32)
+    sch = _with_pairs(default_schedule(dag, HOST), True)
+    (packed,) = sch.state.packed
+    assert packed.packed.shape[-1] == 2
+    kernel = tc.build(sch, HOST, cache_dir=kernel_cache)
+    assert "tc_dot_pairs_bf16x" in kernel.source and "*(tc_bf16_pairs" in kernel.source
+    np.testing.assert_allclose(kernel(*inputs).astype(np.float32), want, rtol=8e-3, atol=8e-2)
+    monkeypatch.setattr(vector_math, "bfloat16_dot_guard", lambda lanes: "#if 0\n")
+    kernel = tc.build(sch, HOST, cache_dir=kernel_cache)
+    np.testing.assert_allclose(kernel(*inputs).astype(np.float32), want, rtol=8e-3, atol=8e-2)
+
+
+def test_weights_are_packed_in_pairs_only_where_the_target_sums_bfloat16_pairs():
+    """The sketches of a bfloat16 matmul ask for pairs on a CPU with AVX-512 BF16 alone; a
+    float32 weight never has them."""
+    def asked(target, dtype):
+        dag = tc.SearchTask(func="matmul", args=(64, 64, 64, dtype), target=target).compute_dag
+        return {step["args"].get("pairs", False) for sketch in generate_sketches(dag, target=tc.Target(target))
+                for step in sketch.trace.to_json() if step["kind"] == "rewrite_layout"}
+
+    assert asked("llvm -mcpu=znver4", "bfloat16") == {True}
+    assert asked("llvm -mcpu=skylake-avx512", "bfloat16") == {False}
+    assert asked("llvm -mcpu=znver4", "float32") == {False}
+
+
+def test_pairs_are_packed_only_where_the_loops_read_them_as_pairs():
+    """An odd innermost reduction piece (no loop taken two steps at a time), or a last loop that
+    does not index the weight (no lanes along it): the layout it would have without pairs."""
+    dag = tc.SearchTask(func="matmul", args=(16, 96, 32, "bfloat16")).compute_dag
+
+    def packed_shape(k_inner: int, last: str, pairs: bool):
+        sch = tc.Schedule(dag)
+        block = sch.get_block("matmul")
+        i, j, k = sch.get_loops(block)
+        ko, ki = sch.split(k, [None, k_inner])
+        sch.reorder(*((i, ko, ki, j) if last == "j" else (j, ko, ki, i)))
+        sch.rewrite_layout(block, ("read", 1), pairs)
+        return sch.state.packed[0].packed.shape
+
+    assert packed_shape(8, "j", True) == (48, 32, 2)  # k's pieces follow each other: one dimension
+    assert packed_shape(8, "j", False) == (96, 32)
+    assert packed_shape(3, "j", True) == packed_shape(3, "j", False) == (96, 32)
+    assert packed_shape(8, "i", True) == packed_shape(8, "i", False)

@@ -229,7 +229,7 @@ class _Emitter:
         if self.pairing is not None and self.pairing.vector is s:
             raise LoweringError(f"the vector loop {s.var.name} of a bfloat16 register tile could not be emitted as "
                                 "vectors; this is a tilecraft bug: please report it with the schedule's trace")
-        pairs = dot_pairs(s, self._read_stride) if self.pairing is None else None
+        pairs = dot_pairs(s, self._read_stride, self._pair_step) if self.pairing is None else None
         lanes = pairs and self.target.vector_lanes("float32", pairs.vector.extent)
         if pairs is None or lanes not in (4, 8, 16) or pairs.vector.extent % lanes:
             self._serial_loop(s, var, budget)
@@ -328,11 +328,24 @@ class _Emitter:
 
         a = f"*(tc_bf16_pair*)&{at(pairs.a, 0)}" if pairs.a_adjacent else \
             f"({at(pairs.a, 0)} | (uint32_t){at(pairs.a, 1)} << 16)"
-        return f"tc_dot_{half}(*({vector_type('float32', lanes)}*)&{target}, {a}, *({half}*)&{at(pairs.b, 0)}, " \
-               f"*({half}*)&{at(pairs.b, 1)})"
+        acc = f"*({vector_type('float32', lanes)}*)&{target}"
+        if pairs.b_paired:
+            return f"tc_dot_pairs_{half}({acc}, {a}, *(tc_bf16_pairs{lanes}*)&{at(pairs.b, 0)})"
+        return f"tc_dot_{half}({acc}, {a}, *({half}*)&{at(pairs.b, 0)}, *({half}*)&{at(pairs.b, 1)})"
 
     def _read_stride(self, read: TensorRead, var: Var) -> int | None:
         return _stride(self.flat_index(read.tensor, read.indices), var, self.ranges)
+
+    def _pair_step(self, read: TensorRead, loop: For) -> int | None:
+        """The elements from ``read`` at an even step of ``loop`` to the next step's: the same at
+        every even step where a weight is packed in pairs (``k // 2`` and ``k % 2`` in its index)."""
+        half = Var(f"{loop.var.name}_pair")
+        ranges = {**self.ranges, half: loop.extent // 2}
+        index = self.flat_index(read.tensor, read.indices)
+        even, odd = (simplify(substitute(index, {loop.var: binary("add", binary("mul", half, const(2)), const(bit))}),
+                              ranges) for bit in (0, 1))
+        step = to_linear(odd, ranges).add(to_linear(even, ranges), -1)
+        return None if step.terms else step.const
 
     def _vectorizable(self, e: Expr, var: Var, width: int) -> bool:
         """Whether ``vexpr`` has a rule for ``e``: every part that varies with ``var`` is a

@@ -7,8 +7,10 @@ tile the search already makes has that shape: a reduction loop ``k`` around the 
 around a vectorized loop of columns, whose store adds ``A[i, k] * B[k, j]`` into a float32
 accumulator. Taking ``k`` two steps at a time, each lane's pair of B is its column's elements
 at ``k`` and ``k + 1`` (two rows loaded and interleaved, once for all the tile's rows) and
-A's pair is the two elements of its row, broadcast. The C emitter writes that form where
-``__AVX512BF16__`` is defined and the usual loop otherwise, so a kernel compiles anywhere.
+A's pair is the two elements of its row, broadcast. A weight packed in pairs
+(``schedule/layout.py``) holds each lane's pair side by side already: one load. The C
+emitter writes that form where ``__AVX512BF16__`` is defined and the usual loop otherwise,
+so a kernel compiles anywhere.
 The sum is the same up to its order (and to denormals, which the instruction flushes).
 """
 
@@ -25,19 +27,23 @@ from ..te.expr import Binary, Cast, Expr, TensorRead, Var, free_vars
 class DotPairs:
     """A reduction loop ``k`` (of even extent) whose nest of the tile's rows ends in
     ``vector``, a vectorized loop storing ``acc + a * b``: ``a`` is the same in every lane,
-    ``b`` contiguous along it; ``a_adjacent`` where a's elements at k and k + 1 are neighbours
-    (one 4-byte load, broadcast)."""
+    ``b`` contiguous along it, or ``b_paired``: its elements at k and k + 1 side by side, a
+    lane's pair after the previous lane's (one vector load); ``a_adjacent`` where a's elements
+    at k and k + 1 are neighbours (one 4-byte load, broadcast)."""
 
     k: Var
     vector: For
     a: TensorRead
     b: TensorRead
     a_adjacent: bool
+    b_paired: bool = False
 
 
-def dot_pairs(loop: For, stride: Callable[[TensorRead, Var], int | None]) -> DotPairs | None:
+def dot_pairs(loop: For, stride: Callable[[TensorRead, Var], int | None],
+              pair_step: Callable[[TensorRead, For], int | None]) -> DotPairs | None:
     """The pairs ``loop`` sums, where it is such a loop (``stride``: the elements a read moves
-    along a loop's variable); else None."""
+    along a loop's variable; ``pair_step``: from a read at an even step of a loop to the next
+    step's read, where the elements between are the same at every even step); else None."""
     if loop.kind not in ("serial", "unroll") or loop.extent % 2:
         return None
     inner, between = loop.body, []
@@ -62,10 +68,11 @@ def dot_pairs(loop: For, stride: Callable[[TensorRead, Var], int | None]) -> Dot
                and any(loop.var in free_vars(i) for i in r.indices) for r in reads):
         return None
     a, b = sorted(reads, key=lambda r: any(lanes in free_vars(i) for i in r.indices))
-    if any(lanes in free_vars(i) for i in a.indices) or stride(b, lanes) != 1 \
+    paired = stride(b, lanes) == 2 and pair_step(b, loop) == 1
+    if any(lanes in free_vars(i) for i in a.indices) or not (stride(b, lanes) == 1 or paired) \
             or stride(TensorRead(store.buffer, store.indices), lanes) != 1:
         return None
-    return DotPairs(loop.var, inner, a, b, stride(a, loop.var) == 1)
+    return DotPairs(loop.var, inner, a, b, stride(a, loop.var) == 1, paired)
 
 
 def _uncast(e: Expr) -> Expr:

@@ -203,11 +203,15 @@ _BFLOAT16_DOT = {  # lanes -> AVX-512 BF16's dot product of pairs, its types, an
     4: ("_mm_dpbf16_ps", "__m128", "__m128bh", " && defined(__AVX512VL__)"),
 }
 _BFLOAT16_DOT_TEMPLATE = """\
-static inline f32x$N tc_dot_bf16x$N(f32x$N acc, uint32_t a, bf16x$N b0, bf16x$N b1) {
-  /* acc + a0 b0 + a1 b1 in each lane: b's two rows interleaved into pairs, a's pair (a0 the low
-     half) in every lane */
-  tc_u32x$N b = __builtin_convertvector(b0, tc_u32x$N) | (__builtin_convertvector(b1, tc_u32x$N) << 16);
+typedef uint32_t tc_bf16_pairs$N __attribute__((vector_size($WIDE), aligned(4), may_alias));
+static inline f32x$N tc_dot_pairs_bf16x$N(f32x$N acc, uint32_t a, tc_bf16_pairs$N b) {
+  /* acc + a0 b0 + a1 b1 in each lane: b a pair a lane (b0 the low half), a's pair in every lane */
   return (f32x$N)$DOT(($PS)acc, ($BH)((tc_u32x$N){} + a), ($BH)b);
+}
+static inline f32x$N tc_dot_bf16x$N(f32x$N acc, uint32_t a, bf16x$N b0, bf16x$N b1) {
+  /* the same, b's two rows interleaved into pairs */
+  return tc_dot_pairs_bf16x$N(acc, a, __builtin_convertvector(b0, tc_u32x$N)
+                                         | (__builtin_convertvector(b1, tc_u32x$N) << 16));
 }
 """
 _BFLOAT16_PAIR = """\
@@ -249,8 +253,8 @@ def half_helpers(halves: set[tuple[str, int]], dots: frozenset[int] | set[int] =
     text += _BFLOAT16_PAIR if dots else ""
     for lanes in sorted(dots):
         dot, ps, bh, _ = _BFLOAT16_DOT[lanes]
-        text += (bfloat16_dot_guard(lanes) + "#include <immintrin.h>\n"
-                 + Template(_BFLOAT16_DOT_TEMPLATE).substitute(N=lanes, DOT=dot, PS=ps, BH=bh) + "#endif\n")
+        dots_text = Template(_BFLOAT16_DOT_TEMPLATE).substitute(N=lanes, WIDE=4 * lanes, DOT=dot, PS=ps, BH=bh)
+        text += bfloat16_dot_guard(lanes) + "#include <immintrin.h>\n" + dots_text + "#endif\n"
     return text
 
 

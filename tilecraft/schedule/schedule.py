@@ -1008,7 +1008,7 @@ class Schedule:
                                 "computation whose layout the caller chose; lay out a cache of it instead "
                                 "(cache_read or cache_write)")
 
-    def rewrite_layout(self, block: BlockRV, buffer: Sequence) -> None:
+    def rewrite_layout(self, block: BlockRV, buffer: Sequence, pairs: bool = False) -> None:
         """Pack a layout-free input in the order the block's loops read it (see ``layout.py``);
         replayed with other tile sizes, the layout follows them. Call it after the block's
         splits and before any fuse of its loops.
@@ -1016,6 +1016,9 @@ class Schedule:
         Args:
             block: A block that reads the input.
             buffer: ``("read", i)``: the block's ``i``-th input, in order of first read.
+            pairs: Store neighbours along the innermost reduction piece next to each other,
+                after the vector lanes, where the loops read them as a bfloat16 dot
+                product's pairs (AVX-512 BF16); elsewhere the same layout as without.
 
         Raises:
             ScheduleError: As ``transform_layout``; also if the block reads the input in
@@ -1026,8 +1029,8 @@ class Schedule:
 
         stage = self._stage(block)
         source = self._layout_free_read(stage, buffer, "rewrite_layout")
-        self._pack(source, tiled_layout(stage, source))
-        self._record("rewrite_layout", {"block": block, "buffer": list(buffer)})
+        self._pack(source, tiled_layout(stage, source, pairs))
+        self._record("rewrite_layout", {"block": block, "buffer": list(buffer), **({"pairs": True} if pairs else {})})
 
     def _layout_free_read(self, stage: Stage, buffer: Sequence, primitive: str) -> Tensor:
         kind, index = buffer

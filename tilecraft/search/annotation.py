@@ -4,13 +4,15 @@ Ansor fills these in per candidate (its "init population rules"); here they beco
 sampling steps and block annotations in the sketch's trace, so that a candidate is just
 the sketch plus a vector of decisions: parallel outer loops (how many to fuse), the
 innermost spatial loop vectorized, ``auto_unroll_max_step`` for blocks that reduce,
-weights packed in the order the tiles read them, and a sampled compute location for
+weights packed in the order the tiles read them (bfloat16 ones in the pairs a CPU's dot
+product of pairs reads, where it has one), and a sampled compute location for
 every block that no rule placed.
 """
 
 from __future__ import annotations
 
 from ..schedule.schedule import Schedule
+from ..target import Target
 from .access import layout_free_reads
 from .sketch_rules import Draft
 
@@ -32,9 +34,12 @@ def annotate(draft: Draft) -> Schedule:
         if stage.attach is None and outer:
             count = sch.sample_categorical(list(range(1, outer + 1)), [1 / outer] * outer)
             sch.annotate(block, "meta_schedule.parallel", count)
+    pairs = (draft.target or Target.host()).has_bfloat16_dot  # AVX-512 BF16 reads a bfloat16 weight in pairs
     for name in sorted(draft.tiled):
-        for index in layout_free_reads(sch.state.stage(name).op):
-            sch.rewrite_layout(sch.get_block(name), ("read", index))
+        op = sch.state.stage(name).op
+        for index in layout_free_reads(op):
+            paired = pairs and op.input_tensors[index].dtype == "bfloat16"
+            sch.rewrite_layout(sch.get_block(name), ("read", index), paired)
     for stage in reversed(stages):
         if stage.name in draft.tiled or stage.is_output or stage.attach is not None:
             continue
