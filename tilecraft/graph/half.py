@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from ..target.cuda import TENSOR_CORE_TILE as TILE  # the products padded to its multiples
 from ..te.dtype import HALVES, NUMPY_DTYPES
 from .builder import unique_name
 from .ir import Graph, Node
@@ -68,8 +69,6 @@ def half_products(graph: Graph, dtypes: tuple[str, ...] = HALVES, operators: tup
     return eliminate_dead_code(graph)
 
 
-TILE = 16
-"""The rows, columns and reduction of a tensor core's tile (``ir/tensor_core.py``)."""
 MAX_PADDING = 2.0
 """The most products, padded to whole tiles, a convolution or matrix product computes on
 tensor cores for every one it needs. Tensor cores compute float16 products about 15 times as fast as CUDA

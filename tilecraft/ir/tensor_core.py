@@ -23,6 +23,7 @@ from __future__ import annotations
 
 
 from ..errors import LoweringError
+from ..target.cuda import TENSOR_CORE_TILE as TILE
 from ..te.arith import simplify, to_linear
 from ..te.dtype import HALVES, bytes_of
 from ..te.expr import Binary, Cast, Const, Expr, TensorRead, Var, binary, const, substitute
@@ -30,7 +31,6 @@ from .kernels import accesses
 from .nodes import (Allocate, AsyncCopies, Buffer, For, IfThenElse, MatrixTile, Seq, Stmt, Store, WarpMatrix, rebuffer,
                     walk_stmts)
 
-TILE = 16
 WARP = 32
 
 

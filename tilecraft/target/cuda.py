@@ -37,6 +37,7 @@ _ARCHS = {
 _COMMON = {"warp_size": 32, "max_threads_per_block": 1024, "max_shared_memory_per_block": 48 << 10,
            "registers_per_block": 64 << 10, "max_registers_per_thread": 255, "max_vthread": 8,
            "max_vector_bytes": 16}
+TENSOR_CORE_TILE = 16  # the rows, columns and reduction of a tensor core's tile (wmma's m16n16k16)
 _FALLBACK_ARCH = "sm_90"  # CI has no GPU and compiles for sm_90
 _ARCH_PATTERN = re.compile(r"sm_\d\d+a?")
 _EXAMPLE = "CudaTarget('cuda -arch=sm_80 -sm-count=108')"
