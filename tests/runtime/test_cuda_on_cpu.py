@@ -43,6 +43,21 @@ def test_threads_exchange_through_shared_memory_after_a_barrier_and_read_nan_wit
     assert np.isnan(kernel(body.format(barrier=""), IN_OUT, order=1, cache=kernel_cache)(X)).any()
 
 
+def test_gpu_arrays_are_refused_with_the_copy_that_makes_them_numpy_arrays():
+    """The program runs on the CPU: a GPU array (here one as PyTorch and CuPy present it, at a
+    made-up address) is named before anything runs."""
+    class GpuArray:
+        __cuda_array_interface__ = {"shape": (32,), "typestr": "<f4", "data": (0x7F0000000000, False),
+                                    "strides": None, "version": 3}
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    module = CudaOnCpuModule("never-run", "", "k", IN_OUT, [LaunchSpec((1, 1, 1), (32, 1, 1))])
+    with pytest.raises(TypeError, match=r"pass NumPy arrays .*x\.cpu\(\)\.numpy\(\)"):
+        module(GpuArray())
+
+
 @pytest.mark.parametrize("order", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(order, kernel_cache):
     """Each thread but the first reads the element its left neighbour writes: in order, every
