@@ -10,7 +10,9 @@ from tilecraft import te
 from tilecraft.codegen import vector_math
 from tilecraft.ops.common import product_of
 from tilecraft.schedule.trace import Trace
-from tilecraft.search.default import default_schedule
+from tilecraft.search.default import default_row, default_schedule
+from tilecraft.search.evolution import Candidate
+from tilecraft.search.policy import SketchPolicy
 from tilecraft.search.space import generate_sketches
 
 HOST = tc.Target.host()  # the pairs where this machine has AVX-512 BF16, else the usual loop
@@ -116,3 +118,30 @@ def test_pairs_are_packed_only_where_the_loops_read_them_as_pairs():
     assert packed_shape(8, "j", False) == (96, 32)
     assert packed_shape(3, "j", True) == packed_shape(3, "j", False) == (96, 32)
     assert packed_shape(8, "i", True) == packed_shape(8, "i", False)
+
+
+def test_a_record_of_the_weight_unpaired_is_another_program_so_a_resumed_search_measures_the_paired_default():
+    """A log tuned before bfloat16 weights were packed in pairs holds the same decisions as
+    today's candidates, but not the same kernels: its records neither stand for them nor keep
+    the search from measuring today's defaults (a resumed BERT layer never measured its faster
+    default, and its tuned model ran slower than the untuned one)."""
+    task = tc.SearchTask(func="matmul", args=(64, 64, 64, "bfloat16"), target="llvm -mcpu=znver4 -num-cores=2")
+    fresh = SketchPolicy(task)
+    defaults = [Candidate(n, tuple(int(v) for v in default_row(s, fresh.min_parallel)))
+                for n, s in enumerate(fresh.sketches)]
+
+    class Record:  # what preload reads of a TuningRecord
+        def __init__(self, trace, sketch):
+            self.trace, self.sketch, self.mean_cost = trace.to_json(), sketch, 1e-3
+            self.trace_json, self.phase = trace.dumps(), "search"
+
+    def records(pairs):
+        return [Record(_with_pairs(fresh.trace_of(c).replay(task.compute_dag), pairs).trace,
+                       fresh.sketches[c.sketch].name) for c in defaults]
+
+    today = SketchPolicy(task)
+    assert today.preload(records(True)) == len(defaults)
+    assert not {c.key for c in defaults} & {c.key for c in today.next_batch(len(defaults))}
+    resumed = SketchPolicy(task)
+    assert resumed.preload(records(False)) == 0
+    assert {c.key for c in defaults} <= {c.key for c in resumed.next_batch(len(defaults))}

@@ -127,8 +127,7 @@ class CudaOnCpuModule:
     def __call__(self, *arrays: Any, out: Any = None) -> Any:
         binding = bind_arrays(self.entry, self.args, arrays, out)
         if binding.on_device:
-            raise TypeError(f"{self.entry} runs its CUDA C on the CPU: pass NumPy arrays (a GPU array copied "
-                            "with x.cpu().numpy() or cupy.asnumpy(x))")
+            raise TypeError(f"{self.entry} runs on the CPU: pass NumPy arrays (x.cpu().numpy(), cupy.asnumpy(x))")
         every = {i: binding.arrays.get(i) for i in range(len(self.args))}
         with tempfile.TemporaryDirectory(prefix="tilecraft-cuda-cpu-") as folder:
             for i, spec in enumerate(self.args):

@@ -37,8 +37,13 @@ WARP = 32  # a GPU reduction across threads pays from rows this long
 
 
 def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
-    """The rule-made candidate of the best sketch that replays: the most register tiles,
-    then tiles that accumulate in a local buffer inside their consumer's tile, then the most
+    """``default_choice``'s schedule."""
+    return default_choice(dag, target)[0]
+
+
+def default_choice(dag: ComputeDAG, target: Target) -> tuple[Schedule, str]:
+    """The default schedule and its sketch's name: the rule-made candidate of the best sketch
+    that replays: the most register tiles, then tiles that accumulate in a local buffer inside their consumer's tile, then the most
     rows reduced in vector lanes, then the deepest fusion into the consumer (the smaller
     tile, consumed while in cache: inception's 3x3 convolution 128→192 at 28x28 ran 1.64 ms
     fused at the first level, 1.21 at the second; over GoogLeNet's and ResNet-50's layers
@@ -57,7 +62,7 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
         local = all(sch.state.stage(tile.block).attach is not None for tile in sketch.register_tiles)
         fused = max((int(level) for level in re.findall(r"fuse(\d)", sketch.name)), default=0)
         ranked.append(((-len(sketch.register_tiles), not local, -_vector_reductions(ops, sketch),
-                        -_reductions_across_threads(ops, sketch), -fused, n), sch))
+                        -_reductions_across_threads(ops, sketch), -fused, n), (sch, sketch.name)))
     if not ranked:
         raise ScheduleError("no sketch gave a default schedule: " + "; ".join(errors))
     return min(ranked, key=lambda entry: entry[0])[1]

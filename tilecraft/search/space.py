@@ -150,9 +150,10 @@ class Sketch:
         steps between them free to differ, and every tile one whose outer counts give back
         its inner lengths. (The consumers of fused tiles were once split by the tiles' outer
         counts: 16 columns padded over 56 gave 4 consumer tiles of 14, not of 16.) A record
-        kept from then still teaches the model and counts as measured."""
+        kept from then still teaches the model and counts as measured. Weights packed otherwise
+        (before bfloat16 ones were packed in pairs) make another program: no candidate."""
         sampled = [step for step in trace.steps if step.kind in SAMPLING_STEPS]
-        if len(sampled) != len(self.slots):
+        if len(sampled) != len(self.slots) or _packings(trace) != _packings(self.trace):
             return None
         row = []
         for slot, step in zip(self.slots, sampled):
@@ -296,6 +297,12 @@ def _tile_bytes(tile: Footprint, logs: np.ndarray) -> np.ndarray:
             size += np.mod(offset - size, factor)
         size *= 1 + sum(c * (np.rint(np.exp2(form.evaluate(logs))) - 1) for c, form in tile.dimensions[order[position]])
     return size * tile.element_bytes
+
+
+def _packings(trace: Trace) -> list[dict]:
+    """How a trace packs its weights: each ``rewrite_layout``'s arguments but the block."""
+    return [{name: value for name, value in step.args if name != "block"} for step in trace.steps
+            if step.kind == "rewrite_layout"]
 
 
 def _follows_either_way(tiles: Sequence[int], extent: int) -> bool:

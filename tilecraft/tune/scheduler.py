@@ -12,7 +12,8 @@ best of "one more round helps as much as the average round did" and "it reaches 
 times the throughput of similar tasks"), ``alpha`` weighing history against optimism;
 similar tasks share an operator name and a FLOP count within a golden-ratio bucket. Tasks
 resumed from a log start from their best schedule measured again in this sitting (a log's
-costs come from hours of a machine whose speed drifts), with the rounds that the log's trials
+costs come from hours of a machine whose speed drifts), or today's default where it is faster
+(a log kept from older code may never have measured it), with the rounds that the log's trials
 fill behind them (so a task tuned long ago for long is not forecast as one round old). A task
 stops when it has nothing valid after warm-up, its space is exhausted, or it has not
 improved for ``per_task_early_stopping`` trials. ``strategy="round-robin"`` just cycles.
@@ -33,9 +34,10 @@ from rich.table import Table
 
 from ..database.best import rank
 from ..database.log import load_records
-from ..database.record import TuningRecord
+from ..database.record import TuningRecord, trace_key
 from ..measure import LocalBuilder
 from ..schedule.trace import Trace
+from ..search.default import default_choice
 from ..search.shared_model import SharedCostModel
 from ..tables import print_table
 from .progress import ProgressReporter
@@ -258,7 +260,10 @@ class TaskScheduler:
         """Start ``state``'s task where its log left it. Its best schedule is measured again
         in this sitting (with ``num_remeasured``), as a final record: a log's costs come from
         hours of a machine whose speed drifts (ResNet-50's records of one day read 1.3x fast
-        two days later). And its history holds as many rounds as the log's trials fill, so
+        two days later). So is today's default beside it, where it differs: a task no round
+        returns to would otherwise keep a log's best that today's code outruns untuned (a
+        bfloat16 BERT layer, tuned before its weights were packed in pairs, ran 1.05x slower
+        than untuned). And its history holds as many rounds as the log's trials fill, so
         the forecast "one more round helps as much as the average round did" counts earlier
         runs: without them every resumed task looked one round old, and the rounds went to
         the largest tasks however long they had been tuned. One that fails now is warmed up."""
@@ -267,13 +272,16 @@ class TaskScheduler:
             return
         cost = record.cost
         if options.num_remeasured:
-            trace = (Trace.from_json(record.trace), record.sketch)
-            result = remeasure(state.task, [trace], builder, runner, options.remeasure_repeats,
-                               options.measure_callbacks)[0]
-            if not result.is_valid:
+            finalists = [(Trace.from_json(record.trace), record.sketch)]
+            default, sketch = default_choice(state.task.compute_dag, state.task.target)
+            if trace_key(default.trace) != trace_key(finalists[0][0]):
+                finalists.append((default.trace, sketch))
+            results = remeasure(state.task, finalists, builder, runner, options.remeasure_repeats,
+                                options.measure_callbacks)
+            if not results[0].is_valid:
                 state.best_after_round = []
                 return
-            cost = statistics.median(result.costs)
+            cost = min(statistics.median(result.costs) for result in results if result.is_valid)
         state.best_after_round = [cost] * max(1, round(state.logged_trials / options.num_measures_per_round))
 
     # -- one round --------------------------------------------------------------------
