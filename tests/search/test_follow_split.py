@@ -64,7 +64,8 @@ def test_a_padded_fused_tile_keeps_its_width_and_computes_what_numpy_does(kernel
     assert "in range(16) vectorize" in lowered and "in range(14) vectorize" not in lowered
     inputs = task.compute_dag.random_inputs()
     (expected,) = task.compute_dag.evaluate_numpy(inputs)
-    np.testing.assert_allclose(tc.build(sch, TARGET, cache_dir=kernel_cache)(*inputs), expected, rtol=1e-4, atol=1e-4)
+    kernel = tc.build(sch, tc.Target.host(), cache_dir=kernel_cache)  # the AVX-512 schedule, runnable on any host
+    np.testing.assert_allclose(kernel(*inputs), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_a_record_of_the_outer_count_form_locates_its_candidate():
