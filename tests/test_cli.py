@@ -231,6 +231,7 @@ def test_device_tunes_on_the_gpus_it_names_with_the_first_ones_target(onnx_model
     (["--trials", "-3"], "argument --trials: -3: give the number of measurements to make"),
     (["--shape", "512,512"], "--shape: matmul takes 3 sizes (N, L, M), got 2: 512,512"),
 ])
+@pytest.mark.slow
 def test_the_command_as_a_person_runs_it_answers_a_mistake_in_one_line(tmp_path, argv, message):
     command = [sys.executable, "-m", "tilecraft.cli", "tune", "matmul", "--shape", "16,16,16", "--trials", "4", *argv]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=120)

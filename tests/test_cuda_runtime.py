@@ -142,6 +142,7 @@ SLOW_TO_COMPILE = ('extern "C" __global__ void slow(float* a) {\n    float x = a
 
 
 @needs_nvrtc
+@pytest.mark.slow
 def test_an_nvrtc_worker_that_dies_fails_its_kernel_alone_and_is_replaced(tmp_path, monkeypatch):
     """NVRTC runs in worker processes: one killed mid-compilation (as the OOM killer would) is
     a BuildError for that kernel, and the next kernel builds in a new worker."""
@@ -360,6 +361,7 @@ class FakeDriver:
     cuModuleGetFunction = staticmethod(lambda *args: (0, "function"))
 
 
+@pytest.mark.slow
 def test_a_gpus_context_outlives_its_kernels_so_the_next_kernel_does_not_make_it_again(monkeypatch):
     """A measuring worker loads one kernel a candidate: each must find the context alive."""
     driver = FakeDriver()

@@ -352,6 +352,7 @@ def _marks(name: str) -> list:
 
 
 @pytest.mark.parametrize("workload", [pytest.param(name, marks=_marks(name)) for name in WORKLOADS])
+@pytest.mark.slow
 def test_random_schedules(workload, kernel_cache):
     dag, layouts = WORKLOADS[workload]()
     kinds = set()

@@ -15,6 +15,7 @@ from tilecraft.database.log import load_records
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+@pytest.mark.slow
 def test_it_samples_each_machines_records_of_each_workload_and_leaves_out_what_has_none(tmp_path):
     archive = tmp_path / "records"
     archive.mkdir()

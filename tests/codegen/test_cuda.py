@@ -180,6 +180,7 @@ def test_matmul_with_virtual_threads_and_registers_only():
     check(tiled_matmul(32, 16, 64, vthread=2, shared=True))
 
 
+@pytest.mark.slow
 def test_example_schedule_matches_numpy():
     """The hand-scheduled matmul of examples/cuda_matmul.py, at a size the emulation runs
     quickly; its CUDA C too, free of races."""
@@ -355,6 +356,7 @@ def test_binding_mistakes_are_schedule_errors():
         sch.cache_read(sch.get_block("C"), 0, "texture")
 
 
+@pytest.mark.slow
 def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(kernel_cache):
     """64 KB of tiles: slices of one ``extern __shared__`` array, the bytes in the launch (the
     runtime opts the kernel in), through tc.build and the tuner's builder alike; its CUDA C
@@ -547,6 +549,7 @@ def test_split_k_through_a_workspace_finishes_any_epilogue_in_a_second_kernel():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("sketch", ["gpu_tile", "gpu_tile_pipelined"])
+@pytest.mark.slow
 def test_16_bit_float_tiles_are_fetched_sixteen_bytes_a_copy(sketch, dtype):
     """A cooperative fetch copies four 4-byte words a thread (a float4 of float32): of
     float16 or bfloat16, eight lanes as one uint4, or one 16-byte cp.async where the tiles

@@ -120,6 +120,7 @@ def test_pairs_are_packed_only_where_the_loops_read_them_as_pairs():
     assert packed_shape(8, "i", True) == packed_shape(8, "i", False)
 
 
+@pytest.mark.slow
 def test_a_record_of_the_weight_unpaired_is_another_program_so_a_resumed_search_measures_the_paired_default():
     """A log tuned before bfloat16 weights were packed in pairs holds the same decisions as
     today's candidates, but not the same kernels: its records neither stand for them nor keep

@@ -104,6 +104,7 @@ def test_exp_and_log_are_within_a_few_ulp_over_the_whole_range(library, name):
 
 
 @pytest.mark.parametrize("name", ["tanh", "sigmoid", "erf"])
+@pytest.mark.slow
 def test_saturating_functions_are_accurate_to_2e7_absolute_and_1e6_relative(library, name):
     x = _sweep(name)
     wrong_class, relative, absolute, _ = _errors(name, x, _run(library, name, x))

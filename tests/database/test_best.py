@@ -97,6 +97,7 @@ def test_the_latest_choice_in_place_decides_and_an_earlier_one_counts_as_never_m
     assert finals[0].trace_json not in {r.trace_json for r in rank(records + [failed_between])}
 
 
+@pytest.mark.slow
 def test_one_pass_finds_the_best_that_ranking_all_records_finds(final, make_record):
     rng = np.random.default_rng(0)
     for _ in range(300):

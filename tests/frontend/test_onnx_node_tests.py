@@ -12,19 +12,27 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the generators overflow casts on purpose
     CASES = collect_cases(supported_only=True)
 
+# One case an operator (the first of its cases).
+_FIRST = {}
+for _case in CASES:
+    if _case.model.graph.node:
+        _FIRST.setdefault(_case.model.graph.node[0].op_type, _case)
+FIRST_OF_EACH_OPERATOR = list(_FIRST.values())
+
 # Compiling ~1,400 cases takes two minutes; the `not slow` subset compiles one case of
 # each kind of kernel (element-wise, broadcast, matmul, convolution, pooling, reduction,
 # softmax, data movement, a resize's axis product, float16 attention accumulated in float32)
-# and runs every case through the reference.
+# and runs the first case of every operator through the reference.
 FAST_COMPILED = {"test_abs", "test_add_bcast", "test_gemm_default_no_bias", "test_basic_conv_with_padding",
                  "test_maxpool_2d_pads", "test_reduce_mean_default_axes_keepdims_example", "test_softmax_example",
                  "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_resize_upsample_scales_linear",
                  "test_attention_4d_fp16"}
+FAST_REFERENCE = {case.name for case in FIRST_OF_EACH_OPERATOR}
 
 
 @pytest.mark.parametrize("case, compiled", [
     pytest.param(case, compiled, id=f"{case.name}-{'compiled' if compiled else 'reference'}",
-                 marks=pytest.mark.slow if compiled and case.name not in FAST_COMPILED else ())
+                 marks=() if case.name in (FAST_COMPILED if compiled else FAST_REFERENCE) else pytest.mark.slow)
     for compiled in (False, True) for case in CASES])
 def test_node_case(case, compiled, kernel_cache):
     status, message = run_case(case, compiled=compiled, cache_dir=kernel_cache)
@@ -35,13 +43,6 @@ def test_node_case(case, compiled, kernel_cache):
 
 # One case an operator, compiled for a GPU (its CUDA C built) and emulated: every supported
 # operator runs there, float16 ones too.
-_FIRST = {}
-for _case in CASES:
-    if _case.model.graph.node:
-        _FIRST.setdefault(_case.model.graph.node[0].op_type, _case)
-FIRST_OF_EACH_OPERATOR = list(_FIRST.values())
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("case", FIRST_OF_EACH_OPERATOR, ids=[case.name for case in FIRST_OF_EACH_OPERATOR])
 def test_node_case_on_a_gpu(case, kernel_cache):

@@ -62,6 +62,7 @@ def test_grid_sample_16_names_its_modes_bilinear_and_bicubic():
 
 
 @pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.slow
 def test_volumetric_grid_sample_matches_onnxruntime(mode):
     """onnxruntime has no cubic mode in 3-D: ONNX's reference, which samples any number of dims, judges it."""
     rng = np.random.default_rng(5)

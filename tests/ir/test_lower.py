@@ -155,6 +155,7 @@ def _allocated(stmt):
     return [node.buffer for node in walk_stmts(stmt) if isinstance(node, Allocate)]
 
 
+@pytest.mark.slow
 def test_every_sketch_of_a_float16_row_sum_sums_in_float32(kernel_cache):
     """Summed straight into its float16 output (a CPU's default, a GPU's auto-binding) or
     through rfactor's partial sums, a 4,096-long float16 row sum was up to 1.8e-2 off; held

@@ -25,6 +25,7 @@ def pipelined_matmul(n=128, l=96, m=128, target=TARGET):
     return dag, sketch.trace_of(default_row(sketch, 1)).replay(dag)
 
 
+@pytest.mark.slow
 def test_each_step_fills_the_next_steps_tiles_into_the_other_slot_and_the_values_are_numpys(kernel_cache):
     dag, sch = pipelined_matmul()
     func = tc.lower(sch)
@@ -49,6 +50,7 @@ def test_each_step_fills_the_next_steps_tiles_into_the_other_slot_and_the_values
 
 
 @pytest.mark.parametrize("arch, asynchronous", [("sm_90", True), ("sm_75", False)])
+@pytest.mark.slow
 def test_the_copies_are_cp_async_from_sm_80_on_and_plain_before(arch, asynchronous, kernel_cache):
     target = tc.Target(f"cuda -arch={arch}")
     _, sch = pipelined_matmul(target=target)

@@ -86,6 +86,7 @@ def test_results_keep_input_order_with_failures_in_between(kernel_cache):
     pytest.param("nvrtc", marks=pytest.mark.skipif(nvrtc_version() is None, reason="needs the cuda extra")),
     pytest.param("nvcc", marks=[pytest.mark.slow,
                                 pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")])])
+@pytest.mark.slow
 def test_gpu_candidates_become_cubins_with_their_launch_by_either_cuda_compiler(tmp_path, compiler):
     task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=tc.Target("cuda -arch=sm_90"))
     policy = tc.SketchPolicy(task)

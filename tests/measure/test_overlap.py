@@ -160,6 +160,7 @@ def test_without_overlap_the_round_is_built_whole_then_measured():
 
 
 @pytest.mark.parametrize("target, overlaps", [("llvm", False), ("cuda -arch=sm_90", True)])
+@pytest.mark.slow
 def test_tuning_overlaps_only_where_kernels_are_timed_on_a_gpu(target, overlaps, monkeypatch):
     seen = []
 

@@ -139,6 +139,7 @@ def test_a_hanging_kernel_is_a_run_timeout_and_the_server_measures_the_next(serv
 
 
 @pytest.mark.parametrize("gpu, device", [("3", "/cuda:3"), ("../../etc", None), (7, None), ("x" * 65, None)])
+@pytest.mark.slow
 def test_a_result_names_its_gpu_only_as_a_cuda_visible_devices_entry(server, kernel, monkeypatch, gpu, device):
     """A server's reply is not trusted: a GPU named otherwise fails the session, which reconnects."""
     measure = server_module._Session.measure
@@ -301,6 +302,7 @@ def secret_file(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificate")
+@pytest.mark.slow
 def test_tls_wraps_the_sessions_and_a_client_without_the_ca_is_refused(tmp_path, kernel):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
@@ -339,6 +341,7 @@ def test_a_server_of_several_gpus_measures_a_session_on_each_at_once(monkeypatch
 
 
 @pytest.mark.parametrize("gpus", [None, pytest.param("cuda:1,cuda:0", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_tilecraft_serve_prints_its_target_serves_and_stops_on_ctrl_c(secret_file, gpus, monkeypatch):
     """A CPU's server, or two GPUs' (CUDA_VISIBLE_DEVICES=3,5 as the shell set it): a client
     opens a session on each GPU."""
@@ -400,6 +403,7 @@ def test_a_malformed_launch_or_one_for_the_wrong_kind_of_device_is_refused_and_t
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.slow
 def test_a_gpu_server_reports_its_arch_and_its_worker_runs_the_cubins_sent_with_their_launch(tmp_path):
     """Without a GPU here the worker's CUDA path fails at its first driver call, which shows
     the cubin and its launch reached it; with one, the candidate is measured."""

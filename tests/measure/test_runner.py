@@ -120,6 +120,7 @@ def test_wrong_values_are_a_wrong_answer_naming_output_error_and_index(runner, k
     assert good.is_valid
 
 
+@pytest.mark.slow
 def test_a_gpu_kernel_that_fails_leaves_its_worker_to_a_fresh_one(runner, kernel):
     """An illegal address or a trap poisons the worker's CUDA context for every later launch:
     the candidate's failure is its own, and the next candidate meets a new worker."""
@@ -182,6 +183,7 @@ def test_gpu_kernels_are_measured_on_every_gpu_at_once_each_by_a_worker_that_see
         assert {r.device for r in _run(final, *[_gpu_candidate(dag)] * 3)} == {f"{runner.device}/cuda:3"}
 
 
+@pytest.mark.slow
 def test_a_kernel_that_fails_on_one_gpu_replaces_that_gpus_worker_alone(dag, monkeypatch):
     def ask(worker, request, timeout_secs, run_limit_secs=None):
         if request["lib_path"].endswith("illegal.cubin"):
@@ -335,6 +337,7 @@ def test_a_flushing_runner_times_one_call_ten_times_unless_told_otherwise(kernel
     chosen.close(), plain.close()
 
 
+@pytest.mark.slow
 def test_a_runner_evicting_the_weights_times_packed_candidates_with_the_warm_protocol(kernel_cache):
     inputs, builds = _matmul_candidates(kernel_cache)  # the packed one's B is evicted before every call
     with LocalRunner(evict_weights=True, min_repeat_ms=5) as evicting:

@@ -46,6 +46,7 @@ def compiled(request, tmp_path_factory):
     return gpu, feeds, dict(zip(gpu.outputs, expected))
 
 
+@pytest.mark.slow
 def test_a_model_compiled_for_cuda_is_cuda_kernels_that_compute_what_onnxruntime_does(compiled):
     gpu, feeds, expected = compiled
     assert isinstance(gpu, GpuModel) and all("__global__" in k.module.source for k in gpu.kernels)
@@ -95,6 +96,7 @@ def on_fake_gpu(gpu, feeds, monkeypatch, driver=None):
                             gpu._dags)
 
 
+@pytest.mark.slow
 def test_a_call_uploads_the_weights_once_and_keeps_activations_on_the_gpu(compiled, monkeypatch):
     gpu, feeds, expected = compiled
     driver, model = on_fake_gpu(gpu, feeds, monkeypatch)

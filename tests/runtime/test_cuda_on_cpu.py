@@ -30,6 +30,7 @@ IN_OUT = [ArgSpec("x", (32,), "float32", False), ArgSpec("y", (32,), "float32", 
 X = np.arange(32, dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_threads_exchange_through_shared_memory_after_a_barrier_and_read_nan_without_it(kernel_cache):
     """Each thread writes its element and reads its neighbour's: in any thread order with the
     barrier; without it, the threads run before their neighbours read shared memory unwritten."""
@@ -59,6 +60,7 @@ def test_gpu_arrays_are_refused_with_the_copy_that_makes_them_numpy_arrays():
 
 
 @pytest.mark.parametrize("order", [0, pytest.param(1, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(order, kernel_cache):
     """Each thread but the first reads the element its left neighbour writes: in order, every
     neighbour has written first, and the values are right; under ThreadSanitizer the race is
@@ -86,6 +88,7 @@ def test_a_barrier_that_some_threads_never_reach_is_named(kernel_cache):
         run(X)
 
 
+@pytest.mark.slow
 def test_a_butterfly_of_shuffles_sums_a_warp_and_a_lane_outside_the_mask_is_named(kernel_cache):
     body = """  float v = x[threadIdx.x];
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset, 32);

@@ -54,6 +54,7 @@ def test_a_convolution_gets_the_register_tile_that_wastes_least_at_full_fma_rate
 
 
 @pytest.mark.parametrize("size, channels, rows_inside", [(7, 512, True), (7, 256, True), (14, 512, False)])
+@pytest.mark.slow
 def test_a_convolution_whose_weights_outweigh_its_rows_keeps_its_rows_inside_a_weight_tile(
         size, channels, rows_inside, kernel_cache):
     """7x7: the rows pass inside each 16-channel tile of the weights, which the outer part of

@@ -425,7 +425,7 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     assert [kind for kind, _ in steps].count("rfactor") == 1 and sketch.limits_in_decisions
     parts_slot = next(slot for slot in sketch.slots if slot.role == "tile" and not slot.spatial)
     row = default_row(sketch, 1)
-    assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (4, 8, 32, 1)  # 4 parts, steps of 32
+    assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (4, 8, 8, 4)  # 4 parts, steps of 32 (4 inside)
     func = lower(sketch.trace_of(row).replay(dag))
     assert func.zeroed == (False, False, True)
     assert verify_gpu(func, TARGET)[0].grid[1] == 4
@@ -442,6 +442,7 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
         assert not any("gpu_split_k" in s.name for s in generate_sketches(dag, target=TARGET)), name
 
 
+@pytest.mark.slow
 def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kernel_adds_up():
     """Atomic adds cannot apply a ReLU to the whole sum: the parts' sums go to a workspace, each
     a block's along blockIdx.y, and a second kernel adds them up in order and applies it. A
@@ -506,6 +507,7 @@ def test_the_decisions_alone_tell_threads_vthreads_shared_memory_and_registers_a
 
 
 @pytest.mark.parametrize("workload", EVERY_WORKLOAD)
+@pytest.mark.slow
 def test_the_decisions_alone_tell_the_registers_a_thread_keeps_as_the_lowered_kernel_does(workload):
     """Accumulators, a cross-thread reduction's partial and result, a softmax's row values:
     the words the decision matrix counts are the local buffers of the lowered kernel; a
@@ -540,14 +542,22 @@ def test_a_register_tile_past_the_threads_registers_is_never_drawn():
 
 
 @pytest.mark.slow
-def test_the_default_gpu_candidate_is_the_hand_written_matmul_and_passes_the_verifier():
-    dag = matmul(2048, 2048, 2048)
-    sketch = generate_sketches(dag, target=TARGET)[0]
-    row = default_row(sketch, 1)
-    tiles = [sketch.slots[n].domain[index] for n, index in enumerate(row) if sketch.slots[n].role == "tile"]
-    assert tiles == [(16, 1, 16, 1, 8), (16, 1, 16, 1, 8), (64, 32, 1)]  # examples/cuda_matmul.py
-    (launch,) = verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
-    assert (launch.grid, launch.block) == ((256, 1, 1), (256, 1, 1))
+def test_the_default_gpu_candidate_has_the_kept_logs_fastest_tiles_and_passes_the_verifier():
+    """8 x 16 threads of 16 x 4 outputs, the shape of the kept H100 logs' fastest matmuls
+    (docs/experiments/gpu-default-tile.md); at 1024³ 8 x 4, where 128 blocks would not fill
+    the 132 SMs; a step of 32 through shared memory, 4 of it in registers."""
+    for n, tiles, grid in ((2048, [(16, 1, 8, 1, 16), (32, 1, 16, 1, 4), (64, 8, 4)], 512),
+                           (1024, [(16, 1, 8, 1, 8), (16, 1, 16, 1, 4), (32, 8, 4)], 256)):
+        dag = matmul(n, n, n)
+        sketch = generate_sketches(dag, target=TARGET)[0]
+        row = default_row(sketch, 1)
+        assert [sketch.slots[i].domain[index] for i, index in enumerate(row) if sketch.slots[i].role == "tile"] == tiles
+        (launch,) = verify_gpu(lower(sketch.trace_of(row).replay(dag)), TARGET)
+        assert (launch.grid, launch.block) == ((grid, 1, 1), (128, 1, 1))
+    small = matmul(256, 64, 512)  # halved to 2 x 2 outputs a thread, 256 blocks
+    inputs = small.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(default_schedule(small, TARGET), TARGET)(*inputs),
+                               small.evaluate_numpy(inputs)[0], rtol=1e-4, atol=1e-4)
     for name, dag in WORKLOADS.items():  # every sketch's default is a kernel
         for sketch in generate_sketches(dag(), target=TARGET):
             assert not isinstance(_verify(sketch.trace_of(default_row(sketch, 1)).replay(dag())), GpuLimitError), \
@@ -576,6 +586,7 @@ def _verify(sch):
 
 
 @pytest.mark.parametrize("workload", EVERY_WORKLOAD)
+@pytest.mark.slow
 def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(workload):
     dag = WORKLOADS[workload]()
     inputs = dag.random_inputs(np.random.default_rng(1))
@@ -604,6 +615,7 @@ def test_random_candidates_of_every_gpu_sketch_match_numpy_or_are_refused(worklo
 @pytest.mark.parametrize("workload, racecheck", [
     (name, racecheck) if (name, racecheck) == ("half_matmul", False) else
     pytest.param(name, racecheck, marks=pytest.mark.slow) for name in sorted(WORKLOADS) for racecheck in (False, True)])
+@pytest.mark.slow
 def test_the_cuda_c_of_a_random_candidate_of_every_gpu_sketch_matches_numpy(workload, racecheck, kernel_cache):
     """The kernels' CUDA C itself, run on the CPU (``cuda_source``), the block's threads
     shuffled: shared memory read before a barrier, or a cp.async before its wait, reads NaN;

@@ -133,6 +133,7 @@ def test_no_register_tiles_without_a_target_or_a_reduction():
 
 
 @pytest.mark.parametrize("workload, args", [("matmul", (30, 24, 40)), ("conv2d_nhwc", (1, 9, 9, 8, 24, 3, 3, 1, 1))])
+@pytest.mark.slow
 def test_register_tiled_candidates_match_numpy(workload, args, kernel_cache):
     dag = tc.ComputeDAG(WORKLOADS[workload](*args))
     inputs = dag.random_inputs()

@@ -138,6 +138,7 @@ RFACTOR_CASES = {
 
 @pytest.mark.parametrize("case", [  # the `not slow` subset checks the cheapest
     pytest.param(c, marks=[] if c == "full_sum" else pytest.mark.slow) for c in sorted(RFACTOR_CASES)])
+@pytest.mark.slow
 def test_random_candidates_of_rfactor_sketches_match_numpy(case, kernel_cache):
     dag = RFACTOR_CASES[case]()
     inputs = dag.random_inputs()

@@ -93,6 +93,7 @@ def test_what_the_decisions_do_not_show_is_verified_before_building_and_counted(
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)  # raises if over a limit
 
 
+@pytest.mark.slow
 def test_a_proposal_over_the_gpus_limits_never_reaches_the_builder(monkeypatch):
     """The random share of a round (eps-greedy) is drawn again only a few times where it
     breaks a limit: on the H100, 4 of 638 such candidates reached the builder's verifier

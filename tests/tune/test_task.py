@@ -141,6 +141,7 @@ def test_sigkill_loses_at_most_the_candidate_in_flight(tmp_path, runner):
     assert len({trace_key(r.trace) for r in after}) == len(after)
 
 
+@pytest.mark.slow
 def test_a_users_schedule_function_is_searched(tmp_path, runner):
     def tiled(sch):  # MetaSchedule style: primitives with sampled decisions
         block = sch.get_block("matmul")
