@@ -9,8 +9,11 @@ longer build or time, by the limit they break, with the seconds they took to bui
 (``all_cost``, of all the trials' seconds) and how far the fastest of them was from the
 log's best. The second splits the records by their virtual threads (one, or more), with
 the fastest and the median over the log's best; the third by sketch, with its fastest and
-median time (which sketch an untuned task should take: docs/experiments/gpu-default-sketch.md).
-Prints the three and writes ``benchmarks/results/gpu_kept_logs.json``.
+median time (which sketch an untuned task should take: docs/experiments/gpu-default-sketch.md);
+the fourth, of the tiled sketches' records, by a block's threads and a thread's outputs along
+the two innermost spatial axes, today's default's shape marked (which shape an untuned task
+should take: docs/experiments/gpu-default-tile.md). Prints the four and writes
+``benchmarks/results/gpu_kept_logs.json``.
 """
 
 from __future__ import annotations
@@ -31,17 +34,51 @@ from tilecraft.database import load_records
 from tilecraft.errors import GpuLimitError
 from tilecraft.ir.lower import lower
 from tilecraft.schedule.trace import Trace
+from tilecraft.search.default import default_choice
+from tilecraft.search.gpu_rules import gpu_default_row
+from tilecraft.search.space import generate_sketches
 
 from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
 
 RECORDS = Path(__file__).parent / "records"
 LIMITS = {"registers": r"registers a thread", "shared memory": r"shared memory", "virtual threads": r"virtual threads",
           "threads": r"threads"}  # the first whose words the error has
+TILE_ROWS = 6  # the fastest thread tiles a workload shows (and the default's, wherever it ranks)
 
 
 def limit_broken(error: GpuLimitError) -> str:
     """The name of the limit a verifier's error names."""
     return next((name for name, pattern in LIMITS.items() if re.search(pattern, str(error))), "other")
+
+
+def thread_tile(sketch, row) -> str | None:
+    """Threads x outputs a thread along the two innermost spatial axes of a tiled sketch's
+    row, as ``"8x16 threads, 16x4 outputs"``; None for a sketch that tiles no two axes."""
+    tiles = [n for n, slot in enumerate(sketch.slots) if slot.role == "tile" and slot.spatial
+             and len(slot.domain[0]) == 5][-2:]
+    if len(tiles) < 2:
+        return None
+    levels = [sketch.slots[n].domain[row[n]] for n in tiles]
+    return (f"{'x'.join(str(level[2]) for level in levels)} threads, "
+            f"{'x'.join(str(level[3] * level[4]) for level in levels)} outputs")
+
+
+def by_thread_tile(records, task, best: float) -> dict:
+    """The valid records of tiled sketches grouped by ``thread_tile``, fastest first; the group
+    of the default candidate named, where an untuned task takes a tiled sketch."""
+    sketches = {sketch.name: sketch for sketch in generate_sketches(task.compute_dag, target=task.target)}
+    groups = {}
+    for record in records:
+        sketch = sketches.get(record.sketch)
+        row = None if sketch is None or not record.is_valid else sketch.row_of(Trace.from_json(record.trace))
+        shape = None if row is None else thread_tile(sketch, row)
+        if shape is not None:
+            groups.setdefault(shape, []).append(record.cost / best)
+    chosen = sketches[default_choice(task.compute_dag, task.target)[1]]  # the sketch an untuned task takes
+    default = thread_tile(chosen, gpu_default_row(chosen))
+    return {shape: {"trials": len(ratios), "fastest_over_best": min(ratios),
+                    "median_over_best": float(np.median(ratios)), "default": shape == default}
+            for shape, ratios in sorted(groups.items(), key=lambda item: min(item[1]))}
 
 
 def survey(log: Path) -> dict:
@@ -77,7 +114,8 @@ def survey(log: Path) -> dict:
                                 for kind, ratios in by_vthreads.items() if ratios},
             "sketches": {sketch: {"trials": len(costs), "fastest_ms": min(costs) * 1e3,
                                   "median_ms": float(np.median(costs)) * 1e3, "fastest_over_best": min(costs) / best}
-                         for sketch, costs in sorted(by_sketch.items(), key=lambda item: min(item[1]))}}
+                         for sketch, costs in sorted(by_sketch.items(), key=lambda item: min(item[1]))},
+            "thread_tiles": by_thread_tile(records, task, best)}
 
 
 def main() -> None:
@@ -95,6 +133,8 @@ def main() -> None:
                              text_columns=2, title="by virtual threads")
     sketches = numeric_table("workload", "sketch", "trials", "fastest ms", "median ms", "fastest / best",
                              text_columns=2, title="by sketch")
+    tiles = numeric_table("workload", "threads and a thread's outputs (i x j)", "trials", "fastest / best",
+                          "median / best", text_columns=2, title="tiled sketches by thread tile (*: today's default)")
     for name, log in zip(names, logs):
         if name not in wanted:
             continue
@@ -110,9 +150,17 @@ def main() -> None:
         for sketch, row in found["sketches"].items():
             sketches.add_row(name, sketch, str(row["trials"]), f"{row['fastest_ms']:.4f}", f"{row['median_ms']:.4f}",
                              f"{row['fastest_over_best']:.1f}x")
+        for shape, row in list(found["thread_tiles"].items())[:TILE_ROWS]:
+            tiles.add_row(name, shape + (" *" if row["default"] else ""), str(row["trials"]),
+                          f"{row['fastest_over_best']:.2f}x", f"{row['median_over_best']:.2f}x")
+        for shape, row in list(found["thread_tiles"].items())[TILE_ROWS:]:
+            if row["default"]:
+                tiles.add_row(name, shape + " *", str(row["trials"]), f"{row['fastest_over_best']:.2f}x",
+                              f"{row['median_over_best']:.2f}x")
     print_table(table)
     print_table(vthreads)
     print_table(sketches)
+    print_table(tiles)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")

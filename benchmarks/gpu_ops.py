@@ -7,9 +7,10 @@ taught from tilecraft's default database as ``tilecraft tune`` teaches it (``--n
 from nothing; a workload is never taught its own records), its log written beside the
 results file; its best schedule is rebuilt, checked against PyTorch and timed with CUDA
 events after an L2 flush (``CudaModule.time_evaluator``), beside the same operator in
-PyTorch (cuBLAS / cuDNN, TF32 off) timed the same way in the same process. ``--compile``
+PyTorch (cuBLAS / cuDNN, TF32 off) timed the same way in the same process, and so is the
+default schedule an untuned task runs (``tilecraft.search.default``). ``--compile``
 adds ``torch.compile(mode="max-autotune-no-cudagraphs")`` with its compile time. The
-columns: milliseconds, TFLOPS, the vendor's time over ours (above 1: tilecraft is faster),
+columns: milliseconds, TFLOPS, the vendor's time over ours (above 1: tilecraft is faster), tuned and untuned,
 the trials, the tuning wall time, the measured trials a minute and the best schedule's
 sketch (``gpu_split_k`` where splitting the reduction won).
 """
@@ -27,6 +28,7 @@ import tilecraft as tc
 from tilecraft.database import load_records
 from tilecraft.database.log import best_records
 from tilecraft.model.torch import as_tensor
+from tilecraft.search.default import default_schedule
 
 from tables import numeric_table, print_table  # benchmarks/tables.py, beside this script
 
@@ -97,6 +99,17 @@ def time_torch(fn, args, number: int, repeat: int) -> float:
     return float(np.median(means))
 
 
+def time_checked(module, inputs, reference) -> tuple[float, float]:
+    """Seconds a call of ``module`` (the median of five, each of 20 calls after an L2 flush)
+    and the largest error of its output relative to ``reference``'s largest value."""
+    import torch
+
+    out = module(*inputs)
+    torch.cuda.synchronize()
+    error = float((out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+    return module.time_evaluator(number=20, repeat=5, flush_l2=True)(*inputs).median, error
+
+
 def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, transfer: bool,
           budget: float | None) -> dict:
     import torch
@@ -117,12 +130,11 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
     summary = task.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(log)],
                                          time_budget_secs=budget), search_policy=policy)
     tune_secs = time.perf_counter() - started
-    module = tc.build(task.apply_best(log), target)
     inputs = [as_tensor(a).cuda() for a in task.compute_dag.random_inputs(np.random.default_rng(0))]
-    ours_out, reference = module(*inputs), torch_op(F, *inputs)
-    torch.cuda.synchronize()
-    error = float((ours_out - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
-    ours = module.time_evaluator(number=20, repeat=5, flush_l2=True)(*inputs).median
+    reference = torch_op(F, *inputs)
+    (ours, error), (untuned, untuned_error) = (
+        time_checked(tc.build(sch, target), inputs, reference)
+        for sch in (task.apply_best(log), default_schedule(task.compute_dag, target)))
     vendor = time_torch(lambda *a: torch_op(F, *a), inputs, 20, 5)
     row = {"workload": name, "trials": summary.trials, "valid": summary.valid, "tune_secs": tune_secs,
            "refused_unbuilt": summary.rejected, "transfer": policy is not None,
@@ -133,7 +145,8 @@ def bench(name: str, trials: int, target, log_dir: Path, with_compile: bool, tra
            "wall_trials_per_minute": summary.trials / tune_secs * 60, "errors": summary.errors,
            "tilecraft_ms": ours * 1e3, "vendor_ms": vendor * 1e3, "vs_vendor": vendor / ours,
            "tilecraft_tflops": flop / ours / 1e12, "vendor_tflops": flop / vendor / 1e12,
-           "max_relative_error": error, "records": len(load_records(log)),
+           "max_relative_error": error, "records": len(load_records(log)), "untuned_ms": untuned * 1e3,
+           "vs_vendor_untuned": vendor / untuned, "untuned_max_relative_error": untuned_error,
            "best_sketch": best_records(log, top_k=1)[0].sketch}
     if with_compile:
         compiled = torch.compile(lambda *a: torch_op(F, *a), mode="max-autotune-no-cudagraphs")
@@ -176,16 +189,17 @@ def main() -> None:
 
             traceback.print_exc()
             rows.append({"workload": name, "error": f"{type(error).__name__}: {error}"})
-    table = numeric_table("workload", "tilecraft ms", "vendor ms", "vendor/ours", "TFLOPS", "compiled ms",
-                          "compile s", "trials", "tune s", "trials/min", "best sketch",
+    table = numeric_table("workload", "tilecraft ms", "vendor ms", "vendor/ours", "TFLOPS", "untuned ms",
+                          "vendor/untuned", "compiled ms", "compile s", "trials", "tune s", "trials/min", "best sketch",
                           title=f"{torch.cuda.get_device_name(0)}, fp32",
                           caption="vendor: PyTorch (cuBLAS / cuDNN, TF32 off); compiled: torch.compile max-autotune")
     for r in rows:
         if "error" in r:
-            table.add_row(r["workload"], r["error"][:60], *[""] * 9)
+            table.add_row(r["workload"], r["error"][:60], *[""] * 11)
             continue
         table.add_row(r["workload"], f"{r['tilecraft_ms']:.4f}", f"{r['vendor_ms']:.4f}", f"{r['vs_vendor']:.2f}",
-                      f"{r['tilecraft_tflops']:.2f}", f"{r.get('compiled_ms', float('nan')):.4f}",
+                      f"{r['tilecraft_tflops']:.2f}", f"{r['untuned_ms']:.4f}", f"{r['vs_vendor_untuned']:.2f}",
+                      f"{r.get('compiled_ms', float('nan')):.4f}",
                       f"{r.get('compile_secs', float('nan')):.0f}", str(r["trials"]), f"{r['tune_secs']:.0f}",
                       f"{r['wall_trials_per_minute']:.0f}", r["best_sketch"])
     print_table(table)

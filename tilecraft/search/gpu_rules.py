@@ -638,30 +638,36 @@ def annotate_gpu(draft: Draft) -> Schedule:
     return sch
 
 
-# The default candidate's shape: examples/cuda_matmul.py's.
-DEFAULT_THREADS, DEFAULT_THREAD_SIDE, DEFAULT_REGISTER_SIDE = 256, 16, 8
-DEFAULT_REDUCTION_STEP, DEFAULT_UNROLL = 32, 512
+# The default candidate's shape: the tiles of the kept H100 matmul logs' fastest schedules at
+# 1024³, 2048³ and 4096³ (docs/experiments/gpu-default-tile.md).
+# Threads a block of tiles (at most 16 along the innermost spatial axis); a thread's outputs
+# along the second innermost and the innermost; the reduction's step through shared memory and
+# its part inside a thread's tile; threads a block bound by auto-binding; the unroll step.
+DEFAULT_TILE_THREADS, DEFAULT_THREAD_SIDE, DEFAULT_REGISTERS = 128, 16, (16, 4)
+DEFAULT_REDUCTION_STEP, DEFAULT_REDUCTION_INNER, DEFAULT_BOUND_THREADS, DEFAULT_UNROLL = 32, 4, 256, 512
 
 
 def gpu_default_row(sketch: Sketch) -> np.ndarray:
-    """The rule-made candidate of a GPU sketch, where tuning starts: the hand-written
-    matmul's shape (examples/cuda_matmul.py, 0.77x cuBLAS at 4096³ on an H100). The two
-    innermost spatial axes give each up to 16 threads (256 a block) and 8 registers a thread
-    (an 8 x 8 tile), halved where the blocks would not fill the SMs; the reductions run in
-    steps of up to 32 through shared memory (split-K in 4 parts); no virtual threads;
-    auto-unroll 512; 256 threads for a block bound by auto-binding."""
+    """The rule-made candidate of a GPU sketch, where tuning starts: the shape of the kept H100
+    logs' fastest matmuls (the hand-written 16 x 16 threads of 8 x 8 outputs took 1.17x and
+    1.21x their time at 2048³ and 4096³). The innermost spatial axis gets up to 16 threads
+    and 4 outputs a thread (a vector of B's row), the axis outside it the rest of 128 threads
+    and 16 outputs, the larger halved while the blocks would not fill the SMs; the reductions
+    run in steps of up to 32 through shared memory, 4 of each step in registers (split-K in 4
+    parts); no virtual threads; auto-unroll 512; 256 threads for a block bound by auto-binding."""
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     spatial = [n for n, slot in enumerate(sketch.slots) if slot.role == "tile" and slot.spatial]
     extents = {n: math.prod(sketch.slots[n].domain[0]) for n in spatial}
     threads, registers = {n: 1 for n in spatial}, {n: 1 for n in spatial}
-    for n in spatial[::-1][:2]:
-        threads[n] = _largest_divisor(extents[n], min(DEFAULT_THREAD_SIDE, DEFAULT_THREADS // math.prod(threads.values())))
-        registers[n] = _largest_divisor(extents[n] // threads[n], DEFAULT_REGISTER_SIDE)
+    for n, most in zip(spatial[::-1], DEFAULT_REGISTERS[::-1]):
+        side = min(DEFAULT_THREAD_SIDE, DEFAULT_TILE_THREADS // math.prod(threads.values()))
+        threads[n] = _largest_divisor(extents[n], side)
+        registers[n] = _largest_divisor(extents[n] // threads[n], most)
     while math.prod(extents[n] // (threads[n] * registers[n]) for n in spatial) < sketch.gpu_limits["sm_count"] \
             and max(registers.values(), default=1) > 1:  # too few blocks: smaller tiles a thread
         n = max(registers, key=registers.get)
         registers[n] = _largest_divisor(extents[n] // threads[n], registers[n] // 2)
-    step = DEFAULT_REDUCTION_STEP
+    step, in_registers = DEFAULT_REDUCTION_STEP, DEFAULT_REDUCTION_INNER
     for n, slot in reversed(list(enumerate(sketch.slots))):
         if slot.role == "tile":
             extent = math.prod(slot.domain[0])
@@ -669,17 +675,18 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
                 wanted = (extent // (threads[n] * registers[n]), 1, threads[n], 1, registers[n])
             else:
                 inner = _largest_divisor(extent, step)
-                step = max(step // inner, 1)
-                wanted = (extent // inner, inner, 1)
+                last = _largest_divisor(inner, in_registers)
+                step, in_registers = max(step // inner, 1), max(in_registers // last, 1)
+                wanted = (extent // inner, inner // last, last)
                 if len(slot.domain[0]) == len(wanted) + 1:  # split-K's parts outermost
                     parts = _largest_divisor(extent // inner, DEFAULT_PARTS)
-                    wanted = (parts, extent // inner // parts, inner, 1)
+                    wanted = (parts, extent // inner // parts, inner // last, last)
             index = sketch.index_of(n, wanted[:len(slot.domain[0])])
             row[n] = 0 if index is None else index
         elif slot.role == "unroll":
             row[n] = slot.values.index(DEFAULT_UNROLL) if DEFAULT_UNROLL in slot.values else 0
-        elif slot.role == "categorical" and DEFAULT_THREADS in slot.values:
-            row[n] = slot.values.index(DEFAULT_THREADS)
+        elif slot.role == "categorical" and DEFAULT_BOUND_THREADS in slot.values:
+            row[n] = slot.values.index(DEFAULT_BOUND_THREADS)
     return row
 
 
