@@ -152,8 +152,8 @@ def test_the_task_scheduler_tunes_through_ray_and_records_name_the_devices(ray, 
             assert len(record.costs) == (2 if record.phase == "final" else 1)  # 2 interleaved repeats at the end
     assert math.isfinite(objective)
     for task in tasks:  # the best of each, built here, computes what NumPy does
-        a, b = task.compute_dag.random_inputs()
-        np.testing.assert_allclose(tc.build(task.apply_best(log), task.target)(a, b), a @ b, rtol=1e-4)
+        a, b = task.compute_dag.random_inputs(np.random.default_rng(0))
+        np.testing.assert_allclose(tc.build(task.apply_best(log), task.target)(a, b), a @ b, rtol=1e-4, atol=1e-5)
 
 
 def test_tilecraft_imports_without_ray_and_a_ray_runner_names_the_extra(monkeypatch):
