@@ -150,13 +150,10 @@ def main() -> None:
         for sketch, row in found["sketches"].items():
             sketches.add_row(name, sketch, str(row["trials"]), f"{row['fastest_ms']:.4f}", f"{row['median_ms']:.4f}",
                              f"{row['fastest_over_best']:.1f}x")
-        for shape, row in list(found["thread_tiles"].items())[:TILE_ROWS]:
-            tiles.add_row(name, shape + (" *" if row["default"] else ""), str(row["trials"]),
-                          f"{row['fastest_over_best']:.2f}x", f"{row['median_over_best']:.2f}x")
-        for shape, row in list(found["thread_tiles"].items())[TILE_ROWS:]:
-            if row["default"]:
-                tiles.add_row(name, shape + " *", str(row["trials"]), f"{row['fastest_over_best']:.2f}x",
-                              f"{row['median_over_best']:.2f}x")
+        for rank, (shape, row) in enumerate(found["thread_tiles"].items()):
+            if rank < TILE_ROWS or row["default"]:
+                tiles.add_row(name, shape + (" *" if row["default"] else ""), str(row["trials"]),
+                              f"{row['fastest_over_best']:.2f}x", f"{row['median_over_best']:.2f}x")
     print_table(table)
     print_table(vthreads)
     print_table(sketches)
