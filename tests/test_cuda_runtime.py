@@ -288,9 +288,9 @@ def test_mixing_numpy_and_gpu_arrays_is_refused():
 
 
 def test_gpu_arrays_give_their_addresses_and_device():
-    binding = bind_arrays("vector_add", ADD_ARGS, [FakeGpuArray((N,), device=1, address=16 * k) for k in (1, 2, 3)])
+    binding = bind_arrays("vector_add", ADD_ARGS, [FakeGpuArray((N,), device=1, address=32 * k) for k in (1, 2, 3)])
     assert binding.on_device and binding.device == 1 and not binding.returns_outputs
-    assert binding.pointers == {0: 16, 1: 32, 2: 48}
+    assert binding.pointers == {0: 32, 1: 64, 2: 96}
 
 
 def test_gpu_arrays_of_the_wrong_dtype_shape_or_layout_are_named():
@@ -302,6 +302,8 @@ def test_gpu_arrays_of_the_wrong_dtype_shape_or_layout_are_named():
     with pytest.raises(ValueError, match="input 'b' is not C-contiguous"):
         bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((N,), strides=(8,))])
     assert bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((N,), strides=(4,))]).on_device
+    with pytest.raises(ValueError, match=r"input 'b' starts 4 bytes past a multiple of 32 .*x\.clone\(\)"):
+        bind_arrays("vector_add", ADD_ARGS, [good, FakeGpuArray((N,), address=0x7F0000000004)])
 
 
 def test_a_gpu_array_on_another_gpu_is_refused_with_the_fix():

@@ -180,6 +180,39 @@ def test_matmul_with_virtual_threads_and_registers_only():
     check(tiled_matmul(32, 16, 64, vthread=2, shared=True))
 
 
+
+@pytest.mark.parametrize("tile, stores", [(4, "*(float4*)&C["), (2, "*(float2*)&C["), (3, None)])
+def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_aligned(tile, stores):
+    """A thread's 2 x ``tile`` outputs leave its registers a row at a time: one float4 where
+    a row is 4 floats starting at a multiple of 4, a float2 where 2 at a multiple of 2,
+    floats where 3 (a vector would be misaligned); the CUDA C, run on the CPU, traps any
+    misaligned vector."""
+    from tilecraft.codegen.cuda import generate_cuda
+
+    sch = tiled_matmul(16, 8, 12 * tile, threads=(4, 4), tile=(2, tile), shared=False)
+    source, _ = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
+    assert source.count("] = make_float") == (1 if stores else 0)  # in the loop over the rows; only C is stored
+    assert stores is None or stores in source
+    check(sch, cuda_source=True)
+
+
+def test_an_epilogue_folded_into_the_copy_out_is_stored_a_vector_at_a_time():
+    """A bias and a ReLU applied to each lane of the float4s a thread stores (the default
+    tiles, 16 x 4 outputs a thread, on a GPU of 8 SMs that 8 blocks of them fill)."""
+    from tilecraft.codegen.cuda import generate_cuda
+    from tilecraft.search.default import default_schedule
+
+    X, W, bias = te.placeholder((256, 32), name="X"), te.placeholder((32, 256), name="W"), te.placeholder(
+        (256,), name="b")
+    k = te.reduce_axis((0, 32), name="k")
+    Y = te.compute((256, 256), lambda i, j: te.sum(X[i, k] * W[k, j], axis=k), name="Y")
+    out = te.compute((256, 256), lambda i, j: te.max(Y[i, j] + bias[j], te.const(0.0)), name="out")
+    target = tc.Target("cuda -arch=sm_90 -sm-count=8")
+    sch = default_schedule(tc.ComputeDAG([X, W, bias, out]), target)
+    source, _ = generate_cuda(tc.lower(sch), target)
+    assert "*(float4*)&out[" in source and "= make_float4(tc_max_f32((Y_local[" in source
+    check(sch, cuda_source=True)
+
 @pytest.mark.slow
 def test_example_schedule_matches_numpy():
     """The hand-scheduled matmul of examples/cuda_matmul.py, at a size the emulation runs

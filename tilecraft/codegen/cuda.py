@@ -26,7 +26,7 @@ from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Bu
                         MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, HALVES, bytes_of
-from ..te.expr import Const, Select, TensorRead, binary, const, free_vars, substitute
+from ..te.expr import Const, Select, TensorRead, Var, binary, const, free_vars, substitute
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
@@ -359,6 +359,8 @@ class _CudaEmitter(_Emitter):
             return
         if s.kind == "vectorize" and self.vector_access(s):
             return
+        if s.kind in ("serial", "unroll") and self.wide_stores(s):
+            return
         if s.kind in ("unroll", "vectorize") or s.kind.startswith("vthread") or (budget and _nest_size(s) <= budget) \
                 or _picks_fragment_tiles(s):
             self.out.line("#pragma unroll")
@@ -424,6 +426,35 @@ class _CudaEmitter(_Emitter):
             self.out.line(f"*({vtype}*)&{dst} = {value};")
         with self.out.block("else"):
             self.out.line(f"{vtype} tc_zero = {{}}; *({vtype}*)&{dst} = tc_zero;")
+        return True
+
+    def wide_stores(self, s: For) -> bool:
+        """``s``, a loop that stores contiguous elements of global memory one an iteration (a
+        thread's register tile copied out, an epilogue applied on the way), as stores of 4 (or
+        2) lanes, each lane's value computed as before, where the elements are aligned to the
+        vector. A float at a time, a warp's 32 lanes 16 bytes apart write each sector in four
+        pieces by four instructions; as a float4, one instruction writes whole sectors."""
+        body = s.body
+        if not isinstance(body, Store) or body.buffer.scope not in ("arg", "global") or self._first_thread_alone(body):
+            return False
+        index = self.flat_index(body.buffer, body.indices)
+        lanes = next((n for n in (4, 2) if (body.buffer.dtype, n) in _VECTOR_TYPES and s.extent % n == 0
+                      and _stride(index, s.var, self.ranges) == 1 and self._aligned(index, s.var, n)), None)
+        if lanes is None:
+            return False
+        vtype, step = _VECTOR_TYPES[body.buffer.dtype, lanes], Var(f"{s.var.name}_step")
+        self.ranges[step], first = s.extent // lanes, step * lanes if s.extent > lanes else const(0)
+
+        def at(e, lane: int) -> str:
+            return self.expr(simplify(substitute(e, {s.var: first + lane}), self.ranges))
+
+        name = self.name(step, step.name)
+        if s.extent > lanes:
+            self.out.line("#pragma unroll")
+        with self.out.block(f"for (int32_t {name} = 0; {name} < {s.extent // lanes}; ++{name})" if s.extent > lanes
+                            else ""):
+            values = ", ".join(at(body.value, lane) for lane in range(lanes))
+            self.out.line(f"*({vtype}*)&{self.buffer_name(body.buffer)}[{at(index, 0)}] = make_{vtype}({values});")
         return True
 
     def _aligned(self, index, var, lanes: int) -> bool:

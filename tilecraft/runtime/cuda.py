@@ -48,6 +48,10 @@ from .module import ArgSpec
 from .timer import ProfileResult
 
 L2_FLUSH_BYTES = 256 << 20  # Triton's do_bench; over twice the largest L2 (H100: 50 MiB, H200: 60 MiB)
+# Where a GPU array passed to a kernel must start: its float4 loads and stores need 16 bytes, a tensor
+# core's tiles in global memory 32 (a misaligned access is an error that poisons the CUDA context);
+# PyTorch's and CuPy's allocators give 256 or more, a view at an offset into a tensor may not.
+ARGUMENT_ALIGNMENT = 32
 _STATIC_SHARED_LIMIT = 48 << 10  # more dynamic shared memory needs the kernel's opt-in attribute
 _CUDA, _DEVICE_NAMES = 2, {1: "the CPU", 3: "pinned host memory", 13: "CUDA managed memory"}  # DLPack device types
 _HINTS = {"CUDA_ERROR_NO_BINARY_FOR_GPU": " (the cubin was built for another GPU architecture: compile it for "
@@ -132,7 +136,8 @@ def bind_arrays(entry: str, args: Sequence[ArgSpec], arrays: Sequence[Any], out:
 
     Raises:
         TypeError: If the number of arrays fits neither form, or one is no array.
-        ValueError: If an array has the wrong shape, dtype or layout, or is on another device.
+        ValueError: If an array has the wrong shape, dtype or layout, is on another device, or (a GPU
+            array) starts off ``ARGUMENT_ALIGNMENT``.
         TilecraftError: If NumPy arrays and GPU arrays are mixed.
     """
     inputs = [i for i, spec in enumerate(args) if not spec.is_output]
@@ -152,6 +157,12 @@ def bind_arrays(entry: str, args: Sequence[ArgSpec], arrays: Sequence[Any], out:
             checked[index] = _host_array(entry, args[index], array)
         else:
             array_device, pointers[index] = device_pointer(entry, args[index], array, device)
+            if pointers[index] % ARGUMENT_ALIGNMENT:
+                raise ValueError(f"{entry}: {'output' if args[index].is_output else 'input'} {args[index].name!r} "
+                                 f"starts {pointers[index] % ARGUMENT_ALIGNMENT} bytes past a multiple of "
+                                 f"{ARGUMENT_ALIGNMENT} (a view at an offset into its storage), where the kernels "
+                                 f"read and write 16 bytes at once and tensor cores tiles of 32; pass a copy "
+                                 f"(x.clone() in PyTorch, x.copy() in CuPy)")
             device = array_device if device is None else device
             checked[index] = array
     if pointers and len(pointers) != len(given):
