@@ -342,6 +342,24 @@ def test_a_reduction_bound_to_blocks_adds_into_an_output_zeroed_before_the_kerne
     np.testing.assert_allclose(garbage, a @ b, rtol=1e-4, atol=1e-4)
 
 
+
+def test_split_k_parts_are_added_a_float4_at_a_time_from_sm_90_on():
+    """The split-K sketch's default, 16 x 4 outputs a thread (on a GPU of 8 SMs): on sm_90 a
+    row of a thread's partial sums is added by one atomicAdd of a float4, before it a float a
+    call; the CUDA C, run on the CPU, adds them right."""
+    from tilecraft.codegen.cuda import generate_cuda
+    from tilecraft.search.default import default_row
+    from tilecraft.search.space import generate_sketches
+
+    dag = matmul(128, 512, 128)
+    for arch, adds in (("sm_90", "atomicAdd((float4*)&C["), ("sm_80", "atomicAdd(&C[")):
+        target = tc.Target(f"cuda -arch={arch} -sm-count=8")
+        (sketch,) = [s for s in generate_sketches(dag, target=target) if s.name == "gpu_split_k"]
+        sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+        source, _ = generate_cuda(tc.lower(sch), target)
+        assert source.count("atomicAdd(") == 1 and adds in source
+    check(sch, cuda_source=True)
+
 def test_a_reduction_across_blocks_must_be_a_sum_that_nothing_in_the_kernel_reads():
     sch = tc.Schedule(row_reduce(6, 64, "max"))
     i, k = sch.get_loops(sch.get_block("B"))

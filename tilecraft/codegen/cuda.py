@@ -433,9 +433,12 @@ class _CudaEmitter(_Emitter):
         thread's register tile copied out, an epilogue applied on the way), as stores of 4 (or
         2) lanes, each lane's value computed as before, where the elements are aligned to the
         vector. A float at a time, a warp's 32 lanes 16 bytes apart write each sector in four
-        pieces by four instructions; as a float4, one instruction writes whole sectors."""
-        body = s.body
-        if not isinstance(body, Store) or body.buffer.scope not in ("arg", "global") or self._first_thread_alone(body):
+        pieces by four instructions; as a float4, one instruction writes whole sectors. Split-K's
+        atomic adds of float32 likewise from sm_90 on, which adds float2s and float4s atomically."""
+        body, atomic = s.body, isinstance(s.body, AtomicAdd)
+        if atomic and (body.buffer.dtype != "float32" or self.target.compute_capability < (9, 0)) \
+                or not isinstance(body, (Store, AtomicAdd)) or body.buffer.scope not in ("arg", "global") \
+                or not atomic and self._first_thread_alone(body):
             return False
         index = self.flat_index(body.buffer, body.indices)
         lanes = next((n for n in (4, 2) if (body.buffer.dtype, n) in _VECTOR_TYPES and s.extent % n == 0
@@ -454,7 +457,9 @@ class _CudaEmitter(_Emitter):
         with self.out.block(f"for (int32_t {name} = 0; {name} < {s.extent // lanes}; ++{name})" if s.extent > lanes
                             else ""):
             values = ", ".join(at(body.value, lane) for lane in range(lanes))
-            self.out.line(f"*({vtype}*)&{self.buffer_name(body.buffer)}[{at(index, 0)}] = make_{vtype}({values});")
+            target = f"({vtype}*)&{self.buffer_name(body.buffer)}[{at(index, 0)}]"
+            self.out.line(f"atomicAdd({target}, make_{vtype}({values}));" if atomic
+                          else f"*{target} = make_{vtype}({values});")
         return True
 
     def _aligned(self, index, var, lanes: int) -> bool:

@@ -59,6 +59,9 @@ struct dim3 { unsigned x, y, z; };
   inline N make_##N(T x, T y, T z, T w) { return N{x, y, z, w}; }
 TC_VECTOR2(float, float2, 8) TC_VECTOR4(float, float4, 16) TC_VECTOR2(int, int2, 8) TC_VECTOR4(int, int4, 16)
 TC_VECTOR2(double, double2, 16) TC_VECTOR2(unsigned, uint2, 8) TC_VECTOR4(unsigned, uint4, 16)
+/* what sm_90's atomicAdd of float2 and float4 adds */
+inline float2 operator+(float2 a, float2 b) { return float2{a.x + b.x, a.y + b.y}; }
+inline float4 operator+(float4 a, float4 b) { return float4{a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w}; }
 
 namespace tc_cpu {
 
