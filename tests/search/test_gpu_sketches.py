@@ -211,6 +211,50 @@ def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
     assert sum(kind == "annotate" and args["ann_key"] == "meta_schedule.cooperative_fetch" for kind, args in steps) == 2
 
 
+
+def _warp_fill(func, buffer: str) -> list[tuple[list[int], list[int]]]:
+    """The first warp's copy into shared ``buffer``: for each store a thread makes (each lane
+    of a vector stored a lane at a time), the 32 threads' shared-memory word addresses and the
+    global words they read, every other loop at 0."""
+    from tilecraft.codegen.prefetch import flat_index
+    from tilecraft.ir.nodes import Allocate, AsyncCopies, Seq, Store
+    from tilecraft.te.arith import simplify
+    from tilecraft.te.expr import const, substitute
+
+    def fills(s, loops):
+        if isinstance(s, Store) and s.buffer.name == buffer:
+            yield s, loops
+        children = s.stmts if isinstance(s, Seq) else (s.body,) if isinstance(s, (For, Allocate, AsyncCopies)) else ()
+        for child in children:
+            yield from fills(child, loops + [s] * isinstance(s, For))
+
+    store, loops = next(fills(func.body, []))
+    lanes = [loop for loop in loops if loop.kind == "vectorize"] or [None]
+    stores = []
+    for lane in range(lanes[0].extent if lanes[0] else 1):
+        words = ([], [])
+        for thread in range(32):
+            values = {loop.var: const(thread if loop.kind == "threadIdx.x" else lane if loop is lanes[0] else 0)
+                      for loop in loops}
+            for found, (tensor, indices) in zip(words, ((store.buffer, store.indices),
+                                                        (store.value.tensor, store.value.indices))):
+                found.append(simplify(substitute(flat_index(tensor, indices, {}), values), {}).value)
+        stores.append(words)
+    return stores
+
+
+def test_a_tile_laid_out_across_its_rows_is_filled_a_sector_of_each_of_many_rows_a_warp():
+    """A's tile laid out along i (rows of k 132 floats apart): a warp copies 32 bytes of each
+    of 16 rows of A, so that each lane of its float4s, stored a float at a time, falls in 32
+    banks (copying 128 bytes of each of 4 rows, 8 banks took 4 stores each); A is still read
+    a whole 32-byte sector at a time, 16 of them."""
+    dag = matmul(2048, 2048, 2048)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name == "gpu_tile_transposed")
+    stores = _warp_fill(lower(sketch.trace_of(default_row(sketch, 1)).replay(dag)), "A_shared")
+    assert len(stores) == 4 and all(len({word % 32 for word in shared}) == 32 for shared, _ in stores)
+    read = {word for _, source in stores for word in source}
+    assert len(read) == 128 and len({word // 8 for word in read}) == 16
+
 def test_a_matrix_vector_product_with_an_epilogue_reduces_each_output_across_a_blocks_threads():
     """A classifier's dense layer at batch 1 (a bias, a ReLU): each output a block, its sum
     across the block's threads, the epilogue applied to it there; the untuned default."""

@@ -40,12 +40,20 @@ def apply_block_annotations(sch: Schedule) -> Schedule:
     return sch
 
 
+SECTOR_BYTES = 32  # what a GPU's global loads move at least, and whole sectors of a row are all a warp needs
+
+
 def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
     """Spread a copy into shared memory over the threads of the GPU block it runs in, as
     MetaSchedule's RewriteCooperativeFetch: its loops fused, split by the thread extents
     bound around it (read only now, once the tiles are known) and a vector of ``lanes``
     4-byte words (a float4 at 4), as many elements as those hold, up to 16 bytes: 8 of
-    float16, 2 of float64; the pieces bound to the same thread axes."""
+    float16, 2 of float64; the pieces bound to the same thread axes. Where the tile is laid
+    out across the rows it copies (``transform_layout``: A's tile along i), a warp takes a
+    32-byte sector of each of many rows, where it took 128 bytes of a few: its stores, a
+    row of the source apart in shared memory, fall in 8 banks where they now fall in 32
+    (a float4's lanes stored 4-way conflicted went conflict-free); the source's sectors are
+    still read whole."""
     lanes = max(min(4 * lanes, 16) // bytes_of(stage.op.dtype), 1)
     threads: dict[str, int] = {}
     for loop_id in sch.loop_path(stage.name):
@@ -57,6 +65,11 @@ def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
         threads["threadIdx.x"] = 32  # a warp's lanes, bound by its tensor-core operations (ir/tensor_core.py)
     axes = [axis for axis in ("threadIdx.z", "threadIdx.y", "threadIdx.x") if axis in threads]
     leaves = [_rv(leaf) for leaf in stage.leaves]
+    sector, row = SECTOR_BYTES // bytes_of(stage.op.dtype), stage.loop(stage.leaves[-1]).extent
+    if stage.order and stage.order[-1] != len(stage.order) - 1 and row > sector and row % sector == 0:
+        rest, along = sch.split(leaves[-1], [None, sector])  # a sector of each row, the rows next
+        sch.reorder(rest, *leaves[:-1], along)
+        leaves = [rest, *leaves[:-1], along]
     fused = sch.fuse(*leaves) if len(leaves) > 1 else leaves[0]
     vector = [lanes] if lanes > 1 else []
     pieces = sch.split(fused, [None] + [threads[axis] for axis in axes] + vector)
