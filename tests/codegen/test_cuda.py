@@ -196,6 +196,21 @@ def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_ali
     check(sch, cuda_source=True)
 
 
+
+def test_a_store_whose_value_reads_another_lanes_element_stays_a_float_at_a_time():
+    """out[j] = out[(j + 3) % 4] + 1, a loop of 4 contiguous, aligned elements: as a float4,
+    each lane would read its neighbour before the neighbour's store, so it is no vector;
+    out[j] = out[j] + 1 reads only its own and is one."""
+    from tilecraft.codegen.cuda import generate_cuda
+    from tilecraft.ir.nodes import Buffer, For, LoweredFunc, Store
+    from tilecraft.te.expr import TensorRead, Var, binary, const
+
+    out, j, block = Buffer("out", (4,), "float32", "arg"), Var("j"), Var("b")
+    for read, vector in (((j + 3) % 4, False), (j, True)):
+        store = Store(out, (j,), binary("add", TensorRead(out, (read,)), const(1.0)))
+        func = LoweredFunc("f", (out,), For(block, 1, "blockIdx.x", For(j, 4, "serial", store)), (True,))
+        assert ("*(float4*)&out[" in generate_cuda(func, tc.Target("cuda -arch=sm_90"))[0]) == vector
+
 def test_an_epilogue_folded_into_the_copy_out_is_stored_a_vector_at_a_time():
     """A bias and a ReLU applied to each lane of the float4s a thread stores (the default
     tiles, 16 x 4 outputs a thread, on a GPU of 8 SMs that 8 blocks of them fill)."""

@@ -26,7 +26,7 @@ from ..ir.nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Bu
                         MatrixTile, Stmt, Store, ThreadAllReduce, WarpMatrix, walk_stmts)
 from ..te.arith import simplify, to_linear
 from ..te.dtype import C_TYPES, HALVES, bytes_of
-from ..te.expr import Const, Select, TensorRead, Var, binary, const, free_vars, substitute
+from ..te.expr import Const, Select, TensorRead, Var, binary, const, free_vars, substitute, walk
 from .c import _PRELUDE as C_PRELUDE
 from .c import _SUFFIX, _Emitter, _nest_size, _stride
 from .writer import CodeWriter
@@ -441,6 +441,11 @@ class _CudaEmitter(_Emitter):
                 or not atomic and self._first_thread_alone(body):
             return False
         index = self.flat_index(body.buffer, body.indices)
+        own = []  # the value's reads of the buffer it stores: each must read its own lane's element
+        walk(body.value, lambda e: own.append(e) if isinstance(e, TensorRead) and e.tensor == body.buffer else None)
+        if any(str(simplify(self.flat_index(e.tensor, e.indices), self.ranges)) != str(simplify(index, self.ranges))
+               for e in own):  # as a vector, a lane would read another's element before that one's store
+            return False
         lanes = next((n for n in (4, 2) if (body.buffer.dtype, n) in _VECTOR_TYPES and s.extent % n == 0
                       and _stride(index, s.var, self.ranges) == 1 and self._aligned(index, s.var, n)), None)
         if lanes is None:
