@@ -197,6 +197,36 @@ def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_ali
 
 
 
+
+@pytest.mark.parametrize("dtype, tile, stores", [("float16", 4, "*(uint2*)&D["), ("bfloat16", 2, "*(unsigned int*)&D["),
+                                                 ("float16", 8, "*(uint4*)&D[")])
+def test_16_bit_outputs_are_stored_as_their_bits_packed_a_vector_at_a_time(dtype, tile, stores):
+    """A thread's ``tile`` outputs a row along j, rounded to 16 bits, leave in one store of
+    their packed bits (8, 16 bytes or a word), the first in the low half; the CUDA C, run
+    on the CPU, equals NumPy to the type's precision."""
+    from tilecraft.codegen.cuda import generate_cuda
+
+    A, B = te.placeholder((16, 8), name="A", dtype=dtype), te.placeholder((8, 12 * tile), name="B", dtype=dtype)
+    k = te.reduce_axis((0, 8), name="k")
+    C = te.compute((16, 12 * tile), lambda i, j: te.sum(A[i, k].astype("float32") * B[k, j].astype("float32"),
+                                                        axis=k), name="C")
+    sch = tc.Schedule(tc.ComputeDAG([A, B, te.compute(C.shape, lambda i, j: C[i, j].astype(dtype), name="D")]))
+    c, d = sch.get_block("C"), sch.get_block("D")
+    i, j = sch.get_loops(d)
+    bi, ti, ii = sch.split(i, [None, 4, 2])
+    tj, jj = sch.split(j, [None, tile])
+    sch.reorder(bi, ti, tj, ii, jj)
+    sch.bind(bi, "blockIdx.x")
+    sch.bind(ti, "threadIdx.y")
+    sch.bind(tj, "threadIdx.x")
+    sch.compute_at(c, tj)
+    source, _ = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
+    assert source.count(stores) == 1
+    a, b = sch.dag.random_inputs(np.random.default_rng(0))
+    want = a.astype(np.float32) @ b.astype(np.float32)
+    got = tc.emulate_gpu(sch, "cuda -arch=sm_90", cuda_source=True)(a, b)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+
 def test_a_store_whose_value_reads_another_lanes_element_stays_a_float_at_a_time():
     """out[j] = out[(j + 3) % 4] + 1, a loop of 4 contiguous, aligned elements: as a float4,
     each lane would read its neighbour before the neighbour's store, so it is no vector;

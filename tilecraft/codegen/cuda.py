@@ -433,8 +433,9 @@ class _CudaEmitter(_Emitter):
         thread's register tile copied out, an epilogue applied on the way), as stores of 4 (or
         2) lanes, each lane's value computed as before, where the elements are aligned to the
         vector. A float at a time, a warp's 32 lanes 16 bytes apart write each sector in four
-        pieces by four instructions; as a float4, one instruction writes whole sectors. Split-K's
-        atomic adds of float32 likewise from sm_90 on, which adds float2s and float4s atomically."""
+        pieces by four instructions; as a float4, one instruction writes whole sectors. 16-bit
+        floats go 8, 4 or 2 at a time, their bits packed in words. Split-K's atomic adds of
+        float32 likewise from sm_90 on, which adds float2s and float4s atomically."""
         body, atomic = s.body, isinstance(s.body, AtomicAdd)
         if atomic and (body.buffer.dtype != "float32" or self.target.compute_capability < (9, 0)) \
                 or not isinstance(body, (Store, AtomicAdd)) or body.buffer.scope not in ("arg", "global") \
@@ -446,11 +447,13 @@ class _CudaEmitter(_Emitter):
         if any(str(simplify(self.flat_index(e.tensor, e.indices), self.ranges)) != str(simplify(index, self.ranges))
                for e in own):  # as a vector, a lane would read another's element before that one's store
             return False
-        lanes = next((n for n in (4, 2) if (body.buffer.dtype, n) in _VECTOR_TYPES and s.extent % n == 0
-                      and _stride(index, s.var, self.ranges) == 1 and self._aligned(index, s.var, n)), None)
+        dtype, half = body.buffer.dtype, body.buffer.dtype in HALVES and not atomic  # 16-bit: lanes packed in words
+        lanes = next((n for n in ((8, 4, 2) if half else (4, 2)) if (half or (dtype, n) in _VECTOR_TYPES)
+                      and s.extent % n == 0 and _stride(index, s.var, self.ranges) == 1
+                      and self._aligned(index, s.var, n)), None)
         if lanes is None:
             return False
-        vtype, step = _VECTOR_TYPES[body.buffer.dtype, lanes], Var(f"{s.var.name}_step")
+        vtype, step = _BITS_TYPES[2 * lanes] if half else _VECTOR_TYPES[dtype, lanes], Var(f"{s.var.name}_step")
         self.ranges[step], first = s.extent // lanes, step * lanes if s.extent > lanes else const(0)
 
         def at(e, lane: int) -> str:
@@ -461,10 +464,13 @@ class _CudaEmitter(_Emitter):
             self.out.line("#pragma unroll")
         with self.out.block(f"for (int32_t {name} = 0; {name} < {s.extent // lanes}; ++{name})" if s.extent > lanes
                             else ""):
-            values = ", ".join(at(body.value, lane) for lane in range(lanes))
+            values = [at(body.value, lane) for lane in range(lanes)]
+            if half:  # two rounded lanes a word, the first in its low bits
+                values = [f"((unsigned){self.ROUNDED[dtype].format(values[n])} | ((unsigned)"
+                          f"{self.ROUNDED[dtype].format(values[n + 1])} << 16))" for n in range(0, lanes, 2)]
+            value = values[0] if len(values) == 1 else f"make_{vtype}({', '.join(values)})"
             target = f"({vtype}*)&{self.buffer_name(body.buffer)}[{at(index, 0)}]"
-            self.out.line(f"atomicAdd({target}, make_{vtype}({values}));" if atomic
-                          else f"*{target} = make_{vtype}({values});")
+            self.out.line(f"atomicAdd({target}, {value});" if atomic else f"*{target} = {value};")
         return True
 
     def _aligned(self, index, var, lanes: int) -> bool:
