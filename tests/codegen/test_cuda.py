@@ -12,6 +12,7 @@ machine the same schedules also run as kernels and are compared with NumPy too.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -152,6 +153,21 @@ def test_a_shared_tile_laid_out_column_major_is_filled_by_wide_loads_and_read_as
         source = tc.build(sch, "cuda -arch=sm_90").source
         assert "const float4 tc_v = *(const float4*)&A[" in source and "] = tc_v.w;" in source
 
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_the_loop_over_shared_tiles_steps_is_not_unrolled_as_cutlass_main_loop_is_not(pipelined):
+    """The loop whose steps fill the shared tiles between barriers gets ``#pragma unroll 1``
+    (nvcc unrolled all 256 steps of double-buffered tensor-core kernels: 3-16 thousand
+    instructions, builds of 2-40 s); the loops inside it still unroll."""
+    from tilecraft.codegen.cuda import generate_cuda
+
+    sch = tiled_matmul(64, 32, 64)
+    if pipelined:
+        sch.annotate(sch.get_loops(sch.get_block("C"))[-4], "software_pipeline", 2)  # ko
+    source, _ = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
+    assert source.count("#pragma unroll 1\n") == 1
+    assert re.search(r"#pragma unroll 1\n\s*for \(int32_t k_0 = 0; k_0 < 8; \+\+k_0\)", source)
 
 def test_a_consumer_inside_the_loop_of_a_shared_tile_waits_for_every_thread_storing_it():
     """B = A + 1 stored into shared memory by 64 threads, a column each, and C = 2B
