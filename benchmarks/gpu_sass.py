@@ -75,7 +75,8 @@ def disassembled(cuobjdump: str, source: str) -> tuple[Counter, dict, float]:
     seconds = time.perf_counter() - start
     sass = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True, check=True).stdout
     usage = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
-    opcodes = Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]+)", sass))
+    opcodes = Counter(opcode for predicate, opcode in re.findall(
+        r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]+)", sass) if predicate.strip() != "@!PT")  # never run
     return opcodes, {name: int(re.search(rf"\b{name}:(\d+)", usage).group(1)) for name in RESOURCES}, seconds
 
 
