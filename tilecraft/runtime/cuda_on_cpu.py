@@ -40,8 +40,9 @@ _SANITIZER_OPTIONS = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=
                       "UBSAN_OPTIONS": "print_stacktrace=0:exitcode=4"}
 
 
-# ``program DIR SEED``: argument n read from DIR/n where the file is there (an output too: a
-# kernel may write part of it), else NaN until written; the launches; the outputs written back
+# ``program DIR SEED``: argument n (on 256 bytes, as cudaMalloc puts it) read from DIR/n where the
+# file is there (an output too: a kernel may write part of it), else NaN until written; the
+# launches; the outputs written back
 _MAIN = """
 int main(int argc, char** argv) {{
   if (argc != 3) {{ fprintf(stderr, "usage: program DIR SEED\\n"); return 2; }}
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {{
   void* p[{count}];
   char path[4096];
   for (int n = 0; n < {count}; ++n) {{
-    p[n] = malloc(bytes[n] ? bytes[n] : 1);
+    if (posix_memalign(&p[n], 256, bytes[n] ? bytes[n] : 1)) {{ fprintf(stderr, "out of memory\\n"); return 2; }}
     memset(p[n], 0xff, bytes[n]);
     snprintf(path, sizeof path, "%s/%d", argv[1], n);
     FILE* f = fopen(path, "rb");
