@@ -154,7 +154,6 @@ def test_a_shared_tile_laid_out_column_major_is_filled_by_wide_loads_and_read_as
         assert "const float4 tc_v = *(const float4*)&A[" in source and "] = tc_v.w;" in source
 
 
-
 @pytest.mark.parametrize("pipelined", [False, True])
 def test_the_loop_over_shared_tiles_steps_is_not_unrolled_as_cutlass_main_loop_is_not(pipelined):
     """The loop whose steps fill the shared tiles between barriers gets ``#pragma unroll 1``
@@ -168,6 +167,7 @@ def test_the_loop_over_shared_tiles_steps_is_not_unrolled_as_cutlass_main_loop_i
     source, _ = generate_cuda(tc.lower(sch), tc.Target("cuda -arch=sm_90"))
     assert source.count("#pragma unroll 1\n") == 1
     assert re.search(r"#pragma unroll 1\n\s*for \(int32_t k_0 = 0; k_0 < 8; \+\+k_0\)", source)
+
 
 def test_a_consumer_inside_the_loop_of_a_shared_tile_waits_for_every_thread_storing_it():
     """B = A + 1 stored into shared memory by 64 threads, a column each, and C = 2B
@@ -196,7 +196,6 @@ def test_matmul_with_virtual_threads_and_registers_only():
     check(tiled_matmul(32, 16, 64, vthread=2, shared=True))
 
 
-
 @pytest.mark.parametrize("tile, stores", [(4, "*(float4*)&C["), (2, "*(float2*)&C["), (3, None)])
 def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_aligned(tile, stores):
     """A thread's 2 x ``tile`` outputs leave its registers a row at a time: one float4 where
@@ -210,8 +209,6 @@ def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_ali
     assert source.count("] = make_float") == (1 if stores else 0)  # in the loop over the rows; only C is stored
     assert stores is None or stores in source
     check(sch, cuda_source=True)
-
-
 
 
 @pytest.mark.parametrize("dtype, tile, stores", [("float16", 4, "*(uint2*)&D["), ("bfloat16", 2, "*(unsigned int*)&D["),
@@ -243,6 +240,7 @@ def test_16_bit_outputs_are_stored_as_their_bits_packed_a_vector_at_a_time(dtype
     got = tc.emulate_gpu(sch, "cuda -arch=sm_90", cuda_source=True)(a, b)
     np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
 
+
 def test_a_store_whose_value_reads_another_lanes_element_stays_a_float_at_a_time():
     """out[j] = out[(j + 3) % 4] + 1, a loop of 4 contiguous, aligned elements: as a float4,
     each lane would read its neighbour before the neighbour's store, so it is no vector;
@@ -256,6 +254,7 @@ def test_a_store_whose_value_reads_another_lanes_element_stays_a_float_at_a_time
         store = Store(out, (j,), binary("add", TensorRead(out, (read,)), const(1.0)))
         func = LoweredFunc("f", (out,), For(block, 1, "blockIdx.x", For(j, 4, "serial", store)), (True,))
         assert ("*(float4*)&out[" in generate_cuda(func, tc.Target("cuda -arch=sm_90"))[0]) == vector
+
 
 def test_an_epilogue_folded_into_the_copy_out_is_stored_a_vector_at_a_time():
     """A bias and a ReLU applied to each lane of the float4s a thread stores (the default
@@ -273,6 +272,7 @@ def test_an_epilogue_folded_into_the_copy_out_is_stored_a_vector_at_a_time():
     source, _ = generate_cuda(tc.lower(sch), target)
     assert "*(float4*)&out[" in source and "= make_float4(tc_max_f32((Y_local[" in source
     check(sch, cuda_source=True)
+
 
 @pytest.mark.slow
 def test_example_schedule_matches_numpy():
@@ -403,7 +403,6 @@ def test_a_reduction_bound_to_blocks_adds_into_an_output_zeroed_before_the_kerne
     np.testing.assert_allclose(garbage, a @ b, rtol=1e-4, atol=1e-4)
 
 
-
 def test_split_k_parts_are_added_a_float4_at_a_time_from_sm_90_on():
     """The split-K sketch's default, 16 x 4 outputs a thread (on a GPU of 8 SMs): on sm_90 a
     row of a thread's partial sums is added by one atomicAdd of a float4, before it a float a
@@ -420,6 +419,7 @@ def test_split_k_parts_are_added_a_float4_at_a_time_from_sm_90_on():
         source, _ = generate_cuda(tc.lower(sch), target)
         assert source.count("atomicAdd(") == 1 and adds in source
     check(sch, cuda_source=True)
+
 
 def test_a_reduction_across_blocks_must_be_a_sum_that_nothing_in_the_kernel_reads():
     sch = tc.Schedule(row_reduce(6, 64, "max"))
@@ -657,8 +657,6 @@ def test_split_k_through_a_workspace_finishes_any_epilogue_in_a_second_kernel():
         assert "atomicAdd" not in module.source
 
 
-
-
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("sketch", ["gpu_tile", "gpu_tile_pipelined"])
 @pytest.mark.slow
@@ -686,6 +684,8 @@ def test_16_bit_float_tiles_are_fetched_sixteen_bytes_a_copy(sketch, dtype):
 
 @pytest.mark.parametrize("dtype, widen, rounding", [("float16", "tc_h2f", "tc_f2h"),
                                                      ("bfloat16", "tc_bf2f", "tc_f2bf")])
+
+
 def test_16_bit_floats_are_held_as_their_bits_and_computed_in_float32(dtype, widen, rounding):
     """Element-wise and a sum across threads, of float16 or bfloat16: loads widened (float16
     by PTX's cvt, bfloat16 by a shift), stores rounded, the partial sums in float32; values

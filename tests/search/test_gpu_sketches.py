@@ -211,7 +211,6 @@ def test_a_matmul_is_tiled_for_blocks_vthreads_and_threads_with_shared_tiles():
     assert sum(kind == "annotate" and args["ann_key"] == "meta_schedule.cooperative_fetch" for kind, args in steps) == 2
 
 
-
 def _warp_fill(func, buffer: str) -> list[tuple[list[int], list[int]]]:
     """The first warp's copy into shared ``buffer``: for each store a thread makes (each lane
     of a vector stored a lane at a time), the 32 threads' shared-memory word addresses and the
@@ -254,6 +253,7 @@ def test_a_tile_laid_out_across_its_rows_is_filled_a_sector_of_each_of_many_rows
     assert len(stores) == 4 and all(len({word % 32 for word in shared}) == 32 for shared, _ in stores)
     read = {word for _, source in stores for word in source}
     assert len(read) == 128 and len({word // 8 for word in read}) == 16
+
 
 def test_a_matrix_vector_product_with_an_epilogue_reduces_each_output_across_a_blocks_threads():
     """A classifier's dense layer at batch 1 (a bias, a ReLU): each output a block, its sum

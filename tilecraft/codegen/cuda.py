@@ -364,8 +364,8 @@ class _CudaEmitter(_Emitter):
         if s.kind in ("unroll", "vectorize") or s.kind.startswith("vthread") or (budget and _nest_size(s) <= budget) \
                 or _picks_fragment_tiles(s):
             self.out.line("#pragma unroll")
-        elif any(isinstance(n, Barrier) for n in walk_stmts(s.body)):  # a loop over shared tiles' steps, as
-            self.out.line("#pragma unroll 1")  # CUTLASS's main loop: nvcc unrolled 256 of a tensor-core kernel's, 40 s
+        elif any(isinstance(n, Barrier) for n in walk_stmts(s.body)):  # over shared tiles' steps: rolled, as
+            self.out.line("#pragma unroll 1")  # CUTLASS's main loop (nvcc unrolled pipelined tensor-core ones whole)
         with self.out.block(f"for (int32_t {var} = 0; {var} < {s.extent}; ++{var})"):
             self.stmt(s.body, budget)
 

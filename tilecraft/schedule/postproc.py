@@ -40,7 +40,7 @@ def apply_block_annotations(sch: Schedule) -> Schedule:
     return sch
 
 
-SECTOR_BYTES = 32  # what a GPU's global loads move at least, and whole sectors of a row are all a warp needs
+SECTOR_BYTES = 32  # a GPU's global memory moves 32-byte sectors: a warp reading whole ones of many rows wastes none
 
 
 def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
@@ -50,10 +50,9 @@ def _cooperative_fetch(sch: Schedule, stage: Stage, lanes: int) -> None:
     4-byte words (a float4 at 4), as many elements as those hold, up to 16 bytes: 8 of
     float16, 2 of float64; the pieces bound to the same thread axes. Where the tile is laid
     out across the rows it copies (``transform_layout``: A's tile along i), a warp takes a
-    32-byte sector of each of many rows, where it took 128 bytes of a few: its stores, a
-    row of the source apart in shared memory, fall in 8 banks where they now fall in 32
-    (a float4's lanes stored 4-way conflicted went conflict-free); the source's sectors are
-    still read whole."""
+    32-byte sector of each of many rows, not 128 bytes of a few: its stores, a row of the
+    source apart in shared memory, then fall in 32 banks, not 8 banks 4 deep; the source's
+    sectors are still read whole."""
     lanes = max(min(4 * lanes, 16) // bytes_of(stage.op.dtype), 1)
     threads: dict[str, int] = {}
     for loop_id in sch.loop_path(stage.name):
