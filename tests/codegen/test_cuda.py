@@ -684,8 +684,6 @@ def test_16_bit_float_tiles_are_fetched_sixteen_bytes_a_copy(sketch, dtype):
 
 @pytest.mark.parametrize("dtype, widen, rounding", [("float16", "tc_h2f", "tc_f2h"),
                                                      ("bfloat16", "tc_bf2f", "tc_f2bf")])
-
-
 def test_16_bit_floats_are_held_as_their_bits_and_computed_in_float32(dtype, widen, rounding):
     """Element-wise and a sum across threads, of float16 or bfloat16: loads widened (float16
     by PTX's cvt, bfloat16 by a shift), stores rounded, the partial sums in float32; values
