@@ -196,6 +196,7 @@ def test_matmul_with_virtual_threads_and_registers_only():
     check(tiled_matmul(32, 16, 64, vthread=2, shared=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tile, stores", [(4, "*(float4*)&C["), (2, "*(float2*)&C["), (3, None)])
 def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_aligned(tile, stores):
     """A thread's 2 x ``tile`` outputs leave its registers a row at a time: one float4 where
@@ -211,6 +212,7 @@ def test_a_threads_register_tile_is_stored_a_vector_a_row_where_its_rows_are_ali
     check(sch, cuda_source=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, tile, stores", [("float16", 4, "*(uint2*)&D["), ("bfloat16", 2, "*(unsigned int*)&D["),
                                                  ("float16", 8, "*(uint4*)&D[")])
 def test_16_bit_outputs_are_stored_as_their_bits_packed_a_vector_at_a_time(dtype, tile, stores):
@@ -256,6 +258,7 @@ def test_a_store_whose_value_reads_another_lanes_element_stays_a_float_at_a_time
         assert ("*(float4*)&out[" in generate_cuda(func, tc.Target("cuda -arch=sm_90"))[0]) == vector
 
 
+@pytest.mark.slow
 def test_an_epilogue_folded_into_the_copy_out_is_stored_a_vector_at_a_time():
     """A bias and a ReLU applied to each lane of the float4s a thread stores (the default
     tiles, 16 x 4 outputs a thread, on a GPU of 8 SMs that 8 blocks of them fill)."""
@@ -403,6 +406,7 @@ def test_a_reduction_bound_to_blocks_adds_into_an_output_zeroed_before_the_kerne
     np.testing.assert_allclose(garbage, a @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_split_k_parts_are_added_a_float4_at_a_time_from_sm_90_on():
     """The split-K sketch's default, 16 x 4 outputs a thread (on a GPU of 8 SMs): on sm_90 a
     row of a thread's partial sums is added by one atomicAdd of a float4, before it a float a
