@@ -105,8 +105,9 @@ def main() -> None:
                                                         "build_seconds": seconds}
                 counts, wide = Counter(), Counter()
                 for opcode, count in opcodes.items():
-                    counts[opcode.split(".")[0]] += count
-                    wide[opcode.split(".")[0]] += count * ("128" in opcode.split(".") or "F32x4" in opcode.split("."))
+                    first, *widths = opcode.split(".")
+                    counts[first] += count
+                    wide[first] += count * ("128" in widths or "F32x4" in widths)
                 table.add_row(f"{n}³", sketch.name, name,
                               *(f"{counts[op]}/{wide[op]}" if op not in ("FFMA", "HMMA") else str(counts[op])
                                 for op in OPCODES), str(sum(opcodes.values())),

@@ -444,10 +444,11 @@ class _CudaEmitter(_Emitter):
                 or not atomic and self._first_thread_alone(body):
             return False
         index = self.flat_index(body.buffer, body.indices)
-        own = []  # the value's reads of the buffer it stores: each must read its own lane's element
+        # the value's reads of the buffer it stores must each read the lane's own element: as a vector, a lane
+        # would read another's before that lane's store
+        own, stored = [], str(simplify(index, self.ranges))
         walk(body.value, lambda e: own.append(e) if isinstance(e, TensorRead) and e.tensor == body.buffer else None)
-        if any(str(simplify(self.flat_index(e.tensor, e.indices), self.ranges)) != str(simplify(index, self.ranges))
-               for e in own):  # as a vector, a lane would read another's element before that one's store
+        if any(str(simplify(self.flat_index(e.tensor, e.indices), self.ranges)) != stored for e in own):
             return False
         dtype, half = body.buffer.dtype, body.buffer.dtype in HALVES and not atomic  # 16-bit: lanes packed in words
         lanes = next((n for n in ((8, 4, 2) if half else (4, 2)) if (half or (dtype, n) in _VECTOR_TYPES)
