@@ -267,6 +267,7 @@ def test_a_torn_line_is_reported_as_a_warning(log, capsys):
     assert err.startswith("tilecraft: warning: ") and "line 6: the last line is incomplete" in err
 
 
+@pytest.mark.slow  # a second and a half: matplotlib imported and drawing
 def test_report_writes_a_png(log, tmp_path, capsys):
     output = tmp_path / "plots" / "report.png"
     assert main(["report", str(log), "-o", str(output)]) == 0

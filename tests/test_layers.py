@@ -11,6 +11,7 @@ Python lets two modules of one package know each other).
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -44,19 +45,14 @@ def package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ""
 
 
+@functools.cache  # every module is read by its own test and again by the cycle test
 def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int, bool]]:
     """(imported tilecraft module, line, at the top level) for every import of ``path`` that runs."""
     module = module_name(path, root)
     tree = ast.parse(path.read_text(), filename=str(path))
-    exempt: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            exempt.update(id(child) for child in ast.walk(node))
     top_level = {id(node) for node in tree.body}
     found = []
-    for node in ast.walk(tree):
-        if id(node) in exempt:
-            continue
+    for node in _statements(tree.body):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -72,6 +68,19 @@ def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int, bool]]:
         found += [(name, node.lineno, id(node) in top_level) for name in dict.fromkeys(names)
                   if name.split(".")[0] == "tilecraft"]
     return found
+
+
+def _statements(body: list[ast.stmt]):
+    """Every statement in ``body`` and the blocks nested in it, but those under ``if TYPE_CHECKING:``.
+    Imports are statements, so expressions are never walked (the whole tree is ten times as many nodes)."""
+    for node in body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        yield node
+        for block in ("body", "orelse", "finalbody", "handlers", "cases"):
+            nested = getattr(node, block, None)
+            if isinstance(nested, list):
+                yield from _statements(nested)
 
 
 def _is_module(name: str, root: Path) -> bool:

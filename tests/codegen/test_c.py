@@ -2,7 +2,6 @@
 
 import re
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -227,6 +226,8 @@ def test_bfloat16_rounds_to_nearest_even_as_ml_dtypes_does_and_widens_exactly(on
     gives it, a NaN stays a NaN; read back (``tc_bf2f``, a shift) it is exact. In vectors
     alike (``tc_round_bf16x16``), and on the GPU in emulation, with the same helpers NVRTC
     compiles."""
+    import ml_dtypes  # a second to import: only this test of the module needs it
+
     x = _special_floats()
     sch = _round_and_widen("bfloat16", x, 16 if on == "cpu_vectors" else None)
     if on == "gpu":

@@ -61,6 +61,9 @@ class ComputeOp:
     body: Expr
     dtype: str
     attrs: dict[str, Any] = field(default_factory=dict)
+    # input_tensors, found once: the body never changes, and the scheduler asks for every stage's
+    # readers many times a candidate
+    _inputs: tuple[Tensor, ...] | None = field(default=None, init=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -75,9 +78,11 @@ class ComputeOp:
     @property
     def input_tensors(self) -> list[Tensor]:
         """The tensors this op reads, each once, in order of first read."""
-        seen: dict[int, Tensor] = {}
-        walk(self.body, lambda n: seen.setdefault(id(n.tensor), n.tensor) if isinstance(n, TensorRead) else None)
-        return list(seen.values())
+        if self._inputs is None:
+            seen: dict[int, Tensor] = {}
+            walk(self.body, lambda n: seen.setdefault(id(n.tensor), n.tensor) if isinstance(n, TensorRead) else None)
+            object.__setattr__(self, "_inputs", tuple(seen.values()))
+        return list(self._inputs)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
