@@ -93,6 +93,8 @@ CASES = {
     "gather_embedding": case([N("Gather", ["table", "ids"], ["y"])], {"ids": ((2, 3), TensorProto.INT64)},
                              {"table": w(10, 4)}),
     "gather_negative_axis1": case([N("Gather", ["x", "i"], ["y"], axis=1)], {"x": (3, 5, 2)}, {"i": ints(-1, 0, 3)}),
+    "gather_scalar_index": case([N("Gather", ["x", "i"], ["y"])], {"x": (3, 4, 5)}, {"i": np.array(1, "int64")}),
+    "gather_run_axis1": case([N("Gather", ["x", "i"], ["y"], axis=1)], {"x": (2, 5, 3)}, {"i": ints(-3, -2)}),
     "squeeze_unsqueeze": case([N("Squeeze", ["x", "a"], ["s"]), N("Unsqueeze", ["s", "b"], ["y"])],
                               {"x": (2, 1, 3, 1)}, {"a": ints(1, -1), "b": ints(0, 3)}),
     "squeeze_unsqueeze_attributes_opset11": case([N("Squeeze", ["x"], ["s"], axes=[1]),
@@ -176,3 +178,12 @@ def test_operator_matches_onnxruntime(name):
     for output, want in zip(outputs, expected):
         assert got[output].shape == want.shape and got[output].dtype == want.dtype
         np.testing.assert_allclose(got[output], want, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, slices", [("gather_scalar_index", True), ("gather_run_axis1", True),
+                                          ("gather_negative_axis1", False), ("gather_embedding", False)])
+def test_a_gather_of_one_run_of_constant_positions_is_a_slice(name, slices):
+    """A slice reads no indices, and the kernels after it read it where it lies."""
+    nodes, inputs, consts, opset, _, out_dtype = CASES[name]
+    ops = {node.op for node in from_onnx(build_model(nodes, inputs, consts, opset, out_dtype)[0]).nodes}
+    assert ("strided_slice" in ops, "take" in ops) == (slices, not slices), ops

@@ -1,4 +1,5 @@
-"""into_slice: a kernel writes its output into a slice of a larger array, and nothing else of it."""
+"""into_slice: a kernel writes its output into a slice of a larger array, and nothing else of it;
+from_slice: a kernel reads an input from its slice of a larger array."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import tilecraft as tc
 from tilecraft import ops, te
 from tilecraft.build import build_lowered
 from tilecraft.errors import LoweringError
-from tilecraft.ir.slices import into_slice
+from tilecraft.ir.slices import from_slice, into_slice
 from tilecraft.search.default import default_schedule
 
 HOST = tc.Target.host()
@@ -41,3 +42,32 @@ def test_a_slice_that_does_not_fit_or_names_no_output_is_refused():
         into_slice(func, out.name, (4, 10), (0, 4))
     with pytest.raises(LoweringError, match="has no output 'a'"):
         into_slice(func, "a", (4, 16), (0, 0))
+
+
+
+@pytest.mark.parametrize("start", [0, 16], ids=["first", "last"])
+def test_a_kernel_reads_its_slices_of_larger_arrays_packed_or_not_and_equals_numpy(start, kernel_cache):
+    """A dense layer by its default schedule (its weight copied by a pack function, its rows
+    read in place) reads both operands as rows ``start`` to ``start + 8`` of 24-row arrays:
+    it computes the layer of those rows."""
+    x, w = te.placeholder((8, 16), name="x"), te.placeholder((8, 16), name="w")
+    dag = tc.ComputeDAG([x, w, ops.dense(x, w)])
+    func = tc.lower(default_schedule(dag, HOST))
+    assert [p.source.name for p in func.packs] == ["w"]
+    for name in ("x", "w"):
+        func = from_slice(func, name, (24, 16), (start, 0))
+    kernel = build_lowered(func, HOST, kernel_cache)
+    rng = np.random.default_rng(0)
+    xs, ws = rng.standard_normal((24, 16)).astype("float32"), rng.standard_normal((24, 16)).astype("float32")
+    rows = slice(start, start + 8)
+    np.testing.assert_allclose(kernel(xs, ws), xs[rows] @ ws[rows].T, rtol=1e-5, atol=1e-5)
+
+
+def test_a_slice_read_that_does_not_fit_or_names_no_input_is_refused():
+    a = te.placeholder((4, 8), name="a")
+    out = ops.relu(a)
+    func = tc.lower(tc.Schedule(tc.ComputeDAG([a, out])))
+    with pytest.raises(LoweringError, match=r"a\[4, 8\] at offset \[1, 0\] does not fit in \[4, 8\]"):
+        from_slice(func, "a", (4, 8), (1, 0))
+    with pytest.raises(LoweringError, match=f"has no input {out.name!r}"):
+        from_slice(func, out.name, (8, 8), (0, 0))

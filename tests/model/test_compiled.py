@@ -349,6 +349,44 @@ def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else
                 np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
+def attention_heads(step=1, slice_is_output=False):
+    """x -> one projection to queries, keys and values (6 x 3 x 8) -> transposed to 3 x 6 x 8 ->
+    split along its first axis (three strided slices, each reshaped to 6 x 8) -> softmax(q kᵀ) v:
+    the kernels after the split can read q, k and v where they lie in the transposed array
+    (the slices' kernels then go); ``step`` 2 on the sixes, or ``slice_is_output``, they cannot."""
+    rng = np.random.default_rng(0)
+    g = GraphBuilder()
+    x = g.add_input("x", (6, 8), "float32")
+    qkv = g.emit("dense", [x, g.add_constant("w", rng.standard_normal((24, 8)).astype("float32"))], {}, "qkv")
+    heads = g.emit("transpose", [g.emit("reshape", [qkv], {"newshape": (6, 3, 8)}, "split_heads")],
+                   {"axes": (1, 0, 2)}, "heads")
+    q, k, v = (g.emit("reshape", [g.emit("strided_slice", [heads], {"begin": (n, 0), "end": (n + 1, 6), "strides": (
+        1, step), "axes": (0, 1)}, name, output=name if slice_is_output and name == "k" else None)],
+        {"newshape": (6 // step, 8)}, f"{name}_rows") for n, name in enumerate("qkv"))
+    scores = g.emit("softmax", [g.emit("dense", [q, k], {}, "scores")], {"axis": -1}, "weights")
+    out = g.emit("matmul", [scores, v], {}, "attended")
+    return g.finish([out, "k"] if slice_is_output else [out])
+
+
+@pytest.mark.parametrize("kw", [{}, pytest.param({"step": 2}, marks=pytest.mark.slow), {"slice_is_output": True}],
+                         ids=["split", "strided", "output"])
+def test_a_contiguous_slice_is_read_where_it_lies_by_the_kernels_that_read_it(kw, tmp_path, kernel_cache):
+    graph = attention_heads(**kw)
+    model = compile_quietly(graph, cache_dir=kernel_cache)
+    copies = [k.desc for k in model.kernels if k.desc.startswith("strided_slice")]
+    assert len(copies) == (3 if kw.get("step") else 1 if kw else 0), copies  # the model's output is its own array
+    tasks, _ = tc.extract_tasks(graph, TARGET)  # the tasks to tune are the kernels the model runs
+    assert {t.workload_key for t in tasks} == {k.workload_key for k in model.kernels}
+    x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
+    expected = run_reference(graph, {"x": x})
+    for run in (model.run, load_model_saved(model, tmp_path).run):
+        for _ in range(2):  # the shared buffers hold the same again
+            got = run({"x": x})
+            assert got.keys() == expected.keys()
+            for name in expected:
+                np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
 def load_model_saved(model, directory):
     model.save(directory / "saved")
     return tc.load_model(directory / "saved")

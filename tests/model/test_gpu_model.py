@@ -93,7 +93,7 @@ def on_fake_gpu(gpu, feeds, monkeypatch, driver=None):
         driver.kernels[module.cubin] = EmulatedKernel(emulated, module.args, driver)
         kernels.append(dataclasses.replace(kernel, module=module))
     return driver, GpuModel(gpu.inputs, gpu.outputs, gpu.values, kernels, gpu.steps, gpu.constants, gpu.target,
-                            gpu._dags)
+                            gpu._jobs)
 
 
 @pytest.mark.slow
@@ -326,6 +326,27 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
     got = gpu.emulate({"x": x})
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cuda_source", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["loop-nests", "cuda-c"])
+def test_a_gpu_models_contiguous_slices_are_read_where_they_lie(cuda_source, tmp_path, monkeypatch):
+    """Emulated, and launched on the fake GPU (its kernels passed views of the arrays they read)."""
+    from tilecraft.graph import run_reference
+    from test_compiled import attention_heads
+
+    graph = attention_heads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DefaultScheduleWarning)
+        gpu = tc.compile_model(graph, TARGET, cache_dir=tmp_path)
+    assert not [k.desc for k in gpu.kernels if k.desc.startswith("strided_slice")]
+    x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
+    expected = run_reference(graph, {"x": x})
+    got = gpu.emulate({"x": x}, cuda_source=cuda_source)
+    _, launched = on_fake_gpu(gpu, {"x": x}, monkeypatch)
+    for run in (got, launched.run({"x": x})):
+        for name in expected:
+            np.testing.assert_allclose(run[name], expected[name], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -255,6 +255,25 @@ def _gather(op: str) -> Converter:
     return lambda ctx, node: ctx.emit_for(node, op, node.inputs[:2], {"axis": node.attrs.get("axis", 0)})
 
 
+def _take(ctx: Importer, node: OnnxNode) -> None:
+    """Gather: ``take``; but of constant indices that are one run of positions (a scalar: one of
+    the queries, keys and values split from a projection), a strided slice reshaped, which reads
+    no indices and which the kernels after it read where it lies (``graph/fuse.py``)."""
+    data, indices = node.inputs[:2]
+    shape = ctx.shape(data)
+    axis = node.attrs.get("axis", 0) % max(len(shape), 1)
+    positions = ctx.constants.get(indices)
+    if positions is not None and positions.ndim <= 1 and positions.size and np.issubdtype(positions.dtype, np.integer):
+        places = np.where(positions < 0, positions + shape[axis], positions).ravel()
+        first = int(places[0])
+        if 0 <= first and first + places.size <= shape[axis] and np.array_equal(places, first + np.arange(places.size)):
+            run = ctx.emit("strided_slice", [data], {"begin": (first,), "end": (first + places.size,), "axes": (axis,)},
+                           f"{node.name}_run")
+            return ctx.alias(node.outputs[0], ctx.reshape(run, (*shape[:axis], *positions.shape, *shape[axis + 1:]),
+                                                          f"{node.name}_taken"))
+    ctx.emit_for(node, "take", node.inputs[:2], {"axis": node.attrs.get("axis", 0)})
+
+
 def _pad(ctx: Importer, node: OnnxNode) -> None:
     x = node.inputs[0]
     rank = len(ctx.shape(x))
@@ -347,7 +366,7 @@ CONVERTERS: dict[str, Converter] = {
     "BitShift": lambda ctx, node: ctx.emit_for(node, "binary", node.inputs[:2], {
         "function": "left_shift" if node.attrs["direction"] == "LEFT" else "right_shift"}),
     "Range": _range, "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "CumSum": _cumsum, "Trilu": _trilu,
-    "Gather": _gather("take"), "GatherElements": _gather("gather_elements"),
+    "Gather": _take, "GatherElements": _gather("gather_elements"),
     "Resize": convert_resize, "Upsample": convert_resize,
     **NN_CONVERTERS, **QUANT_CONVERTERS, **TENSOR_CONVERTERS, **RECURRENT_CONVERTERS, **SCATTER_CONVERTERS,
     **SIGNAL_CONVERTERS, **SAMPLING_CONVERTERS, **CONV_CONVERTERS,

@@ -40,14 +40,14 @@ from ..runtime.cuda import element_dtype, gpu_array, is_c_contiguous
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
 from ..ir.lower import lower
-from ..ir.slices import into_slice
+from ..ir.slices import from_slice, into_slice
 from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES, from_npy, is_float
-from ..graph.fuse import concat_slices, partition, subgraph_dag
+from ..graph.fuse import concat_slices, contiguous_slices, partition, subgraph_dag
 from ..graph.ir import Value
 from .gpu import GpuModel
 from .tasks import best_alone, describe, prepare_graph
@@ -457,8 +457,7 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
         _warn_untuned(untuned, len(kernels))
     if getattr(target, "kind", "llvm") == "cuda":
         values, constants = _model_values(graph, steps)
-        model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target),
-                         [(job.dag, job.into) for job in jobs])
+        model = GpuModel(graph.inputs, graph.outputs, values, kernels, steps, constants, str(target), jobs)
     else:
         model = assemble(graph, steps, kernels, target, cache_dir)
     model.untuned = tuple(UntunedKernel(desc, why, share) for share, desc, why in untuned)
@@ -468,25 +467,38 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
 @dataclass(frozen=True)
 class KernelJob:
     """A kernel to build: its subgraph's DAG and description, the record to build it from
-    (None: the default schedule), and ``into`` (output, shape, offset): its output written
-    into that slice of a larger array, or None."""
+    (None: the default schedule), ``into`` (output, shape, offset): its output written
+    into that slice of a larger array, or None, and ``reads`` ((input, shape, offset), ...):
+    inputs read from their slices of larger arrays."""
 
     dag: Any
     desc: str
     record: Any
     into: tuple | None
+    reads: tuple = ()
+
+    def placed(self, func):
+        """The lowered kernel ``func`` writing and reading the slices the job names."""
+        for read in self.reads:
+            func = from_slice(func, *read)
+        return into_slice(func, *self.into) if self.into else func
 
 
 def kernel_jobs(graph, best: Mapping[str, Any]) -> tuple[list[KernelJob], list[Step]]:
-    """The distinct kernels of a prepared ``graph`` (one per workload key and slice), each
-    with its record in ``best`` (by workload key), and the steps that call them."""
+    """The distinct kernels of a prepared ``graph`` (one per workload key and slices), each
+    with its record in ``best`` (by workload key), and the steps that call them. A value that
+    its readers read where it lies in a larger array (``contiguous_slices``) is not computed:
+    each reader is given a view of that array (a value added to ``graph.values``) instead."""
     jobs: dict[tuple, KernelJob] = {}
     index: dict[tuple, int] = {}
     steps = []
     parts = partition(graph)
     slices = concat_slices(graph, parts)
     written_in_place = {whole for whole, _ in slices.values()}
+    read_in_place = contiguous_slices(graph, parts)
     for subgraph in parts:
+        if subgraph.outputs[0] in read_in_place:
+            continue  # a slice read where it lies, or a reshape of one
         if subgraph.is_view:
             steps.append(Step(None, subgraph.inputs, subgraph.outputs))
             continue
@@ -495,19 +507,36 @@ def kernel_jobs(graph, best: Mapping[str, Any]) -> tuple[list[KernelJob], list[S
         dag = subgraph_dag(graph, subgraph)
         whole, offset = slices.get(subgraph.outputs[0], (None, None))
         into = None if whole is None else (dag.outputs[0].name, graph.values[whole].shape, offset)
-        if (dag.workload_key, into) not in jobs:
-            index[dag.workload_key, into] = len(jobs)
-            jobs[dag.workload_key, into] = KernelJob(dag, describe(graph, subgraph), best.get(dag.workload_key), into)
-        steps.append(Step(index[dag.workload_key, into], subgraph.inputs, (whole,) if whole else subgraph.outputs))
+        inputs, reads = list(subgraph.inputs), []
+        for n, name in enumerate(subgraph.inputs):
+            if name in read_in_place:
+                source, shape, start = read_in_place[name]
+                inputs[n] = _viewed(graph, steps, source, shape)
+                reads.append((dag.placeholders[n].name, shape, start))
+        key = (dag.workload_key, into, tuple(reads))
+        if key not in jobs:
+            index[key] = len(jobs)
+            jobs[key] = KernelJob(dag, describe(graph, subgraph), best.get(dag.workload_key), into, tuple(reads))
+        steps.append(Step(index[key], tuple(inputs), (whole,) if whole else subgraph.outputs))
     return list(jobs.values()), steps
+
+
+def _viewed(graph, steps: list[Step], source: str, shape: tuple[int, ...]) -> str:
+    """The name of a view of value ``source`` in ``shape``, added to ``graph.values`` and to
+    ``steps`` (a reshape) where it is new."""
+    name = f"{source}[{'x'.join(map(str, shape))}]"
+    if not any(step.outputs == (name,) for step in steps):
+        graph.values[name] = Value(name, shape, graph.values[source].dtype)
+        steps.append(Step(None, (source,), (name,)))
+    return name
 
 
 def compile_kernels(jobs: Sequence[KernelJob], log: str | None, target: Target,
                     cache_dir) -> list[tuple[Kernel, str]]:
     """Each job's kernel (``_compile_kernel``), several built at once: gcc runs outside the GIL."""
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="tilecraft-compile") as pool:
-        return list(pool.map(lambda n: _compile_kernel(jobs[n].dag, jobs[n].desc, jobs[n].record, jobs[n].into, log,
-                                                       target, f"kernel_{n}", cache_dir), range(len(jobs))))
+        return list(pool.map(lambda n: _compile_kernel(jobs[n], log, target, f"kernel_{n}", cache_dir),
+                             range(len(jobs))))
 
 
 def _warn_untuned(untuned: list[tuple[float, str, str]], kernels: int) -> None:
@@ -549,15 +578,16 @@ class UntunedKernel:
     flop_share: float
 
 
-def _compile_kernel(dag, desc: str, record, into, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
-    """The kernel of ``dag`` from ``record``, or with the default schedule and the reason why;
-    ``into`` (output, shape, offset): its output written into that slice of a larger array."""
+def _compile_kernel(job: KernelJob, log, target: Target, name: str, cache_dir) -> tuple[Kernel, str]:
+    """The kernel of ``job`` from its record, or with the default schedule and the reason why,
+    writing and reading the slices it names."""
+    dag, desc, record = job.dag, job.desc, job.record
     why = "no log given" if log is None else f"no record in {log}"
 
     def built(sch):
-        if into is None:
+        if job.into is None and not job.reads:
             return build(sch, target, name, cache_dir)
-        return build_lowered(into_slice(lower(sch, name), *into), target, cache_dir)
+        return build_lowered(job.placed(lower(sch, name)), target, cache_dir)
 
     if record is not None:
         try:
@@ -595,7 +625,7 @@ def load_model(directory: str | Path) -> CompiledModel | GpuModel:
         if plan["target"].split()[0] == "cuda":
             kernels = [_load_cuda_kernel(directory, entry) for entry in plan["kernels"]]
             return GpuModel([values[name] for name in plan["inputs"]], plan["outputs"], values, kernels, steps,
-                            constants, plan["target"], dags=())
+                            constants, plan["target"], jobs=())
         kernels = [_load_kernel(directory, entry) for entry in plan["kernels"]]
         runner = directory / plan["runner"]
         try:

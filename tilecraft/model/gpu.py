@@ -28,7 +28,6 @@ import numpy as np
 from ..errors import TilecraftError
 from ..schedule.trace import Trace
 from ..target import CudaTarget
-from ..te.dag import ComputeDAG
 from ..graph.ir import Value
 
 
@@ -52,12 +51,12 @@ class GpuModel:
 
     def __init__(self, inputs: Sequence[Value], outputs: Sequence[str], values: Mapping[str, Value],
                  kernels: Sequence, steps: Sequence, constants: Mapping[str, np.ndarray], target: str,
-                 dags: Sequence[tuple[ComputeDAG, tuple | None]]) -> None:
+                 jobs: Sequence) -> None:
         self.inputs, self.outputs, self.values = tuple(inputs), tuple(outputs), dict(values)
         self.kernels, self.steps, self.constants, self.target = tuple(kernels), tuple(steps), dict(constants), target
         self.untuned: tuple = ()
         self.device = 0
-        self._dags = tuple(dags)
+        self._jobs = tuple(jobs)  # the KernelJobs that built the kernels: emulation replays them
         self._buffers: dict[str, Any] = {}  # a GPU array for every value, from the first call
         self._plan = None  # the launches over them
         self._graph = None  # the launches captured in a CUDA graph (``capture``, or the second call); False: refused
@@ -182,17 +181,15 @@ class GpuModel:
         """
         from ..build import cuda_on_cpu, emulate_lowered
         from ..ir.lower import lower
-        from ..ir.slices import into_slice
         from .compiled import check_inputs
 
-        if len(self._dags) != len(self.kernels):
+        if len(self._jobs) != len(self.kernels):
             raise TilecraftError("a GpuModel read by load_model keeps its cubins, not the compute DAGs that emulation "
                                  "replays its schedules on; compile the model with compile_model to emulate it")
         if self._emulated is None or self._emulated_source != cuda_source:
-            funcs = [lower(Trace.from_json(k.trace).replay(dag)) for k, (dag, _) in zip(self.kernels, self._dags)]
             run = cuda_on_cpu if cuda_source else emulate_lowered
-            self._emulated = [run(into_slice(func, *into) if into else func, CudaTarget(self.target))
-                              for func, (_, into) in zip(funcs, self._dags)]
+            self._emulated = [run(job.placed(lower(Trace.from_json(k.trace).replay(job.dag))), CudaTarget(self.target))
+                              for k, job in zip(self.kernels, self._jobs)]
             self._emulated_source = cuda_source
         arrays: dict[str, np.ndarray] = {**self.constants, **check_inputs(self.inputs, inputs)}
         for step in self.steps:

@@ -17,7 +17,7 @@ from ..database.record import TuningRecord
 from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
-from ..graph.fuse import Subgraph, concat_slices, partition, subgraph_dag
+from ..graph.fuse import Subgraph, concat_slices, contiguous_slices, partition, subgraph_dag
 from ..graph.half import CPU_PRODUCTS, gemm_convolutions, half_products, padded_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
@@ -88,7 +88,8 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     The model is prepared as ``compile_model`` prepares it (imported, put in NHWC,
     partitioned into fused subgraphs), so the tasks' workload keys are those that
     compiling the model looks up in the tuning log. Reshapes, which are views, are no task,
-    nor are concatenations that their producers write in place.
+    nor are concatenations that their producers write in place, nor slices that their
+    readers read in place.
 
     Args:
         model_or_graph: An ONNX model (a ``ModelProto`` or a path) or a ``Graph``.
@@ -120,7 +121,7 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     weights: list[int] = []
     index: dict[str, int] = {}
     parts = partition(graph)
-    in_place = {whole for whole, _ in concat_slices(graph, parts).values()}
+    in_place = {whole for whole, _ in concat_slices(graph, parts).values()} | set(contiguous_slices(graph, parts))
     for subgraph in parts:
         if subgraph.is_view or subgraph.outputs[0] in in_place:
             continue

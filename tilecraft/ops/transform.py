@@ -141,20 +141,28 @@ def strided_slice(x: Tensor, begin: Sequence[int], end: Sequence[int], strides: 
     """``x[begin:end:stride]`` on each of ``axes`` (the first ``len(begin)`` when None), bounds clamped as in
     Python slicing; a negative stride walks backwards."""
     check_tensor(x, "strided_slice")
-    axes = list(range(len(begin))) if axes is None else [normalize_axis(a, x.ndim, "strided_slice") for a in axes]
+    starts, steps, shape = slice_bounds(x.shape, begin, end, strides, axes, x.name)
+    return compute_nd(shape, lambda idx: x[tuple(
+        i * step + start if (start, step) != (0, 1) else i for i, start, step in zip(idx, starts, steps))], name)
+
+
+def slice_bounds(shape: Sequence[int], begin: Sequence[int], end: Sequence[int], strides: Sequence[int] | None = None,
+                 axes: Sequence[int] | None = None, name: str = "x") -> tuple[list[int], list[int], list[int]]:
+    """The first index, the step and the output's extent on each dimension of ``strided_slice``
+    of an array of ``shape`` (named ``name`` in errors)."""
+    axes = list(range(len(begin))) if axes is None else [normalize_axis(a, len(shape), "strided_slice") for a in axes]
     strides = [1] * len(axes) if strides is None else list(strides)
     if not len(begin) == len(end) == len(strides) == len(axes) or len(set(axes)) != len(axes) or 0 in strides:
         raise TeError(f"strided_slice: begin {begin!r}, end {end!r}, strides {strides!r} and axes {axes!r} must "
                       "have one entry per distinct axis, and no stride may be 0")
-    starts, steps, shape = [0] * x.ndim, [1] * x.ndim, list(x.shape)
+    starts, steps, extents = [0] * len(shape), [1] * len(shape), list(shape)
     for axis, b, e, s in zip(axes, begin, end, strides):
-        starts[axis], stop, steps[axis] = slice(int(b), int(e), int(s)).indices(x.shape[axis])
-        shape[axis] = len(range(starts[axis], stop, steps[axis]))
-        if shape[axis] == 0:
-            raise TeError(f"strided_slice: {b}:{e}:{s} selects nothing from axis {axis} of {x.name} {x.shape}; "
+        starts[axis], stop, steps[axis] = slice(int(b), int(e), int(s)).indices(shape[axis])
+        extents[axis] = len(range(starts[axis], stop, steps[axis]))
+        if extents[axis] == 0:
+            raise TeError(f"strided_slice: {b}:{e}:{s} selects nothing from axis {axis} of {name} {tuple(shape)}; "
                           "te tensors cannot be empty")
-    return compute_nd(shape, lambda idx: x[tuple(
-        i * step + start if (start, step) != (0, 1) else i for i, start, step in zip(idx, starts, steps))], name)
+    return starts, steps, extents
 
 
 def take(data: Tensor, indices: Tensor, axis: int = 0, name: str = "take") -> Tensor:

@@ -247,9 +247,10 @@ def _validate(values: Mapping[str, Any]) -> None:
 def _host_has(flag: str) -> bool:
     """Whether the host CPU lists ``flag`` (Linux's /proc/cpuinfo); False where it cannot tell."""
     try:
-        return any(line.startswith("flags") and flag in line.split() for line in open("/proc/cpuinfo"))
+        lines = Path("/proc/cpuinfo").read_text().splitlines()  # read and closed: no ResourceWarning
     except OSError:
         return False
+    return any(line.startswith("flags") and flag in line.split() for line in lines)
 
 
 @functools.cache
