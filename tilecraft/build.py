@@ -124,8 +124,9 @@ def emulate_gpu(sch, target: CudaTarget | str = "cuda", name: str = "default_fun
             1 reversed, larger a shuffle of that seed (a thread reading its neighbour's
             element before a barrier reads NaN whichever neighbour).
         racecheck: With ``cuda_source``, run under ThreadSanitizer instead: two threads of a
-            block touching one address (shared or global) with no barrier between, one of
-            them writing, raise ``TilecraftError`` naming the statements, whatever the order.
+            block touching one address (shared or global) with no barrier between, or of two
+            blocks one global address without atomics, one of them writing, raise
+            ``TilecraftError`` naming the statements, whatever the order.
 
     Returns:
         A CPU ``Module`` computing what the GPU kernel computes (a ``CudaOnCpuModule`` with

@@ -81,6 +81,25 @@ def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(o
         want)
 
 
+@pytest.mark.parametrize("add", ["y[threadIdx.x] += x[threadIdx.x];", "atomicAdd(&y[threadIdx.x], x[threadIdx.x]);"],
+                         ids=["plain", "atomic"])
+def test_a_racecheck_names_blocks_that_add_into_one_output_without_atomics(add, kernel_cache):
+    """Four blocks add x into one y, as a sum split across blocks (split-K) does. Run one block
+    after another, the plain adds sum right too; on a GPU they race, and the racecheck names
+    it across blocks as within one. The atomic adds pass."""
+    y = np.zeros(32, np.float32)
+    kernel(add, IN_OUT, grid=(4, 1, 1), cache=kernel_cache)(X, y)
+    np.testing.assert_array_equal(y, 4 * X)
+    checked = kernel(add, IN_OUT, grid=(4, 1, 1), cache=kernel_cache, racecheck=True)
+    if add.startswith("atomic"):
+        y[:] = 0
+        checked(X, y)
+        np.testing.assert_array_equal(y, 4 * X)
+    else:
+        with pytest.raises(TilecraftError, match=r"(?s)ThreadSanitizer: data race.*at: y\[threadIdx\.x\] \+="):
+            checked(X, y)
+
+
 def test_a_barrier_that_some_threads_never_reach_is_named(kernel_cache):
     run = kernel("  if (threadIdx.x < 16) __syncthreads();\n  y[threadIdx.x] = x[threadIdx.x];", IN_OUT,
                  cache=kernel_cache)

@@ -22,13 +22,22 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
-/* Under ThreadSanitizer (racecheck), each thread is a fiber of its own to it, switches order
-   nothing, and only what orders threads on a GPU orders them here: the barriers and a warp's
-   meetings (each thread releasing as it arrives and acquiring as it leaves), atomics, and the
-   end of a block before the next. Two threads touching one address between those, one of
-   them writing, are a race whichever order they ran in, as compute-sanitizer's racecheck says. */
+/* Under ThreadSanitizer (racecheck), each thread of each block is a fiber of its own to it,
+   switches order nothing, and only what orders threads on a GPU orders them here: the barriers
+   and a warp's meetings (each thread releasing as it arrives and acquiring as it leaves),
+   atomics, and the end of a launch before the next. Two threads touching one address between
+   those, one of them writing, are a race whichever order they ran in, as compute-sanitizer's
+   racecheck says; in two blocks too (their outputs overlapping, a sum split across blocks
+   added without atomics), since nothing orders blocks but blocks of one colour (``COLOURS``).
+   What blocks only seem to share, being run one after another here (the shared arrays, the
+   barriers' and meetings' sync objects), is new to it at each block's start: the sync objects
+   new on the heap, the shared arrays made new as its interface for Java heaps allows
+   (``renew``; its annotation for new memory does nothing). */
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_java_init(uintptr_t heap_begin, uintptr_t heap_size);
+extern "C" void __tsan_java_alloc(uintptr_t address, uintptr_t bytes);
+extern "C" void __tsan_java_free(uintptr_t address, uintptr_t bytes);
 #define TC_TSAN(...) __VA_ARGS__
 #else
 #define TC_TSAN(...)
@@ -66,6 +75,15 @@ inline float4 operator+(float4 a, float4 b) { return float4{a.x + b.x, a.y + b.y
 namespace tc_cpu {
 
 const size_t STACK_BYTES = 256 << 10;
+/* Under ThreadSanitizer, the blocks of a launch are coloured as a checkerboard: a block's threads
+   are the fibers (and stacks) of its colour, so that blocks next to each other along any axis
+   are threads apart to it, never ordered (what one block's threads did, the same thread of the
+   next block of its colour follows in program order: those two blocks are not checked) */
+#if defined(__SANITIZE_THREAD__)
+const int COLOURS = 2;
+#else
+const int COLOURS = 1;
+#endif
 
 /* A fiber's saved state, and the switch between two: on x86-64 six registers and the stack
    pointer, what the ABI keeps across a call (swapcontext also saves the signal mask, a system
@@ -126,7 +144,9 @@ struct Fiber {
   char* stack = nullptr;
   Copy* copies = nullptr;  // cp.async copies in the order issued, landed up to ``landed``
   int issued = 0, capacity = 0, landed = 0, committed = 0;  // ``committed``: the groups closed so far
-  void* race_fiber = nullptr;  // ThreadSanitizer's
+  void* race_fiber = nullptr;  // ThreadSanitizer's, of the block's colour (``launch``)
+  char* stacks[COLOURS] = {};
+  void* race_fibers[COLOURS] = {};
 };
 
 struct Warp {
@@ -142,11 +162,12 @@ inline Fiber* fibers = nullptr;
 inline Warp* warps = nullptr;
 inline int threads = 0, block_arrived = 0;
 inline unsigned barriers = 0;  // the block's barriers passed so far
-/* ThreadSanitizer's sync objects: a barrier's, by its parity; block_end, which a block's threads
-   release as they return and the scheduler acquires before the next block starts; block_start,
-   which the scheduler then releases and that block's threads acquire as they start (acquiring
-   block_end would order them after the threads of their own block that returned first) */
-inline char barrier[2], block_start, block_end;
+/* ThreadSanitizer's sync objects: a barrier's, by its parity (a block's own, on the heap: freed,
+   it is forgotten); launch_start, which the scheduler releases as a launch starts and each
+   thread acquires as it starts; launch_end, which each thread releases as it returns and the
+   scheduler acquires as the launch ends */
+inline char* barrier = nullptr;
+inline char launch_start, launch_end;
 inline void* scheduler_race_fiber = nullptr;
 inline dim3 block_index, block_dim, grid_dim;
 inline void (*body)(void**) = nullptr;  // the kernel, called with its arguments
@@ -208,9 +229,9 @@ TC_UNRACED inline void fiber_main() {
 #if defined(__SANITIZE_ADDRESS__)
   __sanitizer_finish_switch_fiber(nullptr, &scheduler_stack, &scheduler_stack_bytes);
 #endif
-  TC_TSAN(__tsan_acquire(&block_start);)
+  TC_TSAN(__tsan_acquire(&launch_start);)
   body(arguments);  // copies never waited for never land: only the block's threads could have read them
-  TC_TSAN(__tsan_release(&block_end);)
+  TC_TSAN(__tsan_release(&launch_end);)
   current->done = true;
   to_scheduler(true);
 }
@@ -227,6 +248,27 @@ TC_UNRACED inline bool in_shared(const void* p) {
          (c >= (const char*)dynamic_shared && c < (const char*)dynamic_shared + dynamic_shared_bytes);
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* ``bytes`` at ``memory`` new to ThreadSanitizer, whoever touched them before: the address space
+   from the program's image up is its Java heap, whose allocations it takes as new memory, each
+   freed at once (what that frees is its record of the block and the sync objects inside, not
+   what the shadow says) so that a report names the memory as before, a shared array. A report
+   looks for the Java block around an address outside malloc's memory back to the heap's start:
+   from the image, not from 0, that is quick. */
+extern "C" char __executable_start[];
+TC_UNRACED inline void renew(const void* memory, size_t bytes) {
+  static const uintptr_t heap = (uintptr_t)__executable_start & ~(uintptr_t)4095;
+  static bool java = (__tsan_java_init(heap, ((uintptr_t)1 << 47) - heap), true);
+  uintptr_t begin = (uintptr_t)memory & ~(uintptr_t)7, end = ((uintptr_t)memory + bytes + 7) & ~(uintptr_t)7;
+  if (java && bytes) __tsan_java_alloc(begin, end - begin), __tsan_java_free(begin, end - begin);
+}
+
+TC_UNRACED inline void renew_shared() {
+  renew(__start_tc_shared, __stop_tc_shared - __start_tc_shared);
+  renew(dynamic_shared, dynamic_shared_bytes);
+}
+#endif
+
 /* Every thread of the block, in ``order``, until all have returned. */
 TC_UNRACED inline void run_block(const int* order) {
   for (int n = 0; n < threads; ++n) {
@@ -235,12 +277,11 @@ TC_UNRACED inline void run_block(const int* order) {
     fiber.issued = fiber.landed = fiber.committed = 0;
     start(fiber.context, fiber.stack, STACK_BYTES, fiber_main);
   }
-  TC_TSAN(__tsan_acquire(&block_end);)
+  TC_TSAN(renew_shared();)  // the last block's accesses forgotten, so that the fill races with none
   if (__start_tc_shared) memset(__start_tc_shared, 0xff, __stop_tc_shared - __start_tc_shared);
   if (dynamic_shared) memset(dynamic_shared, 0xff, dynamic_shared_bytes);
-  TC_TSAN(__tsan_release(&block_start);)
+  TC_TSAN(renew_shared();)  // and the fill's
   block_arrived = 0;
-  for (int n = 0; n < (threads + 31) / 32; ++n) warps[n].arrived = 0;
   for (;;) {
     int ran = 0, done = 0;
     for (int n = 0; n < threads; ++n) {
@@ -264,17 +305,19 @@ TC_UNRACED inline void run_block(const int* order) {
 TC_UNRACED inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsigned seed, void (*kernel)(void**), void** args) {
   threads = (int)(block.x * block.y * block.z);
   fibers = new Fiber[threads];
-  warps = new Warp[(threads + 31) / 32];
-  char* stacks = (char*)malloc((size_t)threads * STACK_BYTES);
+  char* stacks = (char*)malloc((size_t)COLOURS * threads * STACK_BYTES);
   int* order = new int[threads];
   for (int n = 0; n < threads; ++n) {
-    fibers[n].stack = stacks + (size_t)n * STACK_BYTES;
+    for (int colour = 0; colour < COLOURS; ++colour) {
+      fibers[n].stacks[colour] = stacks + ((size_t)colour * threads + n) * STACK_BYTES;
+      TC_TSAN(fibers[n].race_fibers[colour] = __tsan_create_fiber(0);)
+    }
     fibers[n].linear = n;
     fibers[n].index = dim3{(unsigned)n % block.x, (unsigned)n / block.x % block.y, (unsigned)n / (block.x * block.y)};
     order[n] = seed == 1 ? threads - 1 - n : n;
-    TC_TSAN(fibers[n].race_fiber = __tsan_create_fiber(0);)
   }
-  TC_TSAN(scheduler_race_fiber = __tsan_get_current_fiber();)
+  TC_TSAN(scheduler_race_fiber = __tsan_get_current_fiber();
+          __tsan_release(&launch_start);)
   dynamic_shared = shared_bytes ? (unsigned char*)malloc(shared_bytes) : nullptr;
   dynamic_shared_bytes = shared_bytes;
   body = kernel, arguments = args;
@@ -289,15 +332,22 @@ TC_UNRACED inline void launch(dim3 grid, dim3 block, size_t shared_bytes, unsign
           int other = (int)(random % (unsigned)(n + 1)), kept = order[n];
           order[n] = order[other], order[other] = kept;
         }
+        warps = new Warp[(threads + 31) / 32];  // its sync objects new, as the barrier's
+        barrier = new char[2];
+        for (int n = 0; n < threads; ++n) {
+          fibers[n].stack = fibers[n].stacks[(x + y + z) % COLOURS];
+          fibers[n].race_fiber = fibers[n].race_fibers[(x + y + z) % COLOURS];
+        }
         run_block(order);
+        delete[] warps;
+        delete[] barrier;
       }
-  TC_TSAN(__tsan_acquire(&block_end);)
+  TC_TSAN(__tsan_acquire(&launch_end);)
   for (int n = 0; n < threads; ++n) {
     free(fibers[n].copies);
-    TC_TSAN(__tsan_destroy_fiber(fibers[n].race_fiber);)
+    TC_TSAN(for (void* race_fiber : fibers[n].race_fibers) __tsan_destroy_fiber(race_fiber);)
   }
   delete[] fibers;
-  delete[] warps;
   delete[] order;
   free(stacks);
   free(dynamic_shared);
