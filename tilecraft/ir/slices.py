@@ -33,20 +33,20 @@ def into_slice(func: LoweredFunc, output: str, shape: tuple[int, ...], offset: t
     return replace(func, args=tuple(new if b is old else b for b in func.args), body=body, user_args=user_args)
 
 
-def from_slice(func: LoweredFunc, input: str, shape: tuple[int, ...], offset: tuple[int, ...]) -> LoweredFunc:
-    """``func`` with its input ``input`` read at ``offset`` of an array of ``shape``, which the
+def from_slice(func: LoweredFunc, name: str, shape: tuple[int, ...], offset: tuple[int, ...]) -> LoweredFunc:
+    """``func`` with its input ``name`` read at ``offset`` of an array of ``shape``, which the
     caller passes in its place; a packed input's pack reads it there too."""
     written = {b.name for b, out in zip(func.args, func.outputs) if out}
-    user = next((b for b in func.user_args if b.name == input), None)
-    if user is None or input in written:
-        raise LoweringError(f"{func.name} has no input {input!r}; name one of its arguments that it only reads")
-    whole = _whole(user, input, shape, offset)
+    user = next((b for b in func.user_args if b.name == name), None)
+    if user is None or name in written:
+        raise LoweringError(f"{func.name} has no input {name!r}; name one of its arguments that it only reads")
+    whole = _whole(user, name, shape, offset)
 
     def moved(buffer, indices):
         return _moved(indices, offset)
 
     copies = {id(p.packed) for p in func.packs if p.source is user}  # a packed input's argument: its copy, so named
-    old = next((b for b in func.args if b.name == input and id(b) not in copies), None)
+    old = next((b for b in func.args if b.name == name and id(b) not in copies), None)
     args, body = func.args, func.body
     if old is not None:  # read in place, not through a packed copy
         new = Buffer(old.name, whole.shape, old.dtype, old.scope)
