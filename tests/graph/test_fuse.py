@@ -161,3 +161,14 @@ def test_a_slice_the_model_returns_is_its_own_array():
     reshaped = g.emit("reshape", [read], {"newshape": (6, 8)}, "reshaped")
     graph = g.finish([returned, g.emit("sigmoid", [reshaped], {}, "reader"), reshaped])
     assert contiguous_slices(graph, partition(graph)) == {}
+
+
+def test_a_run_of_a_run_is_read_where_it_lies_in_the_first_array():
+    """A split of a split (a recurrent layer's gates from one of its directions' weights)."""
+    g = GraphBuilder()
+    x = g.add_input("x", (3, 6, 8), "float32")
+    rows = g.emit("reshape", [g.emit("strided_slice", [x], {"begin": (1,), "end": (2,)}, "direction")],
+                  {"newshape": (6, 8)}, "rows")
+    gate = g.emit("strided_slice", [rows], {"begin": (2,), "end": (4,)}, "gate")
+    graph = g.finish([g.emit(op, [gate], {}, op) for op in ("sigmoid", "tanh")] + [g.emit("relu", [rows], {}, "other")])
+    assert contiguous_slices(graph, partition(graph))[gate] == (x, (18, 8), (8, 0))  # element 64 of x

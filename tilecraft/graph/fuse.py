@@ -153,6 +153,9 @@ def contiguous_slices(graph: Graph, parts: Sequence[Subgraph]) -> dict[str, tupl
             continue
         source = node.inputs[0]
         start = _run_start(graph.values[source].shape, node.attrs)
+        if start is not None and source in found:  # a run of a run (a split of a split): of the first's array
+            source, view, at = found[source]
+            start += at[0] * math.prod(view[1:])
         if start is None or source in graph.constants or source in written_in_place:
             continue
         family, pending = [], [node.output]  # the slice and its reshapes, read where the run lies
