@@ -26,10 +26,10 @@ from onnx_models import tiny_cnn, tiny_transformer  # noqa: E402
 TARGET = tc.Target.host()
 
 
-def compile_quietly(model, **kw):
+def compile_quietly(model, target=TARGET, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DefaultScheduleWarning)
-        return tc.compile_model(model, TARGET, **kw)
+        return tc.compile_model(model, target, **kw)
 
 
 def two_output_graph():
@@ -339,14 +339,7 @@ def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else
     assert len(copies) == (2 if kw.get("also_read") else 0), copies  # read elsewhere: both copies stay
     tasks, _ = tc.extract_tasks(graph, TARGET)  # the tasks to tune are the kernels the model runs
     assert sorted(t.desc for t in tasks) == sorted({k.desc for k in model.kernels})
-    x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
-    expected = run_reference(graph, {"x": x})
-    for run in (model.run, load_model_saved(model, tmp_path).run):
-        for _ in range(2):  # the shared buffers hold the same again
-            got = run({"x": x})
-            assert got.keys() == expected.keys()
-            for name in expected:
-                np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-5)
+    runs_like_the_reference(model, graph, tmp_path)
 
 
 def attention_heads(step=1, slice_is_output=False):
@@ -377,10 +370,16 @@ def test_a_contiguous_slice_is_read_where_it_lies_by_the_kernels_that_read_it(kw
     assert len(copies) == (3 if kw.get("step") else 1 if kw else 0), copies  # the model's output is its own array
     tasks, _ = tc.extract_tasks(graph, TARGET)  # the tasks to tune are the kernels the model runs
     assert {t.workload_key for t in tasks} == {k.workload_key for k in model.kernels}
+    runs_like_the_reference(model, graph, tmp_path)
+
+
+def runs_like_the_reference(model, graph, directory):
+    """``model`` of ``graph`` (x: 6 x 8) computes what the reference does, twice (the shared buffers
+    hold the same again), and so does its copy saved to ``directory`` and loaded."""
     x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
     expected = run_reference(graph, {"x": x})
-    for run in (model.run, load_model_saved(model, tmp_path).run):
-        for _ in range(2):  # the shared buffers hold the same again
+    for run in (model.run, load_model_saved(model, directory).run):
+        for _ in range(2):
             got = run({"x": x})
             assert got.keys() == expected.keys()
             for name in expected:

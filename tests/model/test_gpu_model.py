@@ -314,12 +314,10 @@ def test_a_saved_gpu_model_loads_without_a_compiler_and_runs_the_same(compiled, 
 @pytest.mark.parametrize("axis", [1, pytest.param(0, marks=pytest.mark.slow)], ids=["columns", "rows"])
 def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, tmp_path):
     from tilecraft.graph import run_reference
-    from test_compiled import branches_into_concat
+    from test_compiled import branches_into_concat, compile_quietly
 
     graph = branches_into_concat(axis=axis)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        gpu = tc.compile_model(graph, TARGET, cache_dir=tmp_path)
+    gpu = compile_quietly(graph, TARGET, cache_dir=tmp_path)
     assert not [k.desc for k in gpu.kernels if k.desc.startswith("concat")]
     x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
     expected = run_reference(graph, {"x": x})
@@ -333,12 +331,10 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
 def test_a_gpu_models_contiguous_slices_are_read_where_they_lie(cuda_source, tmp_path, monkeypatch):
     """Emulated, and launched on the fake GPU (its kernels passed views of the arrays they read)."""
     from tilecraft.graph import run_reference
-    from test_compiled import attention_heads
+    from test_compiled import attention_heads, compile_quietly
 
     graph = attention_heads()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DefaultScheduleWarning)
-        gpu = tc.compile_model(graph, TARGET, cache_dir=tmp_path)
+    gpu = compile_quietly(graph, TARGET, cache_dir=tmp_path)
     assert not [k.desc for k in gpu.kernels if k.desc.startswith("strided_slice")]
     x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
     expected = run_reference(graph, {"x": x})
