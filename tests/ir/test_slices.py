@@ -44,7 +44,6 @@ def test_a_slice_that_does_not_fit_or_names_no_output_is_refused():
         into_slice(func, "a", (4, 16), (0, 0))
 
 
-
 @pytest.mark.parametrize("start", [0, 16], ids=["first", "last"])
 def test_a_kernel_reads_its_slices_of_larger_arrays_packed_or_not_and_equals_numpy(start, kernel_cache):
     """A dense layer by its default schedule (its weight copied by a pack function, its rows
