@@ -1,5 +1,6 @@
 """Shared fixtures: compiled kernels go to a session-wide temporary cache, never ~/.cache;
-made-up logs to teach and rank cost models without measuring."""
+made-up logs to teach and rank cost models without measuring. Under ``-m "not slow"`` a module
+marked slow as a whole is not even imported."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,14 @@ from tilecraft.search.evolution import Candidate
 from tilecraft.search.features import feature_names
 from tilecraft.search.policy import SketchPolicy
 
+from quick_subset import left_out_of_quick_subset
+
 INNERMOST = "matmul.j.t3"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Under ``-m "not slow"``, the modules slow as a whole are not imported (``quick_subset.py``)."""
+    return True if left_out_of_quick_subset(collection_path, config.getoption("markexpr")) else None
 
 
 @pytest.fixture(scope="session")

@@ -21,13 +21,12 @@ FIRST_OF_EACH_OPERATOR = list(_FIRST.values())
 
 # Compiling ~1,400 cases takes two minutes; the `not slow` subset compiles one case of
 # each kind of kernel (element-wise, broadcast, matmul, pooling, reduction, softmax, data
-# movement, a resize's axis product, float16 attention accumulated in float32; convolutions
-# compile in tests/model/test_compiled.py's quick model) and runs the first case of every
-# operator through the reference.
+# movement, a resize's axis product; convolutions compile in tests/model/test_compiled.py's
+# quick model, float16 products in tests/graph/test_half.py's) and runs the first case of
+# every operator through the reference.
 FAST_COMPILED = {"test_abs", "test_add_bcast", "test_gemm_default_no_bias", "test_maxpool_2d_pads",
                  "test_reduce_mean_default_axes_keepdims_example", "test_softmax_example",
-                 "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_resize_upsample_scales_linear",
-                 "test_attention_4d_fp16"}
+                 "test_transpose_all_permutations_3", "test_concat_2d_axis_1", "test_resize_upsample_scales_linear"}
 FAST_REFERENCE = {case.name for case in FIRST_OF_EACH_OPERATOR}
 
 

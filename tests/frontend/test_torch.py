@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 
+pytestmark = pytest.mark.slow  # PyTorch alone takes seconds to import: the quick subset never collects it
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
@@ -41,7 +42,6 @@ def quiet():
         yield
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, quiet):
     net, x = network(name)
@@ -60,7 +60,6 @@ def test_torch_compile_and_from_torch_match_eager_pytorch(name, kernel_cache, qu
         assert_close(compiled(again), net(again))
 
 
-@pytest.mark.slow
 def test_a_bfloat16_module_compiles_and_computes_what_eager_pytorch_does(kernel_cache, quiet):
     """bfloat16 tensors in and out (NumPy's bfloat16 is ml_dtypes', which PyTorch neither gives
     nor takes: they cross as their bits); each product sums in float32 and rounds once, as
@@ -91,7 +90,6 @@ def test_a_graph_on_a_gpu_compiles_for_that_gpu_and_one_on_several_runs_in_pytor
         choose(["cuda:0"], "llvm")
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and PyTorch built for CUDA")
 @pytest.mark.parametrize("name", ["cnn", "transformer"])
 def test_on_a_gpu_torch_compile_and_from_torch_run_the_model_there(name, kernel_cache, quiet):
@@ -143,7 +141,6 @@ def test_a_bfloat16_gpu_tensor_is_read_through_its_int16_views_array_interface()
     assert cuda_runtime.DeviceArray.view(tensor, (3, 2)).dtype == NUMPY_DTYPES["bfloat16"]
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU and PyTorch built for CUDA")
 def test_on_a_gpu_bfloat16_tensors_cross_as_their_bits(kernel_cache, quiet):
     """PyTorch gives a bfloat16 CUDA tensor no __cuda_array_interface__; its int16 view's serves:
@@ -175,7 +172,6 @@ class Spectrum(nn.Module):
         return self.second(torch.fft.rfft(self.first(x)).abs())
 
 
-@pytest.mark.slow
 def test_operators_tilecraft_cannot_compile_run_in_pytorch_and_the_others_compile(kernel_cache, monkeypatch):
     """The graph is split around them, with one warning that names them and why."""
     torch.manual_seed(0)
@@ -206,7 +202,6 @@ class Spectrum1d(nn.Module):
         return torch.fft.rfft(x).abs()
 
 
-@pytest.mark.slow
 def test_a_graph_with_nothing_tilecraft_can_compile_runs_in_pytorch_with_one_warning(kernel_cache):
     x = torch.randn(4, 8)
     compiled = torch.compile(Spectrum1d(), backend="tilecraft", options={"cache_dir": kernel_cache})
@@ -228,7 +223,6 @@ class TwoHalves(nn.Module):
         return self.second(x)
 
 
-@pytest.mark.slow
 def test_graph_breaks_new_shapes_and_weights_changed_in_place_compile_again(kernel_cache, quiet):
     torch.manual_seed(0)
     net = TwoHalves().eval()
@@ -255,7 +249,6 @@ class Lookup(nn.Module):
         return self.linear(self.embedding(ids)) + bias, ids.sum()
 
 
-@pytest.mark.slow
 def test_several_inputs_and_outputs_of_other_dtypes_with_dynamic_shapes_from_the_start(kernel_cache, quiet):
     torch.manual_seed(0)
     net, bias = Lookup().eval(), torch.randn(4)
@@ -285,7 +278,6 @@ def made_up_log(path, onnx_model):
     return path
 
 
-@pytest.mark.slow
 def test_the_log_given_in_options_gives_every_kernel_its_tuned_schedule(tmp_path, kernel_cache):
     net, x = network("mlp")
     with warnings.catch_warnings(), torch.no_grad():
@@ -304,7 +296,6 @@ def test_the_log_given_in_options_gives_every_kernel_its_tuned_schedule(tmp_path
         torch.compile(net, backend="tilecraft", options={"logs": str(log)})(x)
 
 
-@pytest.mark.slow
 def test_the_command_line_reads_a_torch_export_file_as_an_onnx_model(tmp_path, capsys):
     net, x = network("cnn")
     program = tmp_path / "cnn.pt2"
@@ -322,7 +313,6 @@ def test_the_command_line_reads_a_torch_export_file_as_an_onnx_model(tmp_path, c
     assert f"MODEL: {tmp_path / 'not.pt2'} is not a program saved by torch.export.save" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # tunes for a few seconds
 def test_tune_model_on_a_torch_export_file_tunes_kernels_that_from_torch_then_uses(tmp_path, kernel_cache):
     net, x = network("mlp")
     program, log = tmp_path / "mlp.pt2", tmp_path / "mlp.json"

@@ -5,6 +5,7 @@ import io
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # PyTorch alone takes seconds to import: the quick subset never collects it
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
