@@ -23,7 +23,7 @@ from tilecraft import te
 from tilecraft.errors import GpuLimitError, LoweringError, ScheduleError
 from tilecraft.ir.kernels import split_kernels
 from tilecraft.ir.nodes import Allocate, walk_stmts
-from tilecraft.ir.slices import into_slice
+from tilecraft.ir.slices import into_view
 from tilecraft.te.dtype import NUMPY_DTYPES
 from tilecraft.ops.nn import softmax
 
@@ -446,7 +446,7 @@ def test_a_reduction_across_blocks_must_be_a_sum_that_nothing_in_the_kernel_read
 
 def test_an_output_that_blocks_add_into_cannot_be_written_into_a_slice():
     with pytest.raises(LoweringError, match="adds into C across GPU blocks"):
-        into_slice(tc.lower(split_k_matmul(16, 96, 24, parts=3)), "C", (16, 48), (0, 24))
+        into_view(tc.lower(split_k_matmul(16, 96, 24, parts=3)), "C", (16, 48), 24, (48, 1))
 
 
 # ----------------------------------------------------------------------------- errors

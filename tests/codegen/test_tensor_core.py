@@ -17,8 +17,10 @@ import pytest
 
 import tilecraft as tc
 from tilecraft import te
+from tilecraft.build import emulate_lowered
 from tilecraft.codegen.gpu_verify import _local_buffers, local_words
 from tilecraft.errors import GpuLimitError, LoweringError
+from tilecraft.ir.slices import from_view
 
 TARGET = "cuda -arch=sm_90"
 _spec = importlib.util.spec_from_file_location(
@@ -127,6 +129,20 @@ def test_a_shared_tile_laid_out_column_major_is_loaded_column_major():
 
 def test_tiles_read_straight_from_global_memory():
     check(tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 2), tiles=(1, 1), k_tiles=1, shared=False))
+
+
+def test_tensor_core_tiles_read_from_a_view_only_where_it_keeps_them_aligned():
+    """Tiles of A loaded by wmma straight from global memory: rows 64 on of a 128-row array are
+    read there (and compute A's product); a view starting 8 halves (16 bytes) in is refused."""
+    sch = tensor_core_matmul(half_matmul(64, 64, 64), warps=(1, 2), tiles=(1, 1), k_tiles=1, shared=False)
+    func = tc.lower(sch)
+    with pytest.raises(LoweringError, match=r"tensor-core tiles of A need .* a 32-byte start; the view at element 8"):
+        from_view(func, "A", (128, 64), 8, (64, 1))
+    kernel = emulate_lowered(from_view(func, "A", (128, 64), 64 * 64, (64, 1)), tc.CudaTarget(TARGET))
+    a, b = sch.dag.random_inputs(np.random.default_rng(0))
+    whole = np.concatenate([np.zeros_like(a), a])
+    want = sch.dag.evaluate_numpy([a, b])[0].astype(np.float32)
+    np.testing.assert_allclose(kernel(whole, b).astype(np.float32), want, rtol=2e-3, atol=2e-2)
 
 
 def test_the_lowered_nest_shows_each_warp_operation():

@@ -1,14 +1,12 @@
 """Fusion: which nodes share a kernel, subgraphs in a runnable order, and equal workload keys for equal blocks."""
 
-import math
-
 import numpy as np
 import pytest
 
 import tilecraft as tc
 from tilecraft.graph import run_reference
 from tilecraft.graph.builder import GraphBuilder
-from tilecraft.graph.fuse import contiguous_slices, partition, subgraph_dag
+from tilecraft.graph.fuse import partition, subgraph_dag
 from tilecraft.graph.layout import convert_layout
 
 
@@ -129,46 +127,3 @@ def test_imported_models_partition_into_runnable_subgraphs():
         graph = tc.frontend.from_onnx(model)
         for g in (graph, convert_layout(graph)):
             assert_runnable_partition(g, partition(g))
-
-
-@pytest.mark.parametrize("attrs, found", [
-    ({"begin": (1,), "end": (2,)}, ((18, 8), (6, 0))),  # one of three along the first axis, reshaped to 6 x 8
-    ({"begin": (0, 2), "end": (1, 4), "axes": (0, 1)}, ((18, 8), (2, 0))),  # rows 2-3 of the first
-    ({"begin": (0,), "end": (3,), "axes": (1,)}, None),  # three rows of each: three runs
-    ({"begin": (0,), "end": (6,), "strides": (2,), "axes": (1,)}, None),  # every other row
-    ({"begin": (0, -1), "end": (1, -7), "strides": (1, -1), "axes": (0, 1)}, None),  # rows backwards
-    ({"begin": (0, 0), "end": (1, 6), "axes": (0, 2)}, None),  # the first six of each row's eight
-])
-def test_a_slice_that_is_one_run_of_its_input_is_read_where_it_lies(attrs, found):
-    """The slice (of an input: a producer's kernel read by nothing else would compute it too)
-    and its reshape need no kernel where the slice is one run of the input; the reader reads
-    the input as rows of the reshape's."""
-    g = GraphBuilder()
-    x = g.add_input("x", (3, 6, 8), "float32")
-    part = g.emit("strided_slice", [x], attrs, "part")
-    shape = g.values[part].shape
-    flat = g.emit("reshape", [part], {"newshape": (math.prod(shape) // shape[-1], shape[-1])}, "flat")
-    graph = g.finish([g.emit("sigmoid", [flat], {}, "reader")])
-    slices = contiguous_slices(graph, partition(graph))
-    assert slices == ({} if found is None else {part: slices.get(part), flat: (x, *found)})
-
-
-def test_a_slice_the_model_returns_is_its_own_array():
-    g = GraphBuilder()
-    x = g.add_input("x", (3, 6, 8), "float32")
-    returned = g.emit("strided_slice", [x], {"begin": (0,), "end": (1,)}, "returned")
-    read = g.emit("strided_slice", [x], {"begin": (1,), "end": (2,)}, "read")
-    reshaped = g.emit("reshape", [read], {"newshape": (6, 8)}, "reshaped")
-    graph = g.finish([returned, g.emit("sigmoid", [reshaped], {}, "reader"), reshaped])
-    assert contiguous_slices(graph, partition(graph)) == {}
-
-
-def test_a_run_of_a_run_is_read_where_it_lies_in_the_first_array():
-    """A split of a split (a recurrent layer's gates from one of its directions' weights)."""
-    g = GraphBuilder()
-    x = g.add_input("x", (3, 6, 8), "float32")
-    rows = g.emit("reshape", [g.emit("strided_slice", [x], {"begin": (1,), "end": (2,)}, "direction")],
-                  {"newshape": (6, 8)}, "rows")
-    gate = g.emit("strided_slice", [rows], {"begin": (2,), "end": (4,)}, "gate")
-    graph = g.finish([g.emit(op, [gate], {}, op) for op in ("sigmoid", "tanh")] + [g.emit("relu", [rows], {}, "other")])
-    assert contiguous_slices(graph, partition(graph))[gate] == (x, (18, 8), (8, 0))  # element 64 of x

@@ -99,9 +99,9 @@ def _site(read: TensorRead, vector: For, loops: tuple[For, ...]) -> tuple[For, P
 
 
 def flat_index(buffer: Buffer, indices, ranges) -> Expr:
-    """The element offset of ``buffer[indices]``: row-major, or along its padded rows."""
+    """The element offset of ``buffer[indices]``: row-major, or along its padded rows, from its offset."""
     dtype = "int32" if buffer.elements < 2**31 else "int64"
-    flat: Expr = const(0, dtype)
+    flat: Expr = const(buffer.offset, dtype)
     for index, stride in zip(indices, buffer.strides):
         flat = binary("add", flat, binary("mul", cast(dtype, index), const(stride, dtype)))
     return simplify(flat, ranges)

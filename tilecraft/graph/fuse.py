@@ -15,9 +15,8 @@ the operators' patterns (``operators.py``), a group having at most one anchor:
   some of both: a broadcasting producer of a softmax, a transpose before a strided conv);
 - a ``reshape`` stays alone: every buffer is contiguous, so it runs as a zero-copy view;
 - a concatenation whose inputs are each the only output of a kernel that nothing else reads
-  needs no kernel: those kernels write their slices of it (``concat_slices``);
-- a strided slice that is one contiguous run of its input needs no kernel either where only
-  kernels (and reshapes) read it: they read the input where the run lies (``contiguous_slices``).
+  needs no kernel: those kernels write their slices of it (``concat_slices``); slices and
+  transposes that kernels can read or write as strided views need none either (``views.py``).
 
 ``subgraph_dag`` builds a group into one ``ComputeDAG`` with names that depend only on
 positions inside the group (``in0``, ``conv2d_0``...), so structurally identical groups
@@ -131,58 +130,3 @@ def concat_slices(graph: Graph, parts: Sequence[Subgraph]) -> dict[str, tuple[st
                 found[name] = (node.output, tuple(start if d == axis else 0 for d in range(len(shape))))
                 start += graph.values[name].shape[axis]
     return found
-
-
-def contiguous_slices(graph: Graph, parts: Sequence[Subgraph]) -> dict[str, tuple[str, tuple[int, ...], tuple]]:
-    """The values that kernels can read where they lie in a larger array instead of from a copy,
-    each to (that array, the shape to view it in, the value's offset in that view): the output
-    of a strided slice that is one contiguous run of its input (queries, keys and values split
-    from one projection; ONNX Split along the outermost axis), and the reshapes of it, where
-    only kernels and such reshapes read them and the model returns none. Viewed as (rows,
-    *the value's shape but its first), the run starts a row, so a reader indexes the larger
-    array as it indexed the copy, its first index moved (``ir.slices.from_slice``)."""
-    readers: dict[str, list[Subgraph]] = {}
-    for part in parts:
-        for name in dict.fromkeys(part.inputs):
-            readers.setdefault(name, []).append(part)
-    written_in_place = concat_slices(graph, parts)
-    found: dict[str, tuple[str, tuple[int, ...], tuple]] = {}
-    for part in parts:
-        node = part.nodes[0]
-        if len(part.nodes) != 1 or node.op != "strided_slice" or node.output in written_in_place:
-            continue
-        source = node.inputs[0]
-        start = _run_start(graph.values[source].shape, node.attrs)
-        if start is not None and source in found:  # a run of a run (a split of a split): of the first's array
-            source, view, at = found[source]
-            start += at[0] * math.prod(view[1:])
-        if start is None or source in graph.constants or source in written_in_place:
-            continue
-        family, pending = [], [node.output]  # the slice and its reshapes, read where the run lies
-        while pending:
-            family.append(pending.pop())
-            pending += [reader.outputs[0] for reader in readers.get(family[-1], ()) if reader.is_view]
-        size, placed = math.prod(graph.values[source].shape), {}
-        for name in family:
-            shape = graph.values[name].shape
-            row = math.prod(shape[1:])
-            if name in graph.outputs or not shape or start % row or size % row:
-                break
-            placed[name] = (source, (size // row, *shape[1:]), (start // row,) + (0,) * (len(shape) - 1))
-        else:
-            found.update(placed)
-    return found
-
-
-def _run_start(shape: tuple[int, ...], attrs: dict) -> int | None:
-    """The element where a strided slice of an array of ``shape`` starts, if what it selects is
-    one contiguous run of the array: dimensions of one index, then one of a run of indices,
-    then whole dimensions; None if it is not."""
-    starts, steps, extents = slice_bounds(shape, attrs["begin"], attrs["end"], attrs.get("strides"),
-                                          attrs.get("axes"))
-    outer = next((d for d, extent in enumerate(extents) if extent > 1), len(shape))
-    if any(extents[d] != shape[d] or (steps[d] != 1 and shape[d] > 1) for d in range(outer + 1, len(shape))):
-        return None
-    if outer < len(shape) and steps[outer] != 1:
-        return None
-    return sum(start * math.prod(shape[d + 1:]) for d, start in enumerate(starts))

@@ -22,6 +22,7 @@ class Buffer:
     dtype: str
     scope: str  # arg | global | shared | local | fragment (a warp's tensor-core registers, ``WarpMatrix``)
     padded: tuple[int, ...] = ()  # elements between consecutive indices of each dimension; () for row major
+    offset: int = 0  # elements of its memory before its first: a view into a larger argument (``slices.py``)
 
     @property
     def ndim(self) -> int:
@@ -31,12 +32,15 @@ class Buffer:
     def strides(self) -> tuple[int, ...]:
         """Elements between consecutive indices of each dimension: row major unless a
         schedule padded its rows (``Schedule.storage_align``) or reordered its dimensions
-        (``Schedule.transform_layout`` on a write)."""
+        (``Schedule.transform_layout`` on a write), or it views a larger array (``slices.py``)."""
         return self.padded or tuple(math.prod(self.shape[d + 1:]) for d in range(self.ndim))
 
     @property
     def elements(self) -> int:
-        """The elements its memory holds, padding included."""
+        """The elements its memory holds, padding included; a view at an offset, up to its last
+        element (past it may lie past the array it views)."""
+        if self.offset:
+            return self.offset + sum((n - 1) * stride for n, stride in zip(self.shape, self.strides)) + 1
         return max((n * stride for n, stride in zip(self.shape, self.strides)), default=1)
 
     def in_scope(self, scope: str) -> Buffer:

@@ -8,7 +8,7 @@ from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, I
 
 
 def print_func(func: LoweredFunc) -> str:
-    lines = [f"{func.name}({', '.join(f'{b.name}: {b.dtype}{list(b.shape)}' for b in func.args)}) {{"]
+    lines = [f"{func.name}({', '.join(map(_argument, func.args))}) {{"]
     for pack in func.packs:
         lines.append(f"  // {pack.packed.name}{list(pack.packed.shape)} is {pack.source.name} packed once by {pack.name}")
     for buffer, zeroed in zip(func.args, func.zeroed):
@@ -17,6 +17,12 @@ def print_func(func: LoweredFunc) -> str:
     _print(func.body, 1, lines)
     lines.append("}")
     return "\n".join(lines)
+
+
+def _argument(b) -> str:
+    start = f", from element {b.offset}" if b.offset else ""
+    layout = f" (strides {list(b.strides)}{start})" if b.padded or b.offset else ""
+    return f"{b.name}: {b.dtype}{list(b.shape)}{layout}"
 
 
 def _print(s: Stmt, depth: int, lines: list[str]) -> None:

@@ -40,14 +40,15 @@ from ..runtime.cuda import element_dtype, gpu_array, is_c_contiguous
 from ..runtime.module import ArgSpec, Module, PackSpec, aligned_empty
 from ..runtime.plan import NativePlan, compile_plan_runner
 from ..ir.lower import lower
-from ..ir.slices import from_slice, into_slice
+from ..ir.slices import from_view, into_view
 from ..schedule.schedule import Schedule
 from ..schedule.trace import Trace
 from ..search.default import default_schedule
 from ..tables import table_text
 from ..target import Target
 from ..te.dtype import NUMPY_DTYPES, from_npy, is_float
-from ..graph.fuse import concat_slices, contiguous_slices, partition, subgraph_dag
+from ..graph.fuse import partition, subgraph_dag
+from ..graph.views import place
 from ..graph.ir import Value
 from .gpu import GpuModel
 from .tasks import best_alone, describe, prepare_graph
@@ -467,9 +468,9 @@ def compile_model(model_or_graph: Any, target: Target | str | None = None,
 @dataclass(frozen=True)
 class KernelJob:
     """A kernel to build: its subgraph's DAG and description, the record to build it from
-    (None: the default schedule), ``into`` (output, shape, offset): its output written
-    into that slice of a larger array, or None, and ``reads`` ((input, shape, offset), ...):
-    inputs read from their slices of larger arrays."""
+    (None: the default schedule), ``into`` (output, shape, offset, strides): its output written
+    as that view of an array of ``shape`` (a concatenation, a transpose), or None, and ``reads``
+    ((input, shape, offset, strides), ...): inputs read as views of larger arrays."""
 
     dag: Any
     desc: str
@@ -478,57 +479,44 @@ class KernelJob:
     reads: tuple = ()
 
     def placed(self, func):
-        """The lowered kernel ``func`` writing and reading the slices the job names."""
+        """The lowered kernel ``func`` writing and reading the views the job names."""
         for read in self.reads:
-            func = from_slice(func, *read)
-        return into_slice(func, *self.into) if self.into else func
+            func = from_view(func, *read)
+        return into_view(func, *self.into) if self.into else func
 
 
 def kernel_jobs(graph, best: Mapping[str, Any]) -> tuple[list[KernelJob], list[Step]]:
-    """The distinct kernels of a prepared ``graph`` (one per workload key and slices), each
-    with its record in ``best`` (by workload key), and the steps that call them. A value that
-    its readers read where it lies in a larger array (``contiguous_slices``) is not computed:
-    each reader is given a view of that array (a value added to ``graph.values``) instead."""
+    """The distinct kernels of a prepared ``graph`` (one per workload key and views), each with
+    its record in ``best`` (by workload key), and the steps that call them. A value that kernels
+    write or read as a view of a larger array (``graph.views``) is not computed on its own: the
+    step of its kernel, or of its readers, names that array instead."""
     jobs: dict[tuple, KernelJob] = {}
     index: dict[tuple, int] = {}
     steps = []
     parts = partition(graph)
-    slices = concat_slices(graph, parts)
-    written_in_place = {whole for whole, _ in slices.values()}
-    read_in_place = contiguous_slices(graph, parts)
+    placement = place(graph, parts)
     for subgraph in parts:
-        if subgraph.outputs[0] in read_in_place:
-            continue  # a slice read where it lies, or a reshape of one
+        if subgraph.outputs[0] in placement.skipped:
+            continue
         if subgraph.is_view:
             steps.append(Step(None, subgraph.inputs, subgraph.outputs))
             continue
-        if subgraph.outputs[0] in written_in_place:
-            continue  # a concatenation that its producers write in place
         dag = subgraph_dag(graph, subgraph)
-        whole, offset = slices.get(subgraph.outputs[0], (None, None))
-        into = None if whole is None else (dag.outputs[0].name, graph.values[whole].shape, offset)
+        written = placement.written.get(subgraph.outputs[0])
+        into = None if written is None else (dag.outputs[0].name, graph.values[written.source].shape,
+                                             written.offset, written.strides)
         inputs, reads = list(subgraph.inputs), []
         for n, name in enumerate(subgraph.inputs):
-            if name in read_in_place:
-                source, shape, start = read_in_place[name]
-                inputs[n] = _viewed(graph, steps, source, shape)
-                reads.append((dag.placeholders[n].name, shape, start))
+            if name in placement.read:
+                view = placement.read[name]
+                inputs[n] = view.source
+                reads.append((dag.placeholders[n].name, graph.values[view.source].shape, view.offset, view.strides))
         key = (dag.workload_key, into, tuple(reads))
         if key not in jobs:
             index[key] = len(jobs)
             jobs[key] = KernelJob(dag, describe(graph, subgraph), best.get(dag.workload_key), into, tuple(reads))
-        steps.append(Step(index[key], tuple(inputs), (whole,) if whole else subgraph.outputs))
+        steps.append(Step(index[key], tuple(inputs), (written.source,) if written else subgraph.outputs))
     return list(jobs.values()), steps
-
-
-def _viewed(graph, steps: list[Step], source: str, shape: tuple[int, ...]) -> str:
-    """The name of a view of value ``source`` in ``shape``, added to ``graph.values`` and to
-    ``steps`` (a reshape) where it is new."""
-    name = f"{source}[{'x'.join(map(str, shape))}]"
-    if not any(step.outputs == (name,) for step in steps):
-        graph.values[name] = Value(name, shape, graph.values[source].dtype)
-        steps.append(Step(None, (source,), (name,)))
-    return name
 
 
 def compile_kernels(jobs: Sequence[KernelJob], log: str | None, target: Target,

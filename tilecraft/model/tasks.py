@@ -17,7 +17,8 @@ from ..database.record import TuningRecord
 from ..target import Target
 from ..tune.task import SearchTask
 from ..frontend.onnx import from_onnx
-from ..graph.fuse import Subgraph, concat_slices, contiguous_slices, partition, subgraph_dag
+from ..graph.fuse import Subgraph, partition, subgraph_dag
+from ..graph.views import place
 from ..graph.half import CPU_PRODUCTS, gemm_convolutions, half_products, padded_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
@@ -121,7 +122,7 @@ def extract_tasks(model_or_graph: Any, target: Target | str | None = None,
     weights: list[int] = []
     index: dict[str, int] = {}
     parts = partition(graph)
-    in_place = {whole for whole, _ in concat_slices(graph, parts).values()} | set(contiguous_slices(graph, parts))
+    in_place = place(graph, parts).skipped
     for subgraph in parts:
         if subgraph.is_view or subgraph.outputs[0] in in_place:
             continue
