@@ -81,6 +81,7 @@ def test_a_racecheck_names_a_missing_barrier_whatever_order_the_threads_run_in(o
         want)
 
 
+@pytest.mark.slow  # two racecheck builds; the quick subset keeps the one within a block
 @pytest.mark.parametrize("add", ["y[threadIdx.x] += x[threadIdx.x];", "atomicAdd(&y[threadIdx.x], x[threadIdx.x]);"],
                          ids=["plain", "atomic"])
 def test_a_racecheck_names_blocks_that_add_into_one_output_without_atomics(add, kernel_cache):
