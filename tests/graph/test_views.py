@@ -8,7 +8,8 @@ import pytest
 
 from tilecraft.graph.builder import GraphBuilder
 from tilecraft.graph.fuse import partition
-from tilecraft.graph.views import View, place, reshaped, row_major
+from tilecraft.graph.views import View, place, reshaped
+from tilecraft.ops.transform import row_major
 
 
 @pytest.mark.parametrize("shape, axes, new", [

@@ -9,8 +9,8 @@ import tilecraft as tc
 from tilecraft import ops, te
 from tilecraft.build import build_lowered
 from tilecraft.errors import LoweringError
-from tilecraft.graph.views import row_major
 from tilecraft.ir.slices import from_view, into_view
+from tilecraft.ops.transform import row_major
 from tilecraft.search.default import default_schedule
 
 HOST = tc.Target.host()

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..ops.transform import slice_bounds
+from ..ops.transform import row_major, slice_bounds
 from .fuse import Subgraph, concat_slices
 from .ir import Graph, Node
 
@@ -69,11 +69,6 @@ def place(graph: Graph, parts: Sequence[Subgraph]) -> Placement:
         elided |= {name, *between}
     read = read_views(graph, parts, elided)
     return Placement(written, read, frozenset(skipped | set(read)))
-
-
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    """The strides of a C-contiguous array of ``shape``, in elements."""
-    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
 def reshaped(shape: Sequence[int], strides: Sequence[int], new: Sequence[int]) -> tuple[int, ...] | None:

@@ -30,8 +30,9 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None, name: str = "transpo
     )
 
 
-def _strides(shape: Sequence[int]) -> list[int]:
-    return [math.prod(shape[d + 1:]) for d in range(len(shape))]
+def row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a C-contiguous array of ``shape``, in elements."""
+    return tuple(math.prod(shape[d + 1:]) for d in range(len(shape)))
 
 
 def reshape(x: Tensor, newshape: Sequence[int], name: str = "reshape") -> Tensor:
@@ -50,7 +51,7 @@ def reshape(x: Tensor, newshape: Sequence[int], name: str = "reshape") -> Tensor
         )
     if size > _INT32_LIMIT:
         raise TeError(f"reshape: {x.name} has {size} elements, beyond the int32 indices of te; split it first")
-    out_strides, in_strides = _strides(shape), _strides(x.shape)
+    out_strides, in_strides = row_major(shape), row_major(x.shape)
 
     def body(idx: tuple[Expr, ...]) -> Expr:
         terms = [i * s if s != 1 else i for i, s, n in zip(idx, out_strides, shape) if n != 1]
