@@ -329,6 +329,7 @@ def test_something_that_is_no_array_is_named():
         add_module()(list(range(N)), host_inputs()[1])
 
 
+@pytest.mark.slow  # importing PyTorch costs seconds; the CPU array behind DLPack is refused quickly above
 def test_a_torch_cpu_tensor_is_refused_before_any_driver_call():
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match="input 'a' is in the CPU"):

@@ -345,12 +345,13 @@ def test_a_concatenation_is_written_in_place_by_its_producers_where_nothing_else
     runs_like_the_reference(model, graph, tmp_path)
 
 
-def attention_heads(step=1, slice_is_output=False):
+def attention_heads(step=1, slice_is_output=False, keys_transposed=False):
     """x -> one projection to queries, keys and values (6 x 3 x 8) -> transposed to 3 x 6 x 8 ->
     split along its first axis (three strided slices, each reshaped to 6 x 8, or 3 x 8 with
     ``step`` 2 on the sixes) -> softmax(q kᵀ) v: the kernels after the split can read q, k and
     v where they lie in the projection (the transpose's and the slices' kernels then go);
-    ``slice_is_output``: the model returns k, which then is an array of its own."""
+    ``slice_is_output``: the model returns k, which then is an array of its own;
+    ``keys_transposed``: q kᵀ is a matmul of q and a transpose of k, not a dense layer."""
     rng = np.random.default_rng(0)
     g = GraphBuilder()
     x = g.add_input("x", (6, 8), "float32")
@@ -360,19 +361,25 @@ def attention_heads(step=1, slice_is_output=False):
     q, k, v = (g.emit("reshape", [g.emit("strided_slice", [heads], {"begin": (n, 0), "end": (n + 1, 6), "strides": (
         1, step), "axes": (0, 1)}, name, output=name if slice_is_output and name == "k" else None)],
         {"newshape": (6 // step, 8)}, f"{name}_rows") for n, name in enumerate("qkv"))
-    scores = g.emit("softmax", [g.emit("dense", [q, k], {}, "scores")], {"axis": -1}, "weights")
+    scores = g.emit("matmul", [q, g.emit("transpose", [k], {"axes": (1, 0)}, "keys")], {}, "scores") \
+        if keys_transposed else g.emit("dense", [q, k], {}, "scores")
+    scores = g.emit("softmax", [scores], {"axis": -1}, "weights")
     out = g.emit("matmul", [scores, v], {}, "attended")
     return g.finish([out, "k"] if slice_is_output else [out])
 
 
 @pytest.mark.parametrize("kw", [{}, pytest.param({"step": 2}, marks=pytest.mark.slow),
-                                pytest.param({"slice_is_output": True}, marks=pytest.mark.slow)],
-                         ids=["split", "strided", "output"])
+                                pytest.param({"slice_is_output": True}, marks=pytest.mark.slow),
+                                pytest.param({"keys_transposed": True}, marks=pytest.mark.slow)],
+                         ids=["split", "strided", "output", "keys"])
 def test_slices_and_transposes_are_read_where_they_lie_by_the_kernels_that_read_them(kw, tmp_path, kernel_cache):
+    """The model's output is an array of its own; so are the keys transposed for their product
+    (a CPU's product reads B's rows as vectors; a GPU's reads them transposed, test_gpu_model)."""
     graph = attention_heads(**kw)
     model = compile_quietly(graph, cache_dir=kernel_cache)
     copies = [k.desc for k in model.kernels if k.desc.startswith(("strided_slice", "transpose"))]
-    assert len(copies) == (1 if kw.get("slice_is_output") else 0), copies  # the model's output is its own array
+    assert copies == (["strided_slice 1x6x8"] if kw.get("slice_is_output") else ["transpose 8x6"]
+                      if kw.get("keys_transposed") else []), copies
     tasks, _ = tc.extract_tasks(graph, TARGET)  # the tasks to tune are the kernels the model runs
     assert {t.workload_key for t in tasks} == {k.workload_key for k in model.kernels}
     runs_like_the_reference(model, graph, tmp_path)

@@ -329,13 +329,16 @@ def test_a_gpu_models_concatenation_is_written_in_place_by_its_producers(axis, t
 @pytest.mark.parametrize("cuda_source", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["loop-nests", "cuda-c"])
 def test_a_gpu_models_slices_and_transposes_are_read_where_they_lie(cuda_source, tmp_path, monkeypatch):
-    """Emulated, and launched on the fake GPU (its kernels passed views of the arrays they read)."""
+    """Emulated, and launched on the fake GPU (its kernels passed views of the arrays they read).
+    The keys transposed for their product are read transposed by it (``transpose_b``), where a
+    CPU copies them (``test_compiled``; ``graph/transposed_operands.py`` says why)."""
     from tilecraft.graph import run_reference
     from test_compiled import attention_heads, compile_quietly
 
-    graph = attention_heads()
+    graph = attention_heads(keys_transposed=True)
     gpu = compile_quietly(graph, TARGET, cache_dir=tmp_path)
     assert not [k.desc for k in gpu.kernels if k.desc.startswith(("strided_slice", "transpose"))]
+    assert [k.desc for k in gpu.kernels if k.desc.startswith("matmul")] == ["matmul 6x6", "matmul 6x8"]
     x = np.random.default_rng(1).standard_normal((6, 8)).astype("float32")
     expected = run_reference(graph, {"x": x})
     got = gpu.emulate({"x": x}, cuda_source=cuda_source)

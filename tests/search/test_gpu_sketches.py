@@ -141,13 +141,13 @@ def half_matmul(n, l, m, cast=False, bias_relu=False, dtype="float16"):
     return tc.ComputeDAG([A, B, out])
 
 
-def half_attention_scores(transpose_a=False):
+def half_attention_scores(transpose_a=False, dtype="float16"):
     """An attention's scores in float16: a batch of 3 matrices times one broadcast (``batch_matmul``,
-    B transposed), scaled by 1/8; A transposed too where asked."""
-    A = te.placeholder((3, 32, 64) if transpose_a else (3, 64, 32), name="A", dtype="float16")
-    B = te.placeholder((1, 48, 32), name="B", dtype="float16")
+    B transposed: the keys as they lie), scaled by 1/8; A transposed too where asked."""
+    A = te.placeholder((3, 32, 64) if transpose_a else (3, 64, 32), name="A", dtype=dtype)
+    B = te.placeholder((1, 48, 32), name="B", dtype=dtype)
     C = batch_matmul(A, B, transpose_a=transpose_a, transpose_b=True)
-    return tc.ComputeDAG([A, B, te.compute(C.shape, lambda b, i, j: C[b, i, j] * te.const(0.125, "float16"),
+    return tc.ComputeDAG([A, B, te.compute(C.shape, lambda b, i, j: C[b, i, j] * te.const(0.125, dtype),
                                            name="S")])
 
 
@@ -177,7 +177,8 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "half_matmul": lambda: half_matmul(64, 48, 64),
              "bfloat16_matmul": lambda: half_matmul(64, 48, 64, cast=True, dtype="bfloat16"),
              "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
-             "half_attention_scores": half_attention_scores, "half_conv_as_matmul": half_conv_as_matmul,
+             "half_attention_scores": half_attention_scores,
+             "attention_scores": lambda: half_attention_scores(dtype="float32"), "half_conv_as_matmul": half_conv_as_matmul,
              "half_conv_padded": half_conv_padded, "half_dense_padded": half_dense_padded,
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
@@ -186,7 +187,7 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
 # Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
 # matmul, a matmul, a dense layer, the reductions), the full suite runs them all (a bfloat16 one too).
-HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "half_conv_as_matmul",
+HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "attention_scores", "half_conv_as_matmul",
          "half_conv_padded", "half_dense_padded", "matmul_long_k", "matmul_odd", "dense", "conv2d", "conv_bias_relu",
          "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
 EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]

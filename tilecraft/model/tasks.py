@@ -22,6 +22,7 @@ from ..graph.views import place
 from ..graph.half import CPU_PRODUCTS, gemm_convolutions, half_products, padded_products
 from ..graph.ir import Graph
 from ..graph.layout import convert_layout
+from ..graph.transposed_operands import read_transposed
 from ..graph.winograd import stages_of, winograd_convolutions
 
 
@@ -39,7 +40,8 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
     NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands where it has
     AVX-512 BF16 and its float32 3x3 convolutions by Winograd's algorithm where it pays; for a
-    GPU, its 16-bit products computed on 16-bit operands (``half.half_products``).
+    GPU, its 16-bit products computed on 16-bit operands (``half.half_products``) and its
+    products' transposed operands read transposed (``transposed_operands``: attention's keys).
 
     With ``best`` (a log's best record by workload key of the kernels timed alone, phases
     ``ALONE``), a convolution stays direct where the log times it direct and lacks one of
@@ -52,7 +54,7 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
     elif input_shapes:
         raise TypeError("input_shapes applies to ONNX models; a Graph's input shapes are fixed already")
     if target.kind == "cuda":  # float16 products on float16 operands, convolutions as tensor cores take them
-        return padded_products(gemm_convolutions(convert_layout(half_products(model_or_graph))))
+        return padded_products(read_transposed(gemm_convolutions(convert_layout(half_products(model_or_graph)))))
     if target.has_bfloat16_dot:  # bfloat16 products on bfloat16 operands, summed in pairs
         model_or_graph = half_products(model_or_graph, ("bfloat16",), CPU_PRODUCTS)
     graph = convert_layout(model_or_graph)
