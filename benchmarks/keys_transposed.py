@@ -35,8 +35,8 @@ def scores(keys_as_they_lie: bool) -> tc.ComputeDAG:
     queries = te.placeholder((HEADS, TOKENS, FEATURES), name="Q")
     keys = te.placeholder((HEADS, TOKENS, FEATURES) if keys_as_they_lie else (HEADS, FEATURES, TOKENS), name="K")
     product = batch_matmul(queries, keys, transpose_b=keys_as_they_lie)
-    return tc.ComputeDAG([queries, keys, te.compute(product.shape, lambda b, i, j: product[b, i, j] / te.const(8.0, "float32"),
-                                                    name="scores")])
+    scaled = te.compute(product.shape, lambda b, i, j: product[b, i, j] / te.const(8.0, "float32"), name="scores")
+    return tc.ComputeDAG([queries, keys, scaled])
 
 
 def keys_copied() -> tc.ComputeDAG:

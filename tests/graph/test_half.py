@@ -193,7 +193,7 @@ def residual_block(size=8, channels=32, dtype="float16"):
     rng = np.random.default_rng(0)
     half = NUMPY_DTYPES[dtype]
     b = GraphBuilder()
-    h = b.add_input("x", (1, channels, size, size), dtype)
+    h = stem = b.add_input("x", (1, channels, size, size), dtype)
     for n in (0, 1, 2):
         kernel = b.add_constant(f"k{n}", (rng.standard_normal((channels, channels, 3, 3)) / 16).astype(half))
         bias = b.add_constant(f"b{n}", rng.standard_normal((channels, 1, 1)).astype(half))

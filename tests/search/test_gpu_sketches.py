@@ -178,7 +178,8 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "bfloat16_matmul": lambda: half_matmul(64, 48, 64, cast=True, dtype="bfloat16"),
              "half_matmul_bias_relu": lambda: half_matmul(64, 32, 48, bias_relu=True),
              "half_attention_scores": half_attention_scores,
-             "attention_scores": lambda: half_attention_scores(dtype="float32"), "half_conv_as_matmul": half_conv_as_matmul,
+             "attention_scores": lambda: half_attention_scores(dtype="float32"),
+             "half_conv_as_matmul": half_conv_as_matmul,
              "half_conv_padded": half_conv_padded, "half_dense_padded": half_dense_padded,
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
@@ -187,9 +188,9 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "conv_relu_long_k": conv_relu_long_k, "dense_bias_relu": dense_bias_relu}
 # Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
 # matmul, a matmul, a dense layer, the reductions), the full suite runs them all (a bfloat16 one too).
-HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "attention_scores", "half_conv_as_matmul",
-         "half_conv_padded", "half_dense_padded", "matmul_long_k", "matmul_odd", "dense", "conv2d", "conv_bias_relu",
-         "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
+HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "attention_scores",
+         "half_conv_as_matmul", "half_conv_padded", "half_dense_padded", "matmul_long_k", "matmul_odd", "dense",
+         "conv2d", "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
 EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]
 
 

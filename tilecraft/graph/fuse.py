@@ -25,13 +25,11 @@ positions inside the group (``in0``, ``conv2d_0``...), so structurally identical
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Sequence
 
 from .. import te
-from ..ops.transform import slice_bounds
 from ..te.dag import ComputeDAG
 from .ir import Graph, Node
 from .operators import BROADCAST, ELEMENTWISE, HEAVY, OPAQUE, OPERATORS, REDUCTION, build_node

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..te.expr import Var, free_vars
-from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, Buffer, For, IfThenElse, Seq, Stmt, Store,
+from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, IfThenElse, Seq, Stmt, Store,
                     ThreadAllReduce, rebuffer, seq, walk_stmts)
 
 

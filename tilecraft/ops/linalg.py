@@ -113,7 +113,7 @@ def _on_whole_tiles(product: Callable, A: Tensor, B: Tensor, sizes: tuple[int, i
     grown with zeros (``{name}_a``, ``{name}_b``, stages a schedule inlines into the tiles it
     fetches) and the product (``{name}_padded``) cropped, the sizes tensor cores take
     (``GpuTensorCoreTiling``): a ViT's 197 tokens, 208 rows."""
-    (M, K, N), (Mp, Kp, Np) = sizes, rounded_up(sizes, multiple, op)
+    (M, _, N), (Mp, Kp, Np) = sizes, rounded_up(sizes, multiple, op)
     a_shape = (Kp, Mp) if transposed[0] else (Mp, Kp)
     b_shape = (Np, Kp) if transposed[1] else (Kp, Np)
     A = padded_to(A, (*A.shape[:-2], *a_shape), f"{name}_a")
