@@ -1,7 +1,7 @@
 """Whole networks on a GPU: tilecraft's GpuModel against PyTorch eager on the same GPU, in one run.
 
     python benchmarks/gpu_models.py [--only bert_layer,resnet50] [--trials N] [--dtype float16] [--out FILE]
-    python benchmarks/gpu_models.py --emulate [--cuda-source] [--only ...]   # any machine with nvcc, no GPU
+    python benchmarks/gpu_models.py --emulate [--cuda-source] [--launches] [--only ...]   # nvcc, no GPU
 
 Each network of benchmarks/model_zoo.py (batch 1, fp32) is exported to ONNX, compiled by
 ``tc.compile_model(path, "cuda")`` with default GPU schedules (untuned) and, with ``--trials
@@ -23,13 +23,16 @@ file): which kernels to fix first. Needs a GPU, cuda-bindings, PyTorch with CUDA
 onnxruntime. With ``--emulate``, each model is compiled for sm_90 and its kernels emulated
 on the CPU (``GpuModel.emulate``), checked against the same reference: what the GPU will compute,
 on a machine without one; with ``--cuda-source`` too, the kernels' CUDA C itself runs there
-(``tc.emulate_gpu(..., cuda_source=True)``), which checks the code generator's text.
+(``tc.emulate_gpu(..., cuda_source=True)``), which checks the code generator's text; with
+``--launches``, each kernel's launches are listed (blocks, threads a block: a block of a few
+threads, or hundreds of thousands of blocks, is a default schedule gone wrong).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -175,7 +178,11 @@ def emulate(name: str, directory: Path, dtype: str, cuda_source: bool = False) -
         model = tc.compile_model(str(path), "cuda -arch=sm_90")
     compiled = time.perf_counter() - started
     got = model.emulate({"input": x}, cuda_source=cuda_source)["output"].astype("float32")
-    return {"model": name, "dtype": dtype, "kernels": len(model.kernels), "compile_secs": compiled,
+    launches = [{"kernel": kernel.desc, "blocks": math.prod(launch.grid), "threads": math.prod(launch.block),
+                 "mflop": job.dag.flop_count() / 1e6}
+                for kernel, job in zip(model.kernels, model._jobs) for launch in kernel.module.launches]
+    return {"model": name, "dtype": dtype, "kernels": len(model.kernels), "launches": launches,
+            "compile_secs": compiled,
             "emulate_secs": time.perf_counter() - started - compiled,
             "max_relative_error": float(np.abs(got - expected).max() / np.abs(expected).max()),
             "correct": close(got, expected, dtype)}
@@ -188,6 +195,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_models.json"))
     parser.add_argument("--emulate", action="store_true", help="no GPU: emulate each model's kernels on the CPU")
     parser.add_argument("--cuda-source", action="store_true", help="with --emulate: run the kernels' CUDA C")
+    parser.add_argument("--launches", action="store_true",
+                        help="with --emulate: each kernel's launches too (blocks, threads a block, MFLOP)")
     parser.add_argument("--dtype", choices=sorted(TOLERANCES), default="float32", help="the networks' element type")
     args = parser.parse_args()
     if args.emulate:
@@ -201,6 +210,14 @@ def main() -> None:
             table.add_row(r["model"], str(r["kernels"]), f"{r['compile_secs']:.1f}", f"{r['emulate_secs']:.1f}",
                           f"{r['max_relative_error']:.1e}", str(r["correct"]))
         print_table(table)
+        if args.launches:
+            launches = numeric_table("model", "kernel", "blocks", "threads a block", "MFLOP", text_columns=2,
+                                     title="their launches for sm_90 (untuned)")
+            for r in rows:
+                for launch in r["launches"]:
+                    launches.add_row(r["model"], launch["kernel"], str(launch["blocks"]), str(launch["threads"]),
+                                     f"{launch['mflop']:.1f}")
+            print_table(launches)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.with_name(f"gpu_models_emulated{'_cuda_source' if args.cuda_source else ''}_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
         return

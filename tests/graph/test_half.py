@@ -173,6 +173,30 @@ def test_float16_matrix_products_are_padded_to_whole_tiles_where_that_at_most_do
         task.compute_dag, target=GPU)) for task in products)
 
 
+def test_float32_products_are_padded_where_a_size_has_too_few_divisors_for_the_threads():
+    """61 rows, a prime: the dense layer 61 x 64 x 48 and the scores 61 x 48 x 61 padded to 64
+    rows (and columns), 1.05 and 1.1 times the products; 37 rows would be 1.3 and 1.7 times, 50
+    rows have 10 as a divisor and 32 rows 16: none of them padded."""
+    prepared = {rows: prepare_graph(half_layer(rows, "float32"), None, GPU) for rows in (61, 37, 50, 32)}
+    multiples = {rows: {n.op: n.attrs.get("multiple") for n in graph.nodes if n.op in ("dense", "matmul")}
+                 for rows, graph in prepared.items()}
+    assert multiples == {61: {"dense": 16, "matmul": 16}, 37: {"dense": None, "matmul": None},
+                         50: {"dense": None, "matmul": None}, 32: {"dense": None, "matmul": None}}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
+def test_a_float32_product_of_a_prime_size_runs_whole_warps_and_computes_the_same(tmp_path):
+    """Padded to 64 rows, the untuned kernels of 61 rows launch blocks of whole warps (the
+    divisors of 61 gave one thread a block along its rows)."""
+    graph = half_layer(61, "float32")
+    gpu, got, expected = emulated_on_gpu(graph, tmp_path)
+    products = [k for k in gpu.kernels if k.desc.startswith(("dense", "matmul"))]
+    assert len(products) == 2 and all(launch.block[0] % 32 == 0 for k in products for launch in k.module.launches)
+    for name in graph.outputs:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (the CUDA toolkit) is not on PATH")
 @pytest.mark.parametrize("rows, dtype", [(32, "float16"), (40, "float16"), (40, "bfloat16")])

@@ -12,7 +12,8 @@ so the product on the float16 values themselves computes the same numbers: the c
 A bfloat16 product alike (tensor cores round its float32 accumulator as they store it).
 A cast and a reshape commute, and the importer puts reshapes between a product and its casts
 (a 3-D MatMul is a reshape, a 2-D product and a reshape back), so the casts are first moved
-through them to the product.
+through them to the product. Products whose sizes tile badly are padded to whole tiles
+(``padded_products``), float32 ones too.
 """
 
 from __future__ import annotations
@@ -105,20 +106,37 @@ def gemm_convolutions(graph: Graph) -> Graph:
     return sink_reshapes(graph, only=frozenset(views)) if views else graph
 
 
+FLOAT32_MAX_PADDING = 1.25
+"""The most products a float32 matrix product padded to whole tiles computes for every one it
+needs. On CUDA cores the padding costs as much as the rest, so a float32 product is padded
+only where a size has no divisor from 8 to 16 (``_few_divisors``): a GPU tiling splits its
+loops by divisors, so a prime such as a ViT's 197 tokens left the default candidate one
+thread a block along it (the ViT layer's scores 465,708 blocks of one thread each)."""
+
+
 def padded_products(graph: Graph) -> Graph:
-    """Each 16-bit matrix product (``dense``, ``matmul``, ``batch_matmul``) whose rows,
-    columns or reduction are no multiple of ``TILE`` computed padded to whole tiles and
-    cropped (``multiple``), if that adds at most ``MAX_PADDING``: a ViT's 197 tokens become
-    208 rows, and its products take tensor cores."""
+    """Each matrix product (``dense``, ``matmul``, ``batch_matmul``) computed padded to whole
+    tiles of ``TILE`` and cropped (``multiple``): a 16-bit one whose rows, columns or reduction
+    are no multiple of it, if that adds at most ``MAX_PADDING`` (a ViT's 197 tokens become 208
+    rows, and its products take tensor cores); a float32 one where a size has too few divisors
+    for the threads, if that adds at most ``FLOAT32_MAX_PADDING``."""
     nodes = []
     for node in graph.nodes:
         shapes = [graph.values[name].shape for name in node.inputs[:2]]
         sizes = _product_sizes(node, shapes) if node.op in ("dense", "matmul", "batch_matmul") else None
-        if sizes is not None and graph.values[node.inputs[0]].dtype in HALVES and any(s % TILE for s in sizes) \
-                and _padding(*sizes) <= MAX_PADDING:
+        dtype = graph.values[node.inputs[0]].dtype
+        if sizes is not None and (dtype in HALVES and any(s % TILE for s in sizes) and _padding(*sizes) <= MAX_PADDING
+                                  or dtype == "float32" and any(map(_few_divisors, sizes))
+                                  and _padding(*sizes) <= FLOAT32_MAX_PADDING):
             node = Node(node.op, node.inputs, node.output, {**node.attrs, "multiple": TILE}, node.name)
         nodes.append(node)
     return Graph(graph.inputs, graph.outputs, nodes, dict(graph.constants), dict(graph.values))
+
+
+def _few_divisors(size: int) -> bool:
+    """Whether ``size`` has no divisor from ``TILE // 2`` to ``TILE``, the threads a GPU tiling
+    gives a loop (the default candidate: 8 and 16 threads along a product's rows and columns)."""
+    return not any(size % d == 0 for d in range(TILE // 2, TILE + 1))
 
 
 def _product_sizes(node: Node, shapes: list[tuple[int, ...]]) -> tuple[int, int, int]:
