@@ -157,12 +157,12 @@ def half_conv_as_matmul():
     return tc.SearchTask(func="conv2d_nhwc_gemm", args=(1, 8, 8, 16, 32, 3, 3, 1, 1, "float16")).compute_dag
 
 
-def half_dense_padded():
+def half_dense_padded(rows=40, dtype="float16"):
     """A float16 dense layer of 40 rows, 56 inputs and 24 outputs, with a bias and a ReLU, padded
-    to a product of 48 x 64 x 32 (its operands grown with zeros)."""
-    X = te.placeholder((40, 56), name="X", dtype="float16")
-    W = te.placeholder((24, 56), name="W", dtype="float16")
-    bias = te.placeholder((24,), name="bias", dtype="float16")
+    to a product of 48 x 64 x 32 (its operands grown with zeros); of 61 rows, a prime, to 64."""
+    X = te.placeholder((rows, 56), name="X", dtype=dtype)
+    W = te.placeholder((24, 56), name="W", dtype=dtype)
+    bias = te.placeholder((24,), name="bias", dtype=dtype)
     return tc.ComputeDAG([X, W, bias, relu(dense(X, W, bias, multiple=16))])
 
 
@@ -181,6 +181,7 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
              "attention_scores": lambda: half_attention_scores(dtype="float32"),
              "half_conv_as_matmul": half_conv_as_matmul,
              "half_conv_padded": half_conv_padded, "half_dense_padded": half_dense_padded,
+             "dense_padded": lambda: half_dense_padded(61, "float32"),
              "matmul_long_k": lambda: matmul(24, 192, 40), "row_sum": lambda: row_sum(6, 150),
              "add_relu": lambda: add_relu(33, 70), "conv2d": conv, "softmax": softmax_rows,
              "layer_norm": layer_norm_rows, "dense": dense_layer, "conv_bias_relu": conv_bias_relu,
@@ -189,8 +190,9 @@ WORKLOADS = {"matmul": lambda: matmul(64, 48, 64), "matmul_odd": lambda: matmul(
 # Each of these takes a second or more a test; the quick subset keeps one of a kind (a float16
 # matmul, a matmul, a dense layer, the reductions), the full suite runs them all (a bfloat16 one too).
 HEAVY = {"bfloat16_matmul", "half_matmul_bias_relu", "half_attention_scores", "attention_scores",
-         "half_conv_as_matmul", "half_conv_padded", "half_dense_padded", "matmul_long_k", "matmul_odd", "dense",
-         "conv2d", "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k", "dense_bias_relu"}
+         "half_conv_as_matmul", "half_conv_padded", "half_dense_padded", "dense_padded", "matmul_long_k",
+         "matmul_odd", "dense", "conv2d", "conv_bias_relu", "dense_bias_residual", "dense_gelu", "conv_relu_long_k",
+         "dense_bias_relu"}
 EVERY_WORKLOAD = [pytest.param(name, marks=pytest.mark.slow) if name in HEAVY else name for name in sorted(WORKLOADS)]
 
 
