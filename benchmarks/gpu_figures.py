@@ -27,7 +27,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
 - ``vit_float16``: a ViT-B/16 encoder layer in float16 (197 tokens: its products padded to
   whole tensor-core tiles), untuned and tuned (200 trials), against PyTorch eager in float16;
 - ``bfloat16``: a bfloat16 matmul 4096³ (summed in float32) on tensor cores against cuBLAS's
-  bfloat16 GEMM (``check`` runs a bfloat16 MLP through PyTorch, its tensors crossing as their bits).
+  bfloat16 GEMM (``check`` runs a bfloat16 MLP through PyTorch, its tensors crossing as their bits);
+- ``vit``: a ViT-B/16 encoder layer in float32, untuned, against PyTorch eager: its products
+  padded from 197 tokens to 208 (``graph/half.py``), which had run blocks of one thread.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ STEPS = {
     "bert_float16": ["gpu_models.py", "--only", "bert_layer", "--trials", "200", "--dtype", "float16"],
     "vit_float16": ["gpu_models.py", "--only", "vit_layer", "--trials", "200", "--dtype", "float16"],
     "bfloat16": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_bf16_4096"],
+    "vit": ["gpu_models.py", "--only", "vit_layer"],
 }
 TAIL_LINES = 40
 
