@@ -40,8 +40,9 @@ def prepare_graph(model_or_graph: Any, input_shapes: Mapping[str, tuple[int, ...
     """The graph that is compiled: an ONNX model (a ``ModelProto`` or a path) imported, then in
     NHWC, and for a CPU its bfloat16 products computed on bfloat16 operands where it has
     AVX-512 BF16 and its float32 3x3 convolutions by Winograd's algorithm where it pays; for a
-    GPU, its 16-bit products computed on 16-bit operands (``half.half_products``) and its
-    products' transposed operands read transposed (``transposed_operands``: attention's keys).
+    GPU, its 16-bit products computed on 16-bit operands (``half.half_products``), its
+    products' transposed operands read transposed (``transposed_operands``: attention's keys),
+    and those whose sizes tile badly padded to whole tiles (``half.padded_products``).
 
     With ``best`` (a log's best record by workload key of the kernels timed alone, phases
     ``ALONE``), a convolution stays direct where the log times it direct and lacks one of
