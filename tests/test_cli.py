@@ -214,6 +214,7 @@ def test_device_tunes_on_the_gpus_it_names_with_the_first_ones_target(onnx_model
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(cli.CudaTarget, "device", classmethod(lambda cls: cls("cuda -arch=sm_80")))
+    monkeypatch.setattr("tilecraft.tune.task.cuda_available", lambda: True)  # as where such GPUs are
     runners, tuned = [], []
     monkeypatch.setattr(cli, "LocalRunner", lambda **settings: runners.append(settings) or contextlib.nullcontext())
     monkeypatch.setattr(cli.SearchTask, "tune", lambda task, options, **kwargs: tuned.append(task.target))
@@ -340,6 +341,20 @@ def test_tune_command_learns_the_default_database_and_its_own_logs_other_workloa
     else:
         assert f"first learns 2 records of 1 other workload in {log} (--no-transfer" in said
     assert sorted(r.workload["args"][0] for r in load_records(log)) == [16, 16, 32, 32, 48, 48]
+
+
+@pytest.mark.parametrize("command", ["tune", "tune-model"])
+def test_tuning_for_a_gpu_where_none_can_run_stops_before_any_work(command, onnx_model, tmp_path, capsys,
+                                                                   monkeypatch):
+    """No cost model taught, no log written: its launches, all failed here, would keep a resumed
+    tuning on a GPU from measuring them."""
+    monkeypatch.setattr("tilecraft.tune.task.cuda_available", lambda: False)
+    log = tmp_path / "log.json"
+    argv = ["tune", "matmul", "--shape", "16,16,16"] if command == "tune" else ["tune-model", str(onnx_model)]
+    assert main([*argv, "--target", "cuda -arch=sm_90", "--trials", "4", "--log", str(log)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "times CUDA kernels on a GPU, and none can run here" in err.splitlines()[-1]
+    assert not log.exists()
 
 
 @pytest.mark.slow

@@ -52,7 +52,7 @@ from .target import CudaTarget, Target
 from .te.dtype import DTYPES, from_npy
 from .tune.transfer import DEFAULT_RECORDS, transfer_model
 from .tune.scheduler import STRATEGIES, TaskScheduler
-from .tune.task import WORKLOADS, SearchTask, TuningOptions
+from .tune.task import WORKLOADS, SearchTask, TuningOptions, check_measurable
 
 PLOT_INSTALL_HINT = "pip install 'tilecraft[plot]'"
 
@@ -147,6 +147,7 @@ def run_tune(args: argparse.Namespace) -> int:
     gpus = _measuring_gpus(args)
     task = SearchTask(func=args.workload, args=_workload_args(args.workload, args.shape, args.dtype, args.out_dtype),
                       target=args.target)
+    check_measurable(task.target)  # before the cost model is taught, and before the log is written
     log = Path(args.log or _tuning_log_to_append(f"{args.workload}.json"))
     resume = str(log) if log.exists() else None
     model = _taught_model(task, resume, args)
@@ -443,6 +444,7 @@ def run_tune_model(args: argparse.Namespace) -> int:
     gpus = _measuring_gpus(args)
     model = _onnx_model(args)
     tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
+    check_measurable(tasks[0].target if tasks else None)  # its LocalRunner would log every launch as failed
     if args.tasks is not None:
         chosen = [n for n, task in enumerate(tasks) if args.tasks.search(task.desc)]
         if not chosen:

@@ -289,9 +289,10 @@ def use_policies(policy, options: TuningOptions) -> None:
     policy.use(options.sketch_policy, options.mutation_policy)
 
 
-def default_runner(target):
-    """A ``LocalRunner``: its worker runs CPU kernels, and CUDA kernels on GPU 0 (which must
-    be there: GPU candidates are built anywhere, but timed only where a GPU is).
+def check_measurable(target) -> None:
+    """Refuse to tune for a GPU where none can run kernels: GPU candidates are built anywhere,
+    but timed only where a GPU is, and a log of launches that failed here would keep them from
+    being measured where one is (a resumed tuning measures no candidate twice).
 
     Raises:
         TargetError: For a CUDA target on a machine where no GPU can run kernels.
@@ -300,6 +301,12 @@ def default_runner(target):
         raise TargetError(f"tuning for {target.arch} times CUDA kernels on a GPU, and none can run here (no GPU, "
                           "or no cuda-bindings: pip install -e '.[cuda]'); tune on a machine with one, "
                           "or schedule by hand and build with tc.build(sch, 'cuda')")
+
+
+def default_runner(target):
+    """A ``LocalRunner``: its worker runs CPU kernels, and CUDA kernels on GPU 0, which must be
+    there (``check_measurable``)."""
+    check_measurable(target)
     return LocalRunner()
 
 
