@@ -442,9 +442,9 @@ def run_tune_model(args: argparse.Namespace) -> int:
     from .model.tasks import extract_tasks, print_tasks
 
     gpus = _measuring_gpus(args)
+    check_measurable(Target(args.target))  # before the import: its LocalRunner would log every launch as failed
     model = _onnx_model(args)
     tasks, weights = extract_tasks(model, args.target, dict(args.input_shape))
-    check_measurable(tasks[0].target if tasks else None)  # its LocalRunner would log every launch as failed
     if args.tasks is not None:
         chosen = [n for n, task in enumerate(tasks) if args.tasks.search(task.desc)]
         if not chosen:
