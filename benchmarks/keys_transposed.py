@@ -44,9 +44,8 @@ def keys_copied() -> tc.ComputeDAG:
     return tc.ComputeDAG([keys, transpose(keys, (0, 2, 1))])
 
 
-def tuned(dag: tc.ComputeDAG, trials: int, directory: Path) -> tuple[tc.Module, float]:
+def tuned(dag: tc.ComputeDAG, trials: int, log: Path) -> tuple[tc.Module, float]:
     task = tc.SearchTask(compute_dag=dag, target=tc.Target.host())
-    log = directory / f"{len(list(directory.iterdir()))}.json"
     started = time.perf_counter()
     task.tune(tc.TuningOptions(num_measure_trials=trials, measure_callbacks=[tc.RecordToFile(str(log))]))
     return tc.build(task.apply_best(str(log))), time.perf_counter() - started
@@ -60,9 +59,9 @@ def main() -> None:
     rng = np.random.default_rng(0)
     queries, keys = (rng.standard_normal((HEADS, TOKENS, FEATURES)).astype(np.float32) for _ in range(2))
     with tempfile.TemporaryDirectory() as directory:
-        nn, nn_tuning = tuned(scores(False), options.trials, Path(directory))
-        nt, nt_tuning = tuned(scores(True), options.trials, Path(directory))
-        copy, copy_tuning = tuned(keys_copied(), 64, Path(directory))
+        nn, nn_tuning = tuned(scores(False), options.trials, Path(directory) / "copied.json")
+        nt, nt_tuning = tuned(scores(True), options.trials, Path(directory) / "as_they_lie.json")
+        copy, copy_tuning = tuned(keys_copied(), 64, Path(directory) / "copy.json")
     np.testing.assert_allclose(nt(queries, keys), nn(queries, copy(keys)), rtol=1e-5, atol=1e-5)
     moved = copy(keys)
     calls = {"keys copied": lambda: copy(keys), "product of the copy": lambda: nn(queries, moved),
