@@ -127,11 +127,24 @@ def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(mo
         verify_gpu(lower(policy.trace_of(candidate).replay(task.compute_dag)), TARGET)
 
 
-def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch):
+def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch, tmp_path):
+    """With the default runner or a user's own LocalRunner, alone or in a scheduler beside a
+    CPU task: refused before a trial, no log written (launches logged as failed here would
+    keep a resumed tuning on a GPU from measuring them). A runner measuring elsewhere tunes."""
     monkeypatch.setattr("tilecraft.tune.task.cuda_available", lambda: False)
     task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=TARGET)
-    with pytest.raises(tc.TargetError, match="times CUDA kernels on a GPU, and none can run here.*tc.build"):
-        task.tune(tc.TuningOptions(num_measure_trials=8))
+    cpu_task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=tc.Target("llvm"))
+    log = tmp_path / "log.json"
+    with tc.LocalRunner() as runner:
+        for tune, runs in ((task.tune, None), (task.tune, runner),
+                           (tc.TaskScheduler([cpu_task, task]).tune, runner)):
+            options = tc.TuningOptions(num_measure_trials=8, runner=runs, measure_callbacks=[tc.RecordToFile(log)])
+            with pytest.raises(tc.TargetError, match="times CUDA kernels on a GPU, and none can run here.*tc.build"):
+                tune(options)
+            assert not log.exists()
+    elsewhere = SimulatedGpuRunner(2 * 64**3)
+    task.tune(tc.TuningOptions(num_measure_trials=4, num_measures_per_round=4, runner=elsewhere, verbose=0))
+    assert elsewhere.calls >= 4
 
 
 @pytest.mark.skipif(not tc.cuda_available(), reason="needs a GPU and cuda-bindings (pip install -e '.[cuda]')")

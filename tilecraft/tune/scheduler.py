@@ -42,7 +42,7 @@ from ..search.shared_model import SharedCostModel
 from ..tables import print_table
 from .progress import ProgressReporter
 from .remeasure import remeasure
-from .task import SearchTask, TuningOptions, TuningSummary, default_runner, final_round, tune_round, use_policies
+from .task import SearchTask, TuningOptions, TuningSummary, final_round, measuring_runner, tune_round, use_policies
 
 STRATEGIES = ("gradient", "round-robin")
 
@@ -191,7 +191,7 @@ class TaskScheduler:
         """
         options = tuning_options or TuningOptions()
         builder = options.builder or LocalBuilder()
-        runner = options.runner or default_runner(self.states[0].task.target)
+        runner = measuring_runner(options.runner, *{state.task.target for state in self.states})
         reporter = ProgressReporter(options.num_measure_trials, options.verbose, None, "model",
                                     time_budget_secs=options.time_budget_secs)
         started = time.perf_counter()

@@ -303,11 +303,14 @@ def check_measurable(target) -> None:
                           "or schedule by hand and build with tc.build(sch, 'cuda')")
 
 
-def default_runner(target):
-    """A ``LocalRunner``: its worker runs CPU kernels, and CUDA kernels on GPU 0, which must be
-    there (``check_measurable``)."""
-    check_measurable(target)
-    return LocalRunner()
+def measuring_runner(runner, *targets):
+    """``runner``, or where None a ``LocalRunner``, whose worker runs CPU kernels, and CUDA
+    kernels on GPU 0: a runner that measures on this machine needs a GPU here for a CUDA
+    target (``check_measurable``), one that measures elsewhere (RPC, Ray) does not."""
+    if runner is None or isinstance(runner, LocalRunner):
+        for target in targets:
+            check_measurable(target)
+    return runner or LocalRunner()
 
 
 def _peak_gflops(task: SearchTask) -> float | None:
@@ -321,7 +324,7 @@ def _peak_gflops(task: SearchTask) -> float | None:
 
 def _tune(task: SearchTask, policy, options: TuningOptions) -> TuningSummary:
     builder = options.builder or LocalBuilder()
-    runner = options.runner or default_runner(task.target)
+    runner = measuring_runner(options.runner, task.target)
     summary = TuningSummary()
     started = time.perf_counter()
     since_best = 0
