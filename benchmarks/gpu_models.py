@@ -109,8 +109,8 @@ def bench(name: str, trials: int, directory: Path, dtype: str) -> dict:
         warnings.simplefilter("ignore", DefaultScheduleWarning)
         untuned = tc.compile_model(str(path), "cuda")
     untuned.capture_after = None  # kernel by kernel: the graph is the next system's
-    row = {"model": name, "dtype": dtype, "kernels": len(untuned.kernels), "compile_secs": time.perf_counter() - started,
-           "untuned_correct": close(untuned(input=x), expected, dtype)}
+    row = {"model": name, "dtype": dtype, "kernels": len(untuned.kernels),
+           "compile_secs": time.perf_counter() - started, "untuned_correct": close(untuned(input=x), expected, dtype)}
     graphed = _captured(str(path), None, tensor)
     row["graph_correct"] = close(graphed(input=x), expected, dtype)
     systems = {"pytorch_eager": lambda: module(tensor), "tilecraft_untuned": lambda: untuned(input=tensor),
@@ -219,7 +219,8 @@ def main() -> None:
                                      f"{launch['mflop']:.1f}")
             print_table(launches)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.with_name(f"gpu_models_emulated{'_cuda_source' if args.cuda_source else ''}_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
+        args.out.with_name(f"gpu_models_emulated{'_cuda_source' if args.cuda_source else ''}"
+                           f"_{args.dtype}.json").write_text(json.dumps(rows, indent=1))
         return
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     with tempfile.TemporaryDirectory() as scratch:

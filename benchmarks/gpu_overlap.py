@@ -11,8 +11,8 @@ tuning for a GPU does. The device is simulated: measuring a candidate that built
 seconds a trial kept the H100's measuring worker busy when the workload was tuned there
 (``MEASURE_MS``), so the figure is the host's side of a round; the measuring process's own
 use of a core (launching, checking) is not simulated. Which arm goes first alternates from
-workload to workload, after a warm-up that starts NVRTC's workers. Prints seconds a round and trials a minute of each, and writes
-``benchmarks/results/gpu_overlap.json``.
+workload to workload, after a warm-up that starts NVRTC's workers. Prints seconds a round
+and trials a minute of each, and writes ``benchmarks/results/gpu_overlap.json``.
 """
 
 from __future__ import annotations

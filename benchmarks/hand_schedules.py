@@ -62,7 +62,8 @@ def conv_nhwc_dag(n=1, h=56, w=56, c=64, k=64, r=3, pad=1):
     P = te.compute((n, h + 2 * pad, w + 2 * pad, c), lambda b, y, x, ch: te.if_then_else(
         te.all(y >= pad, y < h + pad, x >= pad, x < w + pad), X[b, y - pad, x - pad, ch], 0.0), name="pad")
     rc, ry, rx = te.reduce_axis((0, c), name="rc"), te.reduce_axis((0, r), name="ry"), te.reduce_axis((0, r), name="rx")
-    Y = te.compute((n, h, w, k), lambda b, y, x, o: te.sum(P[b, y + ry.var, x + rx.var, rc] * W[ry, rx, rc, o], axis=[ry, rx, rc]),
+    Y = te.compute((n, h, w, k), lambda b, y, x, o: te.sum(P[b, y + ry.var, x + rx.var, rc] * W[ry, rx, rc, o],
+                                                           axis=[ry, rx, rc]),
                    name="conv", attrs={"layout_free_placeholders": [W]})
     return tc.ComputeDAG([X, W, Y])
 
@@ -73,7 +74,8 @@ def conv_nchw_dag(n=1, c=64, h=56, w=56, k=64, r=3, pad=1):
     P = te.compute((n, c, h + 2 * pad, w + 2 * pad), lambda b, ch, y, x: te.if_then_else(
         te.all(y >= pad, y < h + pad, x >= pad, x < w + pad), X[b, ch, y - pad, x - pad], 0.0), name="pad")
     rc, ry, rx = te.reduce_axis((0, c), name="rc"), te.reduce_axis((0, r), name="ry"), te.reduce_axis((0, r), name="rx")
-    Y = te.compute((n, k, h, w), lambda b, o, y, x: te.sum(P[b, rc, y + ry.var, x + rx.var] * W[o, rc, ry, rx], axis=[rc, ry, rx]),
+    Y = te.compute((n, k, h, w), lambda b, o, y, x: te.sum(P[b, rc, y + ry.var, x + rx.var] * W[o, rc, ry, rx],
+                                                           axis=[rc, ry, rx]),
                    name="conv", attrs={"layout_free_placeholders": [W]})
     return tc.ComputeDAG([X, W, Y])
 

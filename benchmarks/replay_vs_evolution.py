@@ -70,7 +70,8 @@ def retime(dag, schedules: dict[str, tc.Schedule], rounds: int = 15) -> dict[str
     times: dict[str, list[float]] = {name: [] for name in funcs}
     for _ in range(rounds):
         for name, func in funcs.items():
-            times[name].append(func.time_evaluator(number=20, repeat=1, min_repeat_ms=50)(*inputs, outputs[name]).median)
+            times[name].append(
+                func.time_evaluator(number=20, repeat=1, min_repeat_ms=50)(*inputs, outputs[name]).median)
     return {name: min(t) for name, t in times.items()}
 
 

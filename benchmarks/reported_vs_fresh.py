@@ -4,12 +4,12 @@
 
 Runs the README's command (``tilecraft tune matmul --shape ... --trials ...``, with a fresh
 log) and reads the best it reports (the median of the re-measurement that ends the tuning),
-and the best single measurement of the search, which is what was reported before. Then, in ``--processes`` fresh processes one after
-another, builds ``apply_best``'s schedule and times it with ``time_evaluator`` and the
-tuning runner's protocol (3 calls a measurement, at least 100 ms, a warm-up call), on
-plain NumPy arrays (NumPy aligns them to 16 bytes) and on copies aligned to a cache line
-(as the tuner's worker and a compiled model pass them), the two interleaved. Prints the
-reported figure beside the median of the fresh ones, and writes
+and the best single measurement of the search, which is what was reported before. Then, in
+``--processes`` fresh processes one after another, builds ``apply_best``'s schedule and
+times it with ``time_evaluator`` and the tuning runner's protocol (3 calls a measurement, at
+least 100 ms, a warm-up call), on plain NumPy arrays (NumPy aligns them to 16 bytes) and on
+copies aligned to a cache line (as the tuner's worker and a compiled model pass them), the
+two interleaved. Prints the reported figure beside the median of the fresh ones, and writes
 ``benchmarks/results/reported_vs_fresh.json``.
 """
 

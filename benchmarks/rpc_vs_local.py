@@ -74,7 +74,8 @@ def main() -> None:
         task = tc.SearchTask(func="matmul", args=(*shape, "float32"), target=rpc.target())
         same = same_candidates(task, rpc, options.trials)
         print(f"the same {same['both_valid']} candidates measured both ways: RPC / local cost, median "
-              f"{same['median_ratio']:.3f}, quartiles {same['quartiles'][0]:.3f}-{same['quartiles'][1]:.3f}", flush=True)
+              f"{same['median_ratio']:.3f}, quartiles {same['quartiles'][0]:.3f}-{same['quartiles'][1]:.3f}",
+              flush=True)
         half = options.trials // 2
         for round_ in range(2):  # local, rpc, rpc, local: each side once early and once late
             for side in ("local", "rpc") if round_ == 0 else ("rpc", "local"):

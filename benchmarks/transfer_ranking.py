@@ -74,7 +74,8 @@ def operator_cases(logs: list[Path], target: tc.Target, donors: dict[str, list[P
         if workload and workload.get("func") in WORKLOADS and len(records) >= 32:
             task = tc.SearchTask(func=workload["func"], args=tuple(workload["args"]), target=target)
             try:
-                cases.append((task, records, {arm: transfer_model(taught_by, task) for arm, taught_by in donors.items()}))
+                cases.append((task, records,
+                              {arm: transfer_model(taught_by, task) for arm, taught_by in donors.items()}))
             except ValueError as error:  # no donor of its kind: it tunes on a model of its own, not ranked here
                 print(f"{workload['func']} {workload['args']}: {error}")
     return cases
@@ -113,7 +114,8 @@ def main() -> None:
     args = parser.parse_args()
     target = tc.Target(args.target) if args.target else tc.Target.host()
     with tempfile.TemporaryDirectory() as scratch:
-        donors = {"own target": [own_target_log(args.donors, target, Path(scratch))], "lent per workload": [args.donors]}
+        donors = {"own target": [own_target_log(args.donors, target, Path(scratch))],
+                  "lent per workload": [args.donors]}
         if args.log:
             what, cases = ", ".join(log.name for log in args.log), operator_cases(args.log, target, donors)
         else:

@@ -25,8 +25,10 @@ work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="tune_tmp_"))
 target = "llvm --num-cores=2"
 
 rng = np.random.default_rng(0)
-params = {"w0": rng.standard_normal((128, 784), dtype=np.float32) / 28, "b0": rng.standard_normal(128, dtype=np.float32),
-          "w1": rng.standard_normal((10, 128), dtype=np.float32) / 11, "b1": rng.standard_normal(10, dtype=np.float32)}
+params = {"w0": rng.standard_normal((128, 784), dtype=np.float32) / 28,
+          "b0": rng.standard_normal(128, dtype=np.float32),
+          "w1": rng.standard_normal((10, 128), dtype=np.float32) / 11,
+          "b1": rng.standard_normal(10, dtype=np.float32)}
 img = rng.random((1, 28, 28), dtype=np.float32)
 class_names = ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]
 

@@ -157,7 +157,8 @@ MISTAKES = [
     (["run-model", "{model}", "--input", "x={tmp}/none.npy"], "argument --input: {tmp}/none.npy does not exist; "
                                                               "give a .npy file"),
     (["run-model", "{model}", "--target", "bogus"], "argument --target: 'bogus'"),
-    (["run-model", "{model}", "--emulate"], "--emulate: only a model compiled for a GPU is emulated; add --target cuda"),
+    (["run-model", "{model}", "--emulate"], "--emulate: only a model compiled for a GPU is emulated; "
+                                            "add --target cuda"),
     (["run-model", "{model}", "--target", "cuda -arch=sm_90", "--cuda-source"],
      "--cuda-source: it says how --emulate runs the kernels; add --emulate"),
 ]

@@ -136,8 +136,10 @@ def test_cuda_compile_past_its_timeout_is_stopped(tmp_path, compiler):
         compile_cuda(ADD + "// a source not cached yet\n", cache_dir=tmp_path, timeout_secs=0.001, compiler=compiler)
 
 
-SLOW_TO_COMPILE = ('extern "C" __global__ void slow(float* a) {\n    float x = a[threadIdx.x], y = a[threadIdx.x + 1];\n'
-                   + "".join(f"    x = x * y + a[{i % 997}]; y = y * 0.999f + x * a[{i * 7 % 991}];\n" for i in range(3000))
+SLOW_TO_COMPILE = ('extern "C" __global__ void slow(float* a) {\n'
+                   '    float x = a[threadIdx.x], y = a[threadIdx.x + 1];\n'
+                   + "".join(f"    x = x * y + a[{i % 997}]; y = y * 0.999f + x * a[{i * 7 % 991}];\n"
+                             for i in range(3000))
                    + "    a[threadIdx.x] = x + y;\n}\n")  # seconds in NVRTC
 
 
@@ -205,7 +207,8 @@ def test_missing_nvcc_is_named_with_the_fix(tmp_path, monkeypatch):
 
 def test_error_lines_are_quoted_with_their_numbers():
     message = "k.cu(2): error: bad\nk.cu(9): warning: far\nk.cu(3): catastrophic error: worse"
-    assert cuda_compiler.quote_error_lines(message, "a\n  b\nc\n") == "The offending source lines:\n  line 2: b\n  line 3: c\n"
+    assert (cuda_compiler.quote_error_lines(message, "a\n  b\nc\n")
+            == "The offending source lines:\n  line 2: b\n  line 3: c\n")
     assert cuda_compiler.quote_error_lines("no line numbers", "a\n") == ""
 
 

@@ -189,7 +189,8 @@ def test_the_device_is_read_through_the_driver(monkeypatch):
     assert found == CudaTarget(H100, sm_count=114)
     monkeypatch.setattr(cuda, "_detect_device", lambda index=0: found)
     assert CudaTarget.device() is found
-    assert CudaTarget("cuda") == found and CudaTarget("cuda -l2-bytes=1").to_json() == {**found.to_json(), "l2_bytes": 1}
+    assert (CudaTarget("cuda") == found
+            and CudaTarget("cuda -l2-bytes=1").to_json() == {**found.to_json(), "l2_bytes": 1})
     assert CudaTarget("cuda -arch=sm_80").sm_count == 108  # an arch names the table's facts, not the device's
 
 

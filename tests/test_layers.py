@@ -62,7 +62,8 @@ def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int, bool]]:
             else:
                 base = node.module or ""
             # ``from . import te`` imports the module ``tilecraft.te``, not a name of ``tilecraft``
-            names = [f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}", root) else base for alias in node.names]
+            names = [f"{base}.{alias.name}" if _is_module(f"{base}.{alias.name}", root) else base
+                     for alias in node.names]
         else:
             continue
         found += [(name, node.lineno, id(node) in top_level) for name in dict.fromkeys(names)

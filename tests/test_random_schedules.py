@@ -75,7 +75,8 @@ def conv2d_nchw():
     rx = te.reduce_axis((0, 3), name="rx")
     conv = te.compute(
         (1, 4, 6, 6),
-        lambda n, f, y, x: te.sum(pad[n, rc, y * 2 + ry.var, x * 2 + rx.var] * weight[f, rc, ry, rx], axis=[rc, ry, rx]),
+        lambda n, f, y, x: te.sum(pad[n, rc, y * 2 + ry.var, x * 2 + rx.var] * weight[f, rc, ry, rx],
+                                  axis=[rc, ry, rx]),
         name="conv", attrs={"layout_free_placeholders": [weight]})
     return tc.ComputeDAG([data, weight, conv]), [("conv", 1, lambda f, c, y, x: (f // 2, c, y, x, f % 2))]
 

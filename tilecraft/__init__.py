@@ -51,8 +51,8 @@ _NAMES = {  # public name -> the module that defines it
     "CudaModule": ".runtime.cuda", "cuda_available": ".runtime.cuda",
 }
 
-__all__ = ["te", "build", "emulate_gpu", "BuildError", "GpuLimitError", "LoweringError", "ScheduleError", "TargetError", "TeError", "TilecraftError",
-           *_MODULES, *_NAMES]
+__all__ = ["te", "build", "emulate_gpu", "BuildError", "GpuLimitError", "LoweringError", "ScheduleError", "TargetError",
+           "TeError", "TilecraftError", *_MODULES, *_NAMES]
 
 
 def __getattr__(name: str):

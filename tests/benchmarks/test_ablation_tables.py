@@ -89,7 +89,8 @@ def test_paces_are_taken_at_every_level_below_the_baselines_final():
     assert [pace for pace, _ in paced["baseline"]] == [1.0] * 4
     table = ablation.summarise(runs(), TRIALS)
     assert (table["both"]["trial_pace"], table["both"]["time_pace"]) == pytest.approx(paced["both"][-1])
-    assert ablation.paces_of(ablation.summarise([run("both", [1.0] * TRIALS)], TRIALS)) == {}  # nothing to judge by without the baseline
+    # nothing to judge by without the baseline
+    assert ablation.paces_of(ablation.summarise([run("both", [1.0] * TRIALS)], TRIALS)) == {}
 
 
 def test_no_pace_is_taken_where_the_baselines_default_schedules_were_already_there():

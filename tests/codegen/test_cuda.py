@@ -494,8 +494,8 @@ def test_tiles_past_48_kb_take_dynamic_shared_memory_that_the_launch_asks_for(ke
         assert tc.build(sch, "cuda -arch=sm_90", cache_dir=kernel_cache).launches[0].shared_bytes == 65536
         (built,) = tc.LocalBuilder(cache_dir=kernel_cache).build(
             [MeasureInput(sch.dag, tc.Target("cuda -arch=sm_90"), sch.trace)])
-        assert built.launch == {"launch": {"grid": [2, 2, 1], "block": [16, 16, 1], "shared_bytes": 65536, "zeroed": []},
-                                "workspace": []}
+        assert built.launch == {"launch": {"grid": [2, 2, 1], "block": [16, 16, 1], "shared_bytes": 65536,
+                                           "zeroed": []}, "workspace": []}
 
 
 def test_verifier_names_the_limit_the_value_and_the_loop():

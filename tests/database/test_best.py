@@ -176,7 +176,8 @@ def test_a_record_round_trips_its_phase_and_device_and_refuses_an_unknown_phase(
     line = record.to_json_line()
     assert '"phase":"final","costs":[' in line and '"device":"local@box","trace":' in line
     assert TuningRecord.from_json_line(line + "\n") == record
-    with pytest.raises(RecordFormatError, match="'phase' should be one of search, final, model, model_rival, not \"best\""):
+    with pytest.raises(RecordFormatError,
+                       match="'phase' should be one of search, final, model, model_rival, not \"best\""):
         TuningRecord.from_json_line(line.replace('"phase":"final"', '"phase":"best"') + "\n")
 
 

@@ -74,8 +74,8 @@ def test_torn_last_line_is_skipped_with_a_warning(log_path, make_record, write_l
 
 
 def test_a_garbage_line_is_skipped_with_a_warning_naming_it(log_path, make_record, write_log):
-    write_log(log_path, [make_record(1e-3)], extra="# a comment\n\n{not json\n[1, 2]\n" + make_record(2e-3).to_json_line()
-              + "\n")
+    write_log(log_path, [make_record(1e-3)],
+              extra="# a comment\n\n{not json\n[1, 2]\n" + make_record(2e-3).to_json_line() + "\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records = load_records(log_path)

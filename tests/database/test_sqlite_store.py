@@ -217,7 +217,8 @@ def test_version_1_lines_and_garbage_import_as_the_log_reads_them_and_export_in_
         expected = [record.to_json_line() + "\n" for record in load_records(tmp_path / "old.json")]
     exported = (tmp_path / "new.json").read_text().splitlines(keepends=True)
     assert exported == expected
-    assert exported[1].startswith(f'{{"v":{RECORD_VERSION},') and '"phase":"search"' in exported[1] and '"device":null' in exported[1]
+    assert (exported[1].startswith(f'{{"v":{RECORD_VERSION},') and '"phase":"search"' in exported[1]
+            and '"device":null' in exported[1])
 
 
 def test_a_row_that_is_not_a_record_is_skipped_with_a_warning_naming_it(store, make_record):

@@ -37,7 +37,8 @@ CASES = {
         "ConvTranspose", ["x", "w", "b"], ["y"], group=2, strides=[2, 1, 2], dilations=[1, 2, 1],
         pads=[1, 0, 1, 0, 1, 2])], {"x": (1, 4, 3, 4, 3)}, {"w": w(4, 2, 2, 3, 3), "b": w(4)}),
     "conv_transpose_1d_dilated_with_the_weight_an_input": case([N(
-        "ConvTranspose", ["x", "w"], ["y"], dilations=[3], strides=[2], pads=[2, 1])], {"x": (2, 3, 7), "w": (3, 2, 3)}),
+        "ConvTranspose", ["x", "w"], ["y"], dilations=[3], strides=[2], pads=[2, 1])],
+        {"x": (2, 3, 7), "w": (3, 2, 3)}),
     "conv_3d_strided_dilated_grouped": case([N(
         "Conv", ["x", "w", "b"], ["y"], group=2, strides=[2, 1, 1], dilations=[1, 2, 1], pads=[1, 2, 0, 2, 1, 1])],
         {"x": (2, 4, 5, 6, 4)}, {"w": w(6, 2, 3, 2, 2), "b": w(6)}),

@@ -68,7 +68,8 @@ def test_volumetric_grid_sample_matches_onnxruntime(mode):
     rng = np.random.default_rng(5)
     x, grid = rng.uniform(-2, 2, (1, 2, 3, 4, 5)), rng.uniform(-1.3, 1.3, (1, 2, 3, 2, 3))
     check([N("GridSample", ["x", "grid"], [f"y_{padding}"], mode=mode, padding_mode=padding)
-           for padding in ("zeros", "border", "reflection")], {"x": x.astype("float32"), "grid": grid.astype("float32")},
+           for padding in ("zeros", "border", "reflection")],
+          {"x": x.astype("float32"), "grid": grid.astype("float32")},
           oracle=onnx_reference if mode == "cubic" else onnxruntime_outputs)
 
 

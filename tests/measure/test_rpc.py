@@ -34,7 +34,9 @@ void add(const float* restrict a, const float* restrict b, float* restrict c) {
   for (int i = 0; i < 64; ++i) c[i] = a[i] + b[i];
 }
 void write_null(const float* restrict a, const float* restrict b, float* restrict c) { *(volatile float*)0 = a[0]; }
-void spin(const float* restrict a, const float* restrict b, float* restrict c) { volatile int forever = 1; while (forever) {} }
+void spin(const float* restrict a, const float* restrict b, float* restrict c) {
+  volatile int forever = 1; while (forever) {}
+}
 """
 ARGS = (ArgSpec("A", (64,), "float32", False), ArgSpec("B", (64,), "float32", False),
         ArgSpec("C", (64,), "float32", True))

@@ -229,7 +229,8 @@ def test_plan_calls_use_weights_bound_once_and_pack_an_unbound_input_at_every_ru
         matvec.plan_calls(["x", "y"])
 
 
-@pytest.mark.parametrize("shape, dtype", [((3,), "float16"), ((1000, 7), "float32"), ((1 << 20,), "float64"), ((5,), "int8")])
+@pytest.mark.parametrize("shape, dtype", [((3,), "float16"), ((1000, 7), "float32"), ((1 << 20,), "float64"),
+                                          ((5,), "int8")])
 def test_aligned_empty_starts_on_a_cache_line(shape, dtype):
     array = aligned_empty(shape, dtype)
     assert array.shape == shape and array.dtype == np.dtype(dtype) and array.flags.c_contiguous

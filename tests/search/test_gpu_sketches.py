@@ -447,8 +447,8 @@ def test_a_product_padded_to_whole_tiles_is_cropped_by_its_epilogue_in_the_same_
     on CUDA cores, the epilogue copies out each thread's registers, as many blocks as its
     tiles fill, storing only what lies inside. A crop shorter than a tile is left to CUDA cores."""
     dag = half_conv_padded()
-    sketches = {next(w for w in s.name.split() if w.startswith("gpu_")): s for s in generate_sketches(dag, target=TARGET)
-                if "gpu_" in s.name}
+    sketches = {next(w for w in s.name.split() if w.startswith("gpu_")): s
+                for s in generate_sketches(dag, target=TARGET) if "gpu_" in s.name}
     assert {"gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile", "gpu_tile_pipelined"} <= set(sketches)
     for name in ("gpu_tensor_core", "gpu_tensor_core_pipelined", "gpu_tile", "gpu_tile_pipelined"):
         func = lower(sketches[name].trace_of(default_row(sketches[name], 1)).replay(dag))

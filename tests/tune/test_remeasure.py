@@ -105,7 +105,8 @@ def test_a_tuning_ends_by_re_measuring_its_finalists_and_reports_their_median(tm
     searched = sorted((r for r in records if r.phase == "search" and r.is_valid), key=lambda r: r.mean_cost)
     expected = {r.trace_json for r in searched[:2]} | {min((r for r in searched if r.sketch == s.name),
                                                           key=lambda r: r.mean_cost).trace_json
-                                                      for s in policy.sketches if any(r.sketch == s.name for r in searched)}
+                                                      for s in policy.sketches
+                                                      if any(r.sketch == s.name for r in searched)}
     assert summary.trials == 8 and {r.trace_json for r in finals} == expected
     assert all(len(r.costs) == 3 and r.device == runner.device for r in finals)
     best = min(finals, key=lambda r: statistics.median(r.costs))

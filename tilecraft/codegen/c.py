@@ -42,8 +42,10 @@ _PRELUDE = """\
 #include <stdlib.h>
 #include <string.h>
 
-static inline int64_t tc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }
-static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return r + ((r != 0) && ((r < 0) != (b < 0))) * b; }
+static inline int64_t tc_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b; return q - ((a % b != 0) && ((a < 0) != (b < 0))); }
+static inline int64_t tc_floormod(int64_t a, int64_t b) {
+  int64_t r = a % b; return r + ((r != 0) && ((r < 0) != (b < 0))) * b; }
 #define TC_MINMAX(T, S) \\
   static inline T tc_max_##S(T a, T b) { return a > b ? a : b; } \\
   static inline T tc_min_##S(T a, T b) { return a < b ? a : b; }
@@ -296,10 +298,8 @@ class _Emitter:
         self.out.line(f"#pragma GCC unroll {min(main // lanes, 16)}")
         with self.out.block(f"for (int32_t {var} = 0; {var} < {main}; {var} += {lanes})"):
             target = f"{self.buffer_name(body.buffer)}[{self.expr(store_index)}]"
-            if self.pairing is not None and self.pairing.vector is s:
-                value = self._dot(self.pairing, target, lanes)
-            else:
-                value = self.vector(body.value, s.var, lanes)
+            value = (self._dot(self.pairing, target, lanes) if self.pairing is not None and self.pairing.vector is s
+                     else self.vector(body.value, s.var, lanes))
             if dtype in HALVES:  # rounded as stored
                 self.half_vectors.add((dtype, lanes))
                 stored = half_vector_type(dtype, lanes)

@@ -43,10 +43,10 @@ typedef int int32_t; typedef unsigned int uint32_t; typedef long long int64_t; t
 """
 # The C backend's helpers, as device functions; float16 held as its bits and computed in float32
 _HALF = """
-__device__ __forceinline__ float tc_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ float tc_h2f(unsigned short h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 __device__ __forceinline__ unsigned short tc_f2h(float f) {
-  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
-}
+  unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 """
 # cp.async of BYTES (4, 8 or 16) into shared memory, through L1 (ca) or L2 alone (cg); of READ
 # bytes (BYTES, or 0: zeros); a commit of the copies issued, and a wait until at most PENDING groups fly

@@ -123,7 +123,8 @@ def fragment_registers(dtype: str) -> int:
 
 
 def _loops_on(loops: list[For], prefix: str) -> str:
-    return "loops " + ", ".join(f"{l.var.name} ({l.kind}, extent {l.extent})" for l in loops if l.kind.startswith(prefix))
+    return "loops " + ", ".join(f"{l.var.name} ({l.kind}, extent {l.extent})" for l in loops
+                                if l.kind.startswith(prefix))
 
 
 def _shared_buffers(s: Stmt) -> list:

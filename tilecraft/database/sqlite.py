@@ -63,7 +63,7 @@ CREATE TABLE records (
   workload TEXT,                   -- JSON object, or NULL
   sketch TEXT,
   costs TEXT NOT NULL,             -- JSON list of seconds (null for a non-finite one)
-  cost REAL,                       -- TuningRecord.cost (median of a final or model row, mean of a search row); NULL unless valid
+  cost REAL,                       -- a final or model row's median, a search row's mean; NULL unless valid
   error TEXT NOT NULL,
   error_msg TEXT NOT NULL,
   all_cost REAL,
@@ -80,7 +80,8 @@ CREATE INDEX records_by_schedule ON records (workload_key, target, trace_hash, t
 _FIELDS = ("workload_key, target, workload, sketch, costs, cost, error, error_msg, all_cost, time, flop, phase, "
            "device, trace_hash, trace")
 _INSERT = f"INSERT INTO records ({_FIELDS}) VALUES ({', '.join('?' * 15)})"
-_COLUMNS = "id, workload_key, target, workload, sketch, costs, error, error_msg, all_cost, time, flop, phase, device, trace"
+_COLUMNS = ("id, workload_key, target, workload, sketch, costs, error, error_msg, all_cost, time, flop, phase, "
+            "device, trace")
 # The rule's first queries: the latest model (then final) row of each schedule (a later
 # row, or the later of two at one time, replaces it), the valid ones by cost (model rows of
 # the latest choice only, _NEWEST); equal costs in the order their schedules were first
@@ -100,7 +101,8 @@ _MODELED = """ AND trace_hash NOT IN (SELECT trace_hash FROM (
   SELECT trace_hash, cost, time, ROW_NUMBER() OVER (PARTITION BY trace_hash ORDER BY time DESC, id DESC) AS age
   FROM records WHERE {where} AND phase = 'model')
   WHERE age = 1 AND (cost IS NULL OR time = (SELECT MAX(time) FROM records WHERE {where} AND phase = 'model')))"""
-_SEARCHED = f"SELECT {_COLUMNS} FROM records WHERE {{where}} AND phase = 'search' AND cost IS NOT NULL ORDER BY cost, id"
+_SEARCHED = (f"SELECT {_COLUMNS} FROM records WHERE {{where}} AND phase = 'search' AND cost IS NOT NULL "
+             "ORDER BY cost, id")
 _IMPORT_BATCH = 10_000  # rows a transaction while importing: other writers get a turn between batches
 
 

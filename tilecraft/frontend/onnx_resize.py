@@ -46,7 +46,8 @@ def _kernel(ratio: np.ndarray, scale: float, node: OnnxNode) -> np.ndarray:
         start = int(np.floor((-1 if mode == "linear" else -2) / shrink) + 1)
         x = np.abs((np.arange(start, 2 - start) - r) * shrink)
         far = np.where(x < 2, a * x**3 - 5 * a * x**2 + 8 * a * x - 4 * a, 0)
-        coeffs = np.clip(1 - x, 0, 1) if mode == "linear" else np.where(x <= 1, (a + 2) * x**3 - (a + 3) * x**2 + 1, far)
+        coeffs = (np.clip(1 - x, 0, 1) if mode == "linear"
+                  else np.where(x <= 1, (a + 2) * x**3 - (a + 3) * x**2 + 1, far))
         return coeffs / coeffs.sum(axis=1, keepdims=True)
     if mode == "linear":
         return np.concatenate([1 - r, r], axis=1)
@@ -63,10 +64,8 @@ def _weights(node: OnnxNode, size_in: int, size_out: int, scale: float, roi) -> 
     taps = coeffs.shape[1]
     padded = source + (taps + 1) // 2  # the reference's window search, in edge-padded coordinates
     base, frac = np.floor(padded), padded - np.floor(padded)
-    if taps % 2 == 0:
-        start = base + np.where(frac == 0, -(taps // 2), 1 - taps // 2)
-    else:
-        start = base - (taps - 1) // 2 + (frac > 0.5)
+    start = (base + np.where(frac == 0, -(taps // 2), 1 - taps // 2) if taps % 2 == 0
+             else base - (taps - 1) // 2 + (frac > 0.5))
     index = (start[:, None] + np.arange(taps) - (taps + 1) // 2).astype(np.int64)
     if node.attrs.get("exclude_outside", 0):
         coeffs = np.where((index < 0) | (index >= size_in), 0.0, coeffs)

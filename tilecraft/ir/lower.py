@@ -292,8 +292,8 @@ class _Lowering:
         for n, (var, extent) in enumerate(reversed(list(zip(variables, source.shape)))):
             body = For(var, extent, "parallel" if n == len(variables) - 1 else "serial", body)
         if math.prod(target.shape) > math.prod(source.shape):  # the packed layout has holes: zero them
-            fill_vars = [Var(f"p{d}") for d in range(len(target.shape))]
-            fill: Stmt = Store(target, tuple(fill_vars), const(0, target.dtype) if target.dtype != "bool" else const(False))
+            fill_vars = tuple(Var(f"p{d}") for d in range(len(target.shape)))
+            fill: Stmt = Store(target, fill_vars, const(0, target.dtype) if target.dtype != "bool" else const(False))
             for var, extent in reversed(list(zip(fill_vars, target.shape))):
                 fill = For(var, extent, "serial", fill)
             ranges.update(zip(fill_vars, target.shape))

@@ -9,8 +9,8 @@ from .nodes import (Allocate, AsyncCopies, AsyncWait, AtomicAdd, Barrier, For, I
 
 def print_func(func: LoweredFunc) -> str:
     lines = [f"{func.name}({', '.join(map(_argument, func.args))}) {{"]
-    for pack in func.packs:
-        lines.append(f"  // {pack.packed.name}{list(pack.packed.shape)} is {pack.source.name} packed once by {pack.name}")
+    lines += [f"  // {pack.packed.name}{list(pack.packed.shape)} is {pack.source.name} packed once by {pack.name}"
+              for pack in func.packs]
     for buffer, zeroed in zip(func.args, func.zeroed):
         if zeroed:
             lines.append(f"  // {buffer.name} is zeroed before the kernel, which adds into it")

@@ -228,8 +228,8 @@ def device_pointer(entry: str, spec: ArgSpec, array: Any, device: int | None) ->
                         f"GPU array (a PyTorch CUDA tensor, a CuPy array)")
     kind, index = (int(v) for v in where()) if where is not None else (_CUDA, device or 0)
     if kind != _CUDA:
-        raise ValueError(f"{entry}: {role} {spec.name!r} is in {_DEVICE_NAMES.get(kind, f'DLPack device {kind}')}, "
-                         f"not on a GPU; move it with .to('cuda:{device or 0}'), or pass NumPy arrays for every argument")
+        raise ValueError(f"{entry}: {role} {spec.name!r} is in {_DEVICE_NAMES.get(kind, f'DLPack device {kind}')}, not "
+                         f"on a GPU; move it with .to('cuda:{device or 0}'), or pass NumPy arrays for every argument")
     if device is not None and index != device:
         raise ValueError(f"{entry}: {role} {spec.name!r} is on cuda:{index} but the kernel runs on cuda:{device}; "
                          f"move it with .to('cuda:{device}')")
@@ -795,8 +795,8 @@ class _Kernel:
             if static + launch.shared_bytes > limit:
                 raise TilecraftError(f"kernel {entry!r} asks for {launch.shared_bytes} bytes of dynamic shared "
                                      f"memory beside {static} static; cuda:{self.device} allows {limit} per block")
-            _call(cu.cuFuncSetAttribute, function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                  launch.shared_bytes)
+            _call(cu.cuFuncSetAttribute, function,
+                  cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
         max_threads = attribute("MAX_THREADS_PER_BLOCK")
         self.registers.append(attribute("NUM_REGS"))
         if launch.threads > max_threads:

@@ -279,9 +279,9 @@ class Schedule:
             raise ScheduleError(f"split of loop {target.name} needs at least 2 factors, got {factors}")
         if sum(f is None for f in factors) > 1:
             raise ScheduleError(f"split of loop {target.name}: at most one factor may be None, got {factors}")
-        for f in factors:
-            if f is not None and (isinstance(f, bool) or not isinstance(f, (int, np.integer)) or f < 1):
-                raise ScheduleError(f"split of loop {target.name}: factors must be positive ints or None, got {factors}")
+        if any(f is not None and (isinstance(f, bool) or not isinstance(f, (int, np.integer)) or f < 1)
+               for f in factors):
+            raise ScheduleError(f"split of loop {target.name}: factors must be positive ints or None, got {factors}")
         known = math.prod(int(f) for f in factors if f is not None)
         extents = [int(f) if f is not None else ceil_div(target.extent, known) for f in factors]
         if None not in factors and math.prod(extents) < target.extent:
@@ -332,7 +332,8 @@ class Schedule:
         positions = [stage.leaves.index(l.id) for _, l in found]
         if positions != list(range(positions[0], positions[0] + len(loops))):
             names = ", ".join(l.name for _, l in found)
-            raise ScheduleError(f"fuse of block {stage.name}: loops {names} are not adjacent and in order; reorder first")
+            raise ScheduleError(f"fuse of block {stage.name}: loops {names} are not adjacent and in order; "
+                                "reorder first")
         kinds = {l.kind for _, l in found}
         if len(kinds) > 1:
             raise ScheduleError(f"fuse of block {stage.name}: cannot fuse spatial and reduction loops together")
@@ -1068,8 +1069,8 @@ class Schedule:
                 return TensorRead(packed, tuple(substitute(t, dict(zip(variables, indices))) for t in targets))
             return map_children(node, rewrite)
 
-        stages = tuple(replace(s, op=_with_body(s.op, rewrite(s.op.body))) if any(t is source for t in s.op.input_tensors)
-                       else s for s in self.state.stages)
+        stages = tuple(replace(s, op=_with_body(s.op, rewrite(s.op.body)))
+                       if any(t is source for t in s.op.input_tensors) else s for s in self.state.stages)
         entry = PackedInput(source, packed, variables, targets)
         self.state = replace(self.state, stages=stages, packed=self.state.packed + (entry,))
 
@@ -1136,8 +1137,7 @@ class Schedule:
                 f"to {target.extent} rounded up to a multiple of the innermost"
             )
         rvs = [ExprRV(d, self._symbol("v")) for d in decision]
-        self._record("sample_tile", {"loop": loop, "n": n, "max_innermost_factor": max_innermost_factor},
-                     rvs, decision)
+        self._record("sample_tile", {"loop": loop, "n": n, "max_innermost_factor": max_innermost_factor}, rvs, decision)
         return rvs
 
     def sample_categorical(self, candidates: Sequence[int], probs: Sequence[float],

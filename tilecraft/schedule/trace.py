@@ -99,12 +99,10 @@ class Step:
     def to_python(self) -> str:
         """The step as one line of Python on a schedule ``sch``, e.g.
         ``l4, l5 = sch.split(loop=l1, factors=[None, 16])``."""
-        if self.kind in VARIADIC_STEPS:
-            args = [_python_value(v) for v in dict(self.args)["loops"]]
-        else:
-            args = [f"{k}={_python_value(v)}" for k, v in self.args]
+        args = ([_python_value(v) for v in dict(self.args)["loops"]] if self.kind in VARIADIC_STEPS
+                else [f"{k}={_python_value(v)}" for k, v in self.args])
         if self.decision is not None:
-            args.append(f"decision={_python_value(list(self.decision) if isinstance(self.decision, tuple) else self.decision)}")
+            args.append(f"decision={_python_value(self.decision)}")
         call = f"sch.{self.kind}({', '.join(args)})"
         if not self.outputs:
             return call
@@ -184,10 +182,8 @@ class Trace:
             kwargs = {k: _resolve(v, symbols) for k, v in step.args}
             if step.is_sampling and step.decision is not None:
                 kwargs["decision"] = list(step.decision) if isinstance(step.decision, tuple) else step.decision
-            if step.kind in VARIADIC_STEPS:
-                result = getattr(sch, step.kind)(*kwargs["loops"])
-            else:
-                result = getattr(sch, step.kind)(**kwargs)
+            result = (getattr(sch, step.kind)(*kwargs["loops"]) if step.kind in VARIADIC_STEPS
+                      else getattr(sch, step.kind)(**kwargs))
             results = list(result) if isinstance(result, (list, tuple)) else [result]
             for symbol, value in zip(step.outputs, results):
                 symbols[symbol] = value

@@ -43,14 +43,15 @@ def default_schedule(dag: ComputeDAG, target: Target) -> Schedule:
 
 def default_choice(dag: ComputeDAG, target: Target) -> tuple[Schedule, str]:
     """The default schedule and its sketch's name: the rule-made candidate of the best sketch
-    that replays: the most register tiles, then tiles that accumulate in a local buffer inside their consumer's tile, then the most
-    rows reduced in vector lanes, then the deepest fusion into the consumer (the smaller
-    tile, consumed while in cache: inception's 3x3 convolution 128→192 at 28x28 ran 1.64 ms
-    fused at the first level, 1.21 at the second; over GoogLeNet's and ResNet-50's layers
-    the second level was 8% and 1% faster in all). On a GPU, the most rows of a warp's
-    length or more reduced across threads: in the kept H100 logs the best such candidate of
-    a softmax, a layer norm and a matrix-vector product ran 9.8x, 4.4x and 4.9x faster than
-    the best that reduces each row in one thread (docs/experiments/gpu-default-sketch.md)."""
+    that replays: the most register tiles, then tiles that accumulate in a local buffer
+    inside their consumer's tile, then the most rows reduced in vector lanes, then the
+    deepest fusion into the consumer (the smaller tile, consumed while in cache: inception's
+    3x3 convolution 128→192 at 28x28 ran 1.64 ms fused at the first level, 1.21 at the
+    second; over GoogLeNet's and ResNet-50's layers the second level was 8% and 1% faster in
+    all). On a GPU, the most rows of a warp's length or more reduced across threads: in the
+    kept H100 logs the best such candidate of a softmax, a layer norm and a matrix-vector
+    product ran 9.8x, 4.4x and 4.9x faster than the best that reduces each row in one thread
+    (docs/experiments/gpu-default-sketch.md)."""
     ranked, errors = [], []
     ops = {tensor.op.name: tensor.op for tensor in dag.compute_ops}
     for n, sketch in enumerate(generate_sketches(dag, target=target)):

@@ -88,7 +88,8 @@ class SharedCostModel:
         layout = document.get("layout")
         if layout is None:
             raise ValueError(f"{path} holds one task's cost model, not a shared one; load it into an XGBModel")
-        for mine, saved, what in ((self.columns, layout["columns"], "columns"), (self.groups, layout["groups"], "tasks")):
+        for mine, saved, what in ((self.columns, layout["columns"], "columns"),
+                                  (self.groups, layout["groups"], "tasks")):
             if any(saved.get(key) != value for key, value in mine.items()):
                 raise ValueError(f"{path} placed its {what} otherwise than this model does; "
                                  f"load it before making the tasks' policies")
@@ -190,6 +191,5 @@ def role_namer(dag):
     """A function that renames a feature of ``dag``'s candidates by its stages' roles, in a
     sketch's name too ("sketch=inline(relu_2) tile" -> "sketch=inline(out1) tile")."""
     roles = stage_roles(dag)
-    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(roles, key=len, reverse=True)))
-                         + r")(?!\w)")
+    pattern = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(roles, key=len, reverse=True))) + r")(?!\w)")
     return lambda name: pattern.sub(lambda found: roles[found.group(1)], name)

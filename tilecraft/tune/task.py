@@ -307,9 +307,8 @@ def measuring_runner(runner, *targets):
     """``runner``, or where None a ``LocalRunner``, whose worker runs CPU kernels, and CUDA
     kernels on GPU 0: a runner that measures on this machine needs a GPU here for a CUDA
     target (``check_measurable``), one that measures elsewhere (RPC, Ray) does not."""
-    if runner is None or isinstance(runner, LocalRunner):
-        for target in targets:
-            check_measurable(target)
+    for target in targets if runner is None or isinstance(runner, LocalRunner) else ():
+        check_measurable(target)
     return runner or LocalRunner()
 
 
