@@ -130,7 +130,8 @@ def test_where_the_decisions_tell_every_limit_a_proposal_is_not_lowered_twice(mo
 def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch, tmp_path):
     """With the default runner or a user's own LocalRunner, alone or in a scheduler beside a
     CPU task: refused before a trial, no log written (launches logged as failed here would
-    keep a resumed tuning on a GPU from measuring them). A runner measuring elsewhere tunes."""
+    keep a resumed tuning on a GPU from measuring them). A runner measuring elsewhere is not
+    refused: the simulated one above tunes here (the tests before)."""
     monkeypatch.setattr("tilecraft.tune.task.cuda_available", lambda: False)
     task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=TARGET)
     cpu_task = tc.SearchTask(func="matmul", args=(64, 64, 64, "float32"), target=tc.Target("llvm"))
@@ -142,9 +143,6 @@ def test_a_cuda_task_without_a_gpu_here_says_where_to_tune_it(monkeypatch, tmp_p
             with pytest.raises(tc.TargetError, match="times CUDA kernels on a GPU, and none can run here.*tc.build"):
                 tune(options)
             assert not log.exists()
-    elsewhere = SimulatedGpuRunner(2 * 64**3)
-    task.tune(tc.TuningOptions(num_measure_trials=4, num_measures_per_round=4, runner=elsewhere, verbose=0))
-    assert elsewhere.calls >= 4
 
 
 @pytest.mark.skipif(not tc.cuda_available(), reason="needs a GPU and cuda-bindings (pip install -e '.[cuda]')")
