@@ -20,6 +20,9 @@ exit status, seconds and output tail, beside the files each step writes. The ste
   as tuned (``gpu_pipeline.py``);
 - ``bert``: the BERT layer compiled for the GPU, untuned and tuned (200 trials), against
   PyTorch eager (``gpu_models.py``);
+- ``small_m``: BERT's and ViT's dense layers at batch 1, each GPU sketch's default candidate
+  against cuBLAS (``gpu_small_m.py``): whether an untuned product of few rows should split K
+  with whole tiles rather than halve a thread's tile;
 - ``tensor_cores``: a float16 matmul 4096³ tuned (its sketches include the tensor-core tiling)
   against cuBLAS's float16 GEMM;
 - ``bert_float16``: the BERT layer in float16, its products on float16 operands (tensor cores
@@ -51,6 +54,7 @@ STEPS = {
     "conv": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "conv2d_b1"],
     "pipeline": ["gpu_pipeline.py"],
     "bert": ["gpu_models.py", "--only", "bert_layer", "--trials", "200"],
+    "small_m": ["gpu_small_m.py"],
     "tensor_cores": ["gpu_ops.py", "--trials", "300", "--budget", "45", "--only", "matmul_fp16_4096"],
     "bert_float16": ["gpu_models.py", "--only", "bert_layer", "--trials", "200", "--dtype", "float16"],
     "vit_float16": ["gpu_models.py", "--only", "vit_layer", "--trials", "200", "--dtype", "float16"],

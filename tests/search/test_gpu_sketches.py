@@ -473,10 +473,12 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     assert [kind for kind, _ in steps].count("rfactor") == 1 and sketch.limits_in_decisions
     parts_slot = next(slot for slot in sketch.slots if slot.role == "tile" and not slot.spatial)
     row = default_row(sketch, 1)
-    assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (4, 8, 8, 4)  # 4 parts, steps of 32 (4 inside)
+    # by default, as many parts as leave each 64 of the sum (16, short of filling the SMs), each two
+    # steps of 32 (4 inside a thread's tile); only then are a thread's outputs cut: 16 blocks of 1 x 2
+    assert parts_slot.domain[row[sketch.slots.index(parts_slot)]] == (16, 2, 8, 4)
     func = lower(sketch.trace_of(row).replay(dag))
     assert func.zeroed == (False, False, True)
-    assert verify_gpu(func, TARGET)[0].grid[1] == 4
+    assert [launch.grid for launch in verify_gpu(func, TARGET)] == [(16, 16, 1)]
     space = FeatureSpace([sketch])
     rows = sketch.sample(np.random.default_rng(0), 8, 1)  # within the limits
     features = dict(zip(space.names, space.features(0, rows).T))
@@ -488,6 +490,31 @@ def test_outputs_too_few_for_the_sms_get_a_split_k_sketch_whose_parts_are_blocks
     assert "inline(biased) gpu_split_k" in {s.name for s in generate_sketches(dense_bias_residual(), target=TARGET)}
     for name, dag in {"many outputs": matmul(2048, 256, 2048), "short reduction": matmul(64, 96, 64)}.items():
         assert not any("gpu_split_k" in s.name for s in generate_sketches(dag, target=TARGET)), name
+
+
+def test_split_ks_default_keeps_whole_tiles_and_fills_the_sms_with_parts_where_the_tiled_default_halves_them():
+    """BERT's projection back to 768 at batch 1 (128 x 3072 -> 768, and its bias and residual):
+    the tiled default halves a thread's 16 x 4 outputs to 2 x 2 to fill the 132 SMs (192
+    blocks); split-K's keeps them, 12 tiles of 128 x 64, and takes 12 parts of 256 (144 blocks),
+    four times the multiply-adds a shared load. Where even the most parts (each 64 of the sum)
+    leave SMs idle, a thread's outputs are then halved: 64 x 4096 -> 128, 2 tiles of 64 parts,
+    then 4 of 32 x 64 (8 x 16 threads of 4 x 4); its sum is the reference's."""
+    dag = dense_bias_residual(128, 3072, 768)
+    sketches = {s.name.split()[-1]: s for s in generate_sketches(dag, target=TARGET)}
+    for name, grid, outputs in (("gpu_tile", (192, 1, 1), 4), ("gpu_split_k", (12, 12, 1), 64)):
+        func = lower(sketches[name].trace_of(default_row(sketches[name], 1)).replay(dag))
+        (launch,) = verify_gpu(func, TARGET)
+        assert (launch.grid, launch.block) == (grid, (128, 1, 1)), name
+        assert [b.elements for b in _local_buffers(func.body)] == [outputs], name
+    dag = dense_bias_residual(64, 4096, 128)
+    sketch = next(s for s in generate_sketches(dag, target=TARGET) if s.name.endswith("gpu_split_k"))
+    sch = sketch.trace_of(default_row(sketch, 1)).replay(dag)
+    func = lower(sch)
+    assert [launch.grid for launch in verify_gpu(func, TARGET)] == [(4, 64, 1)]
+    assert [b.elements for b in _local_buffers(func.body)] == [16]
+    inputs = dag.random_inputs(np.random.default_rng(0))
+    np.testing.assert_allclose(tc.emulate_gpu(sch, TARGET)(*inputs), dag.evaluate_numpy(inputs)[0],
+                               rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow
@@ -502,9 +529,10 @@ def test_a_relu_after_a_long_sum_splits_k_through_a_workspace_that_a_second_kern
     func = lower(sketch.trace_of(default_row(sketch, 1)).replay(dag))
     kernels, workspace = split_kernels(func)
     assert len(kernels) == 2 and not func.zeroed
-    assert [(b.name, b.shape) for b in workspace] == [("conv2d_rf", (4, 1, 8, 4, 4))]  # 4 parts by default
+    # by default the most parts that leave each 64 of the sum's 576 (its steps: 32 of 2 channels)
+    assert [(b.name, b.shape) for b in workspace] == [("conv2d_rf", (8, 1, 8, 4, 4))]
     first, second = verify_gpu(func, TARGET)
-    assert first.grid[1] == 4 and (second.grid, second.block) == ((1, 1, 1), (128, 1, 1))  # a thread an output
+    assert first.grid[1] == 8 and (second.grid, second.block) == ((1, 1, 1), (128, 1, 1))  # a thread an output
     inputs = dag.random_inputs(np.random.default_rng(0))
     for row in sketch.sample(np.random.default_rng(1), 4, 1):
         sch = sketch.trace_of(row).replay(dag)

@@ -55,7 +55,6 @@ if TYPE_CHECKING:  # space.py imports these rules
 THREAD_COUNTS = (32, 64, 128, 256, 512, 1024)  # auto-binding's choices, as MetaSchedule's AutoBind
 SPLIT_K_OUTPUTS_PER_SM = 128 * 128  # fewer outputs than a 128 x 128 tile an SM leave SMs idle: split-K pays
 MIN_PART = 64  # split-K is offered where the reduction has two parts of at least this many products
-DEFAULT_PARTS = 4  # the default candidate's split-K parts
 SUM_THREADS = 256  # a block's threads in the kernel adding split-K's parts from a workspace: as many as the
 # tiled kernel's at most (in the decisions, a launch's threads are its widest thread loop's, over both kernels)
 UNROLL_STEPS = (0, 16, 64, 512, 1024)  # MetaSchedule's DefaultCUDA
@@ -652,9 +651,12 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
     logs' fastest matmuls (the hand-written 16 x 16 threads of 8 x 8 outputs took 1.17x and
     1.21x their time at 2048³ and 4096³). The innermost spatial axis gets up to 16 threads
     and 4 outputs a thread (a vector of B's row), the axis outside it the rest of 128 threads
-    and 16 outputs, the larger halved while the blocks would not fill the SMs; the reductions
-    run in steps of up to 32 through shared memory, 4 of each step in registers (split-K in 4
-    parts); no virtual threads; auto-unroll 512; 256 threads for a block bound by auto-binding."""
+    and 16 outputs; the reductions run in steps of up to 32 through shared memory, 4 of each
+    step in registers; no virtual threads; auto-unroll 512; 256 threads for a block bound by
+    auto-binding. Where the blocks would not fill the SMs, split-K takes the fewest parts
+    that fill them (each at least ``MIN_PART`` of the sum), and only then is a thread's larger
+    side of outputs halved, until they fill them: smaller tiles read more of shared memory a
+    multiply-add (docs/experiments/split-k-whole-tiles.md)."""
     row = np.zeros(len(sketch.slots), dtype=np.int64)
     spatial = [n for n, slot in enumerate(sketch.slots) if slot.role == "tile" and slot.spatial]
     extents = {n: math.prod(sketch.slots[n].domain[0]) for n in spatial}
@@ -663,24 +665,21 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
         side = min(DEFAULT_THREAD_SIDE, DEFAULT_TILE_THREADS // math.prod(threads.values()))
         threads[n] = _largest_divisor(extents[n], side)
         registers[n] = _largest_divisor(extents[n] // threads[n], most)
-    while math.prod(extents[n] // (threads[n] * registers[n]) for n in spatial) < sketch.gpu_limits["sm_count"] \
-            and max(registers.values(), default=1) > 1:  # too few blocks: smaller tiles a thread
-        n = max(registers, key=registers.get)
+    reductions = _default_reductions(sketch)
+
+    def blocks() -> int:
+        return math.prod(extents[n] // (threads[n] * registers[n]) for n in spatial)
+
+    parts = _default_parts(sketch, reductions, blocks())
+    while blocks() * parts < sketch.gpu_limits["sm_count"] and max(registers.values(), default=1) > 1:
+        n = max(registers, key=registers.get)  # too few blocks: smaller tiles a thread
         registers[n] = _largest_divisor(extents[n] // threads[n], registers[n] // 2)
-    step, in_registers = DEFAULT_REDUCTION_STEP, DEFAULT_REDUCTION_INNER
-    for n, slot in reversed(list(enumerate(sketch.slots))):
+    for n, slot in enumerate(sketch.slots):
         if slot.role == "tile":
-            extent = math.prod(slot.domain[0])
-            if slot.spatial:
-                wanted = (extent // (threads[n] * registers[n]), 1, threads[n], 1, registers[n])
-            else:
-                inner = _largest_divisor(extent, step)
-                last = _largest_divisor(inner, in_registers)
-                step, in_registers = max(step // inner, 1), max(in_registers // last, 1)
-                wanted = (extent // inner, inner // last, last)
-                if len(slot.domain[0]) == len(wanted) + 1:  # split-K's parts outermost
-                    parts = _largest_divisor(extent // inner, DEFAULT_PARTS)
-                    wanted = (parts, extent // inner // parts, inner // last, last)
+            steps, *inner = reductions.get(n, (0,))  # a reduction's (a spatial tile has none)
+            wanted = ((extents[n] // (threads[n] * registers[n]), 1, threads[n], 1, registers[n]) if slot.spatial
+                      else (parts, steps // parts, *inner) if len(slot.domain[0]) == 4  # split-K's parts outermost
+                      else (steps, *inner))
             index = sketch.index_of(n, wanted[:len(slot.domain[0])])
             row[n] = 0 if index is None else index
         elif slot.role == "unroll":
@@ -688,6 +687,29 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
         elif slot.role == "categorical" and DEFAULT_BOUND_THREADS in slot.values:
             row[n] = slot.values.index(DEFAULT_BOUND_THREADS)
     return row
+
+
+def _default_reductions(sketch: Sketch) -> dict[int, tuple[int, int, int]]:
+    """Each reduction tile's default (steps, step / registers' part, registers' part): the
+    innermost reductions take their share of the step of ``DEFAULT_REDUCTION_STEP`` first."""
+    step, in_registers, tiles = DEFAULT_REDUCTION_STEP, DEFAULT_REDUCTION_INNER, {}
+    for n, slot in reversed(list(enumerate(sketch.slots))):
+        if slot.role == "tile" and not slot.spatial:
+            inner = _largest_divisor(extent := math.prod(slot.domain[0]), step)
+            last = _largest_divisor(inner, in_registers)
+            step, in_registers = max(step // inner, 1), max(in_registers // last, 1)
+            tiles[n] = (extent // inner, inner // last, last)
+    return tiles
+
+
+def _default_parts(sketch: Sketch, reductions: dict, blocks: int) -> int:
+    """Split-K's default parts (1 for a sketch without: no reduction tile of four levels): the
+    fewest, two at least, that divide the steps of its reduction and fill the SMs with
+    ``blocks`` each, else the most that leave each part ``MIN_PART`` of the whole sum."""
+    whole = math.prod(math.prod(sketch.slots[n].domain[0]) for n in reductions)
+    allowed = [d for n, (steps, *_) in reductions.items() if len(sketch.slots[n].domain[0]) == 4
+               for d in divisors(steps) if d > 1 and whole // d >= MIN_PART]
+    return next((d for d in allowed if blocks * d >= sketch.gpu_limits["sm_count"]), max(allowed, default=1))
 
 
 def _largest_divisor(extent: int, at_most: int) -> int:
