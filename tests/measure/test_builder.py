@@ -99,14 +99,15 @@ def test_gpu_candidates_become_cubins_with_their_launch_by_either_cuda_compiler(
 
 @pytest.mark.skipif(shutil.which("nvcc") is None and nvrtc_version() is None, reason="needs nvcc or the cuda extra")
 def test_a_split_k_candidates_launch_names_the_output_its_blocks_add_into(tmp_path):
-    """Its launch names what the worker, or a device server, zeroes first."""
+    """Its launch names what the worker, or a device server, zeroes first; its parts (16, each 64
+    of the sum) are blocks along y."""
     task = tc.SearchTask(func="matmul", args=(64, 1024, 64, "float32"), target=tc.Target("cuda -arch=sm_90"))
     sketch = next(s for s in generate_sketches(task.compute_dag, target=task.target) if s.name == "gpu_split_k")
     candidate = MeasureInput(task.compute_dag, task.target, sketch.trace_of(default_row(sketch, 1)))
     result, = LocalBuilder(cache_dir=tmp_path).build([candidate])
     assert result.error_kind is MeasureErrorKind.NONE, result.error_msg
     launch = result.launch["launch"]
-    assert launch["grid"][1] == 4 and launch["zeroed"] == [2] and result.launch["workspace"] == []
+    assert launch["grid"][1] == 16 and launch["zeroed"] == [2] and result.launch["workspace"] == []
     assert [a.name for a in result.args][2] == "matmul"
 
 
