@@ -77,6 +77,19 @@ WORKLOADS = {
 }
 
 
+def named(only: str, workloads) -> list[str]:
+    """The names of ``workloads`` that ``--only`` (comma-separated names or their prefixes) asks for.
+
+    Raises:
+        SystemExit: If it asks for none of them.
+    """
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    names = [n for n in workloads if any(n == w or n.startswith(w) for w in wanted)]
+    if not names:
+        raise SystemExit(f"--only {only!r} names no workload; the workloads are {', '.join(workloads)}")
+    return names
+
+
 def time_torch(fn, args, number: int, repeat: int) -> float:
     """Median over ``repeat`` of the mean of ``number`` calls, each after an L2 flush (as
     ``CudaModule.time_evaluator`` times ours)."""
@@ -173,10 +186,7 @@ def main() -> None:
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    wanted = [w.strip() for w in options.only.split(",") if w.strip()]
-    names = [n for n in WORKLOADS if any(n == w or n.startswith(w) for w in wanted)]
-    if not names:
-        raise SystemExit(f"--only {options.only!r} names no workload; the workloads are {', '.join(WORKLOADS)}")
+    names = named(options.only, WORKLOADS)
     target = tc.Target("cuda")
     options.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []

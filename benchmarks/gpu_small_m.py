@@ -36,6 +36,7 @@ from tilecraft.search.default import default_choice, default_row
 from tilecraft.search.space import generate_sketches
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gpu_ops import named, time_torch  # noqa: E402  (--only's workloads; each call after an L2 flush, as ours)
 from tables import numeric_table, print_table  # noqa: E402  (benchmarks/tables.py)
 
 # name -> dense's arguments (rows, in, out, dtype, rows' multiple)
@@ -77,8 +78,6 @@ def measured(task: tc.SearchTask, target, emulate: bool) -> list[dict]:
     import torch
     import torch.nn.functional as F
 
-    from gpu_ops import time_torch  # each call after an L2 flush, as ours
-
     x, w = (torch.from_numpy(a).cuda() for a in inputs)
     expected = F.linear(x, w)
     vendor = time_torch(F.linear, (x, w), 20, 5)
@@ -97,10 +96,7 @@ def main() -> None:
     parser.add_argument("--emulate", action="store_true", help="no GPU: emulate each candidate against NumPy")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_small_m.json"))
     options = parser.parse_args()
-    wanted = [w.strip() for w in options.only.split(",") if w.strip()]
-    names = [n for n in WORKLOADS if any(n == w or n.startswith(w) for w in wanted)]
-    if not names:
-        raise SystemExit(f"--only {options.only!r} names no workload; the workloads are {', '.join(WORKLOADS)}")
+    names = named(options.only, WORKLOADS)
     if options.emulate:
         target, device = tc.Target("cuda -arch=sm_90"), "emulated for sm_90"
     else:

@@ -666,11 +666,12 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
         threads[n] = _largest_divisor(extents[n], side)
         registers[n] = _largest_divisor(extents[n] // threads[n], most)
     reductions = _default_reductions(sketch)
+    split = [n for n, tile in reductions.items() if len(sketch.slots[n].domain[0]) == len(tile) + 1]  # parts first
 
     def blocks() -> int:
         return math.prod(extents[n] // (threads[n] * registers[n]) for n in spatial)
 
-    parts = _default_parts(sketch, reductions, blocks())
+    parts = _default_parts(sketch, reductions, split, blocks())
     while blocks() * parts < sketch.gpu_limits["sm_count"] and max(registers.values(), default=1) > 1:
         n = max(registers, key=registers.get)  # too few blocks: smaller tiles a thread
         registers[n] = _largest_divisor(extents[n] // threads[n], registers[n] // 2)
@@ -678,8 +679,7 @@ def gpu_default_row(sketch: Sketch) -> np.ndarray:
         if slot.role == "tile":
             steps, *inner = reductions.get(n, (0,))  # a reduction's (a spatial tile has none)
             wanted = ((extents[n] // (threads[n] * registers[n]), 1, threads[n], 1, registers[n]) if slot.spatial
-                      else (parts, steps // parts, *inner) if len(slot.domain[0]) == 4  # split-K's parts outermost
-                      else (steps, *inner))
+                      else (parts, steps // parts, *inner) if n in split else (steps, *inner))
             index = sketch.index_of(n, wanted[:len(slot.domain[0])])
             row[n] = 0 if index is None else index
         elif slot.role == "unroll":
@@ -702,13 +702,13 @@ def _default_reductions(sketch: Sketch) -> dict[int, tuple[int, int, int]]:
     return tiles
 
 
-def _default_parts(sketch: Sketch, reductions: dict, blocks: int) -> int:
-    """Split-K's default parts (1 for a sketch without: no reduction tile of four levels): the
-    fewest, two at least, that divide the steps of its reduction and fill the SMs with
-    ``blocks`` each, else the most that leave each part ``MIN_PART`` of the whole sum."""
+def _default_parts(sketch: Sketch, reductions: dict, split: list[int], blocks: int) -> int:
+    """Split-K's default parts (1 for a sketch without: no ``split`` reduction tile, its parts
+    a level outside the rest): the fewest, two at least, that divide the steps of its reduction
+    and fill the SMs with ``blocks`` each, else the most that leave each part ``MIN_PART`` of
+    the whole sum."""
     whole = math.prod(math.prod(sketch.slots[n].domain[0]) for n in reductions)
-    allowed = [d for n, (steps, *_) in reductions.items() if len(sketch.slots[n].domain[0]) == 4
-               for d in divisors(steps) if d > 1 and whole // d >= MIN_PART]
+    allowed = [d for n in split for d in divisors(reductions[n][0]) if d > 1 and whole // d >= MIN_PART]
     return next((d for d in allowed if blocks * d >= sketch.gpu_limits["sm_count"]), max(allowed, default=1))
 
 
